@@ -1,0 +1,154 @@
+"""Open a database by URL: LangGraph's saver, our store and the per-thread writer lock.
+
+Backends are imported lazily, so the SQLite default never imports psycopg and the CLI's
+``--help`` imports neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import sqlite3
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from longtask.checkpointers._url import DatabaseURL, parse_url, resolve_url, scrub
+from longtask.errors import DatabaseError, ThreadBusy
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.base import BaseCheckpointSaver
+
+    from longtask.store import Store
+
+
+class Database(ABC):
+    """One open database: ``saver`` (LangGraph's checkpoints) and ``store`` (our tables)."""
+
+    url: DatabaseURL
+    saver: BaseCheckpointSaver[Any]
+    store: Store
+
+    @classmethod
+    def open(cls, url: str | None = None, *, upgrade: bool | None = None) -> Database:
+        """Open ``url`` (else ``$LONGTASK_DB``, else ``sqlite:///.longtask/longtask.db``).
+
+        ``upgrade``: apply missing migrations. Defaults to True for SQLite (embedded, one
+        user) and False for PostgreSQL, where ``longtask db upgrade`` is an explicit step.
+        """
+        parsed = parse_url(resolve_url(url))
+        if parsed.scheme == "sqlite":
+            return SqliteDatabase(parsed, upgrade=True if upgrade is None else upgrade)
+        from longtask.checkpointers._postgres import PostgresDatabase
+
+        return PostgresDatabase(parsed, upgrade=bool(upgrade))
+
+    @abstractmethod
+    def upgrade(self) -> list[str]:
+        """Create or migrate every table (LangGraph's and ours). Returns what was done."""
+
+    @abstractmethod
+    @contextlib.contextmanager
+    def lock(self, thread_id: str) -> Iterator[None]:
+        """Hold the writer lock of ``thread_id``; raise :class:`ThreadBusy` if it is taken.
+        The lock is released when the holder exits, or when its process dies."""
+        yield
+
+    @abstractmethod
+    def is_locked(self, thread_id: str) -> bool: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _lock_key(thread_id: str) -> bytes:
+    return hashlib.blake2b(thread_id.encode(), digest_size=8).digest()
+
+
+class SqliteDatabase(Database):
+    def __init__(self, url: DatabaseURL, *, upgrade: bool) -> None:
+        from langgraph.checkpoint.sqlite import SqliteSaver
+
+        from longtask.store import SqliteStore
+
+        assert url.path is not None
+        self.url = url
+        self.path = url.path
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            saver_conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+            store_conn = sqlite3.connect(
+                self.path, check_same_thread=False, timeout=30, isolation_level=None
+            )
+            for conn in (saver_conn, store_conn):
+                # WAL lets `status` and `events` read while another process writes.
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA busy_timeout=30000")
+                conn.execute("PRAGMA synchronous=NORMAL")
+        except (sqlite3.Error, OSError) as exc:
+            raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from exc
+        self.saver = SqliteSaver(saver_conn)
+        self.store = SqliteStore(store_conn)
+        self._lock_dir = self.path.parent / (self.path.name + ".locks")
+        if upgrade:
+            self.upgrade()
+        else:
+            self.store.check_schema(self.url.redacted)
+
+    def upgrade(self) -> list[str]:
+        done = []
+        self.saver.setup()  # idempotent: CREATE TABLE IF NOT EXISTS
+        applied = self.store.upgrade()
+        if applied:
+            done.append(f"longtask tables migrated to version {applied[-1]}")
+        return done
+
+    def _lock_path(self, thread_id: str) -> Path:
+        return self._lock_dir / (_lock_key(thread_id).hex() + ".lock")
+
+    @contextlib.contextmanager
+    def lock(self, thread_id: str) -> Iterator[None]:
+        # flock is released by the kernel when the process dies, so a crash never leaves a
+        # thread locked. SQLite is single-machine, so a local lock is enough.
+        self._lock_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self._lock_path(thread_id), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise ThreadBusy(thread_id) from exc
+            os.ftruncate(fd, 0)
+            os.write(fd, str(os.getpid()).encode())
+            yield
+        finally:
+            os.close(fd)
+
+    def is_locked(self, thread_id: str) -> bool:
+        path = self._lock_path(thread_id)
+        if not path.exists():
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    def close(self) -> None:
+        self.saver.conn.close()
+        self.store.close()
+
+
+def describe_error(exc: BaseException, url: str) -> str:
+    return scrub(str(exc), url)

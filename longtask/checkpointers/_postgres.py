@@ -1,0 +1,106 @@
+"""PostgreSQL: LangGraph's PostgresSaver and our store on one psycopg pool."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from langgraph.checkpoint.postgres import PostgresSaver
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from longtask.checkpointers._database import Database, _lock_key
+from longtask.checkpointers._url import DatabaseURL, scrub
+from longtask.errors import DatabaseError, SchemaVersionError, ThreadBusy
+from longtask.store import PostgresStore
+
+
+class PostgresDatabase(Database):
+    def __init__(self, url: DatabaseURL, *, upgrade: bool, max_size: int = 10) -> None:
+        self.url = url
+        try:
+            # The saver needs autocommit, dict rows and no server-side prepared statements
+            # (they break behind PgBouncer in transaction mode).
+            self.pool: ConnectionPool[Any] = ConnectionPool(
+                url.raw,
+                min_size=1,
+                max_size=max_size,
+                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+                open=False,
+            )
+            self.pool.open(wait=True, timeout=15)
+        except Exception as exc:
+            raise DatabaseError(
+                f"cannot connect to PostgreSQL at {url.redacted}: {scrub(str(exc), url.raw)}. "
+                "Check that the server is running and the URL (--db / $LONGTASK_DB) is right."
+            ) from None
+        self.saver = PostgresSaver(self.pool)  # type: ignore[arg-type]
+        self.store = PostgresStore(self.pool)
+        if upgrade:
+            self.upgrade()
+        else:
+            self._check()
+
+    def _check(self) -> None:
+        self.store.check_schema(self.url.redacted)
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT CASE WHEN to_regclass('checkpoint_migrations') IS NULL THEN -1 "
+                "ELSE (SELECT coalesce(max(v), -1) FROM checkpoint_migrations) END AS v"
+            ).fetchone()
+        have = int(row["v"]) if row else -1  # type: ignore[call-overload]
+        need = len(self.saver.MIGRATIONS) - 1
+        if have < need:
+            raise SchemaVersionError(
+                f"the LangGraph checkpoint tables in {self.url.redacted} are at migration "
+                f"{have}, this version needs {need}. Run `longtask db upgrade --db "
+                f"{self.url.redacted}` to migrate."
+            )
+
+    def upgrade(self) -> list[str]:
+        done = []
+        with self.pool.connection() as conn, conn.transaction():
+            # PostgresSaver.setup() is not safe to run from two processes at once.
+            conn.execute("SELECT pg_advisory_xact_lock(7428061905412)")
+        self.saver.setup()
+        done.append("LangGraph checkpoint tables up to date")
+        applied = self.store.upgrade()
+        if applied:
+            done.append(f"longtask tables migrated to version {applied[-1]}")
+        return done
+
+    @staticmethod
+    def _key(thread_id: str) -> int:
+        return int(struct.unpack(">q", _lock_key(thread_id))[0])
+
+    @contextlib.contextmanager
+    def lock(self, thread_id: str) -> Iterator[None]:
+        # A session-level advisory lock on a connection of its own: it lasts exactly as
+        # long as the connection, so a process that dies releases it with its socket.
+        try:
+            conn = psycopg.connect(self.url.raw, autocommit=True)
+        except Exception:
+            raise DatabaseError(f"cannot connect to PostgreSQL at {self.url.redacted}") from None
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key(thread_id),)).fetchone()
+            if not row or not row[0]:
+                raise ThreadBusy(thread_id)
+            yield
+        finally:
+            conn.close()
+
+    def is_locked(self, thread_id: str) -> bool:
+        key = self._key(thread_id)
+        with self.pool.connection() as conn:
+            row = conn.execute(
+                "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = %s",
+                (key,),
+            ).fetchone()
+        return bool(row and row["n"])  # type: ignore[call-overload]
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,86 @@
+"""Database URLs: defaults, parsing and redaction."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from longtask.errors import DatabaseError
+
+DEFAULT_URL = "sqlite:///.longtask/longtask.db"
+ENV_VAR = "LONGTASK_DB"
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    raw: str
+    scheme: str  # "sqlite" or "postgresql"
+    path: Path | None = None  # for sqlite
+
+    @property
+    def redacted(self) -> str:
+        return redact(self.raw)
+
+
+def resolve_url(url: str | None = None) -> str:
+    """The URL to use: the argument, else ``$LONGTASK_DB``, else the embedded SQLite default."""
+    return url or os.environ.get(ENV_VAR) or DEFAULT_URL
+
+
+def parse_url(url: str) -> DatabaseURL:
+    """Accepts ``sqlite:///relative.db``, ``sqlite:////abs.db``, a bare ``*.db`` path, and
+    ``postgresql://...`` (``postgres://`` too)."""
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        return DatabaseURL(raw="postgresql://" + url.split("://", 1)[1], scheme="postgresql")
+    if url.startswith("sqlite:"):
+        rest = url[len("sqlite:") :]
+        if not rest.startswith("///"):
+            raise DatabaseError(
+                f"cannot read SQLite URL {redact(url)!r}: write sqlite:///relative/path.db or "
+                "sqlite:////absolute/path.db"
+            )
+        path = rest[3:]
+        if not path or path == ":memory:":
+            raise DatabaseError(
+                "an in-memory SQLite database cannot hold a thread across processes; give a "
+                "file path such as sqlite:///.longtask/longtask.db"
+            )
+        return DatabaseURL(raw=url, scheme="sqlite", path=Path(path))
+    if "://" not in url and url.endswith((".db", ".sqlite", ".sqlite3")):
+        return DatabaseURL(raw=f"sqlite:///{url}", scheme="sqlite", path=Path(url))
+    raise DatabaseError(
+        f"unsupported database URL {redact(url)!r}: use sqlite:///path/to/file.db or "
+        "postgresql://user@host:5432/dbname (set it with --db or $LONGTASK_DB)"
+    )
+
+
+_KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (URL or key=value form)."""
+    url = _KV_PASSWORD.sub(r"\1***", url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password:
+        netloc = parts.netloc.rsplit("@", 1)
+        user = (parts.username or "") + ":***"
+        url = urlunsplit(parts._replace(netloc=f"{user}@{netloc[1]}"))
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.IGNORECASE)
+
+
+def scrub(text: str, url: str) -> str:
+    """Remove the password of ``url`` from ``text`` (a driver error message, say)."""
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None
+    text = text.replace(url, redact(url))
+    if password:
+        text = text.replace(password, "***")
+    return text

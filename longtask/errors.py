@@ -1,0 +1,121 @@
+"""The errors longtask raises. Every one derives from :class:`LongTaskError`.
+
+Messages say what is wrong and how to fix it; an underlying driver error is kept as
+``__cause__``. Connection URLs in messages are always redacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class LongTaskError(Exception):
+    """Base class of every error longtask raises on purpose."""
+
+    #: process exit code the CLI uses for this error
+    exit_code: int = 1
+
+
+class DefinitionError(LongTaskError):
+    """A LongTask definition is invalid. ``problems`` lists every problem found."""
+
+    def __init__(self, task_name: str, problems: Sequence[str]) -> None:
+        self.task_name = task_name
+        self.problems = list(problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        n = len(self.problems)
+        super().__init__(
+            f"LongTask {task_name!r} has {n} definition problem{'s' if n != 1 else ''}:\n{lines}"
+        )
+
+
+class InvalidInput(LongTaskError):
+    """A value given by the caller (inputs, a resume value, a CLI argument) is malformed."""
+
+
+class TaskRefError(LongTaskError):
+    """A task reference such as ``examples/quickstart.py:task`` cannot be loaded."""
+
+
+class DatabaseError(LongTaskError):
+    """The database cannot be opened or used. The URL in the message is redacted."""
+
+
+class SchemaVersionError(DatabaseError):
+    """The database schema is older (or newer) than this version of longtask expects."""
+
+
+class ThreadNotFound(LongTaskError):
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"no thread {thread_id!r} in this database; list threads with `longtask ls`"
+        )
+
+
+class ThreadExists(LongTaskError):
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} already exists; continue it with "
+            f"`longtask resume {thread_id}` or choose another --thread"
+        )
+
+
+class ThreadBusy(LongTaskError):
+    """Another process is advancing this thread right now (one writer per thread)."""
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"thread {thread_id!r} is being advanced by another process; only one process "
+            f"may advance a thread at a time. Wait for it to finish (`longtask status "
+            f"{thread_id}`) and try again."
+        )
+
+
+class NothingToResume(LongTaskError):
+    def __init__(self, thread_id: str, status: str) -> None:
+        self.thread_id = thread_id
+        self.status = status
+        super().__init__(f"thread {thread_id!r} is {status}; there is nothing to resume")
+
+
+class DefinitionChanged(LongTaskError):
+    """The task definition differs from the one the thread started with."""
+
+    def __init__(self, thread_id: str, old_hash: str, new_hash: str, changes: Sequence[str]):
+        self.thread_id = thread_id
+        self.old_hash = old_hash
+        self.new_hash = new_hash
+        self.changes = list(changes)
+        lines = "\n".join(f"  - {c}" for c in self.changes)
+        super().__init__(
+            f"thread {thread_id!r} started with definition {old_hash[:12]}, but the task is "
+            f"now {new_hash[:12]}:\n{lines}\n"
+            "Resuming could skip or repeat work. Restore the old definition, or pass "
+            "--allow-changed-definition (Runner.resume(..., allow_changed_definition=True)) "
+            "if the change is safe for this thread."
+        )
+
+
+class StepFailed(LongTaskError):
+    """A step raised; the thread is marked failed and can be resumed."""
+
+    def __init__(self, thread_id: str, step: str, error: str) -> None:
+        self.thread_id = thread_id
+        self.step = step
+        self.error = error
+        super().__init__(
+            f"step {step!r} failed: {error}\n"
+            f"Fix the cause, then continue with `longtask resume {thread_id}` "
+            "(finished steps are not run again)."
+        )
+
+
+class StepTimeout(LongTaskError):
+    """A step ran longer than its ``timeout``."""
+
+
+class ResultNotAvailable(LongTaskError):
+    """A step asked for the result of a step that is not one of its dependencies."""

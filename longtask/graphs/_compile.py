@@ -1,0 +1,52 @@
+"""Compile a LongTask into a LangGraph StateGraph.
+
+One node per step, named after the step. Each step writes its result to a channel of its
+own (``out.<step>``), so a checkpoint stores a result once instead of rewriting a growing
+dict. The stage barrier and ``after=`` become edges; a step with several dependencies gets a
+join edge, which LangGraph runs once every source has finished. Steps whose dependencies
+finish together run in the same super-step, in parallel.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from langgraph.graph import END, START, StateGraph
+
+from longtask.model import FunctionStep, LongTask
+from longtask.steps import INPUTS_CHANNEL, StepEnv, function_node, result_channel
+
+
+def state_schema(task: LongTask) -> type[Any]:
+    fields: dict[str, Any] = {INPUTS_CHANNEL: dict[str, Any]}
+    for name in task.steps:
+        fields[result_channel(name)] = dict[str, Any]
+    return TypedDict(f"{task.name}State", fields, total=False)  # type: ignore[operator]
+
+
+def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
+    """The (uncompiled) StateGraph of ``task``; nodes share ``env`` (store, codec)."""
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(state_schema(task))
+    layout = task.layout
+    has_dependents: set[str] = set()
+    for _stage, step in task.iter_steps():
+        info = layout[step.name]
+        if not isinstance(step, FunctionStep):  # pragma: no cover - new kinds register here
+            raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")
+        graph.add_node(
+            step.name,
+            function_node(step, info, env),
+            metadata={"longtask_stage": info.stage, "longtask_kind": info.kind},
+        )
+        deps = list(info.depends_on)
+        has_dependents.update(deps)
+        if not deps:
+            graph.add_edge(START, step.name)
+        elif len(deps) == 1:
+            graph.add_edge(deps[0], step.name)
+        else:
+            graph.add_edge(deps, step.name)
+    for name in task.steps:
+        if name not in has_dependents:
+            graph.add_edge(name, END)
+    return graph

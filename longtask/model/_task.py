@@ -1,0 +1,241 @@
+"""LongTask: the definition, its validation and its content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+
+from longtask.errors import DefinitionError
+from longtask.model._steps import Stage, Step
+
+#: Step and stage names become LangGraph node names, state channel names and keys in our
+#: tables, so they are kept to a small, safe alphabet.
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+#: Names we use ourselves (state channels, LangGraph's own nodes) or that would read badly.
+RESERVED_NAMES = frozenset({"inputs", "input", "output", "start", "end", "state", "config"})
+RESERVED_PREFIXES = ("lt_", "langgraph")
+
+
+def name_problem(kind: str, name: str) -> str | None:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        return (
+            f"{kind} name {name!r} is not allowed: use 1-63 lowercase letters, digits and "
+            "underscores, starting with a letter (it becomes a graph node and a checkpoint key)"
+        )
+    if name in RESERVED_NAMES or name.startswith(RESERVED_PREFIXES):
+        return f"{kind} name {name!r} is reserved; choose another name"
+    return None
+
+
+class StepInfo(BaseModel):
+    """Where a step sits in the task: its stage and every step it waits for."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    stage: str
+    stage_index: int
+    kind: str
+    #: direct dependencies: every step of the previous stage plus ``after``
+    depends_on: tuple[str, ...]
+    #: every step that is guaranteed to have finished before this one starts
+    ancestors: frozenset[str]
+
+
+class LongTask(BaseModel):
+    """A long, multi-stage task: stages of steps with dependencies.
+
+    ``inputs`` is an optional pydantic model class the task's inputs are validated against.
+    Validation runs when the object is created and reports every problem in one
+    :class:`~longtask.errors.DefinitionError`.
+    """
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    version: str = "1"
+    stages: tuple[Stage, ...]
+    inputs: type[BaseModel] | None = None
+    description: str = ""
+
+    _module: str | None = PrivateAttr(default=None)
+
+    def __init__(self, name: str, stages: Sequence[Stage] = (), **kw: Any) -> None:
+        super().__init__(name=name, stages=tuple(stages), **kw)
+        # Remember where the task was defined so a thread can record a reference that a
+        # later process (the CLI, a worker) can import it by.
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_globals.get("__name__", "").startswith("pydantic"):
+            frame = frame.f_back  # type: ignore[assignment]
+        self._module = frame.f_globals.get("__name__") if frame is not None else None
+
+    @model_validator(mode="after")
+    def _validate(self) -> LongTask:
+        problems = list(_problems(self))
+        if problems:
+            raise DefinitionError(self.name if isinstance(self.name, str) else "?", problems)
+        return self
+
+    # -- structure ---------------------------------------------------------------------------
+
+    def iter_steps(self) -> Iterator[tuple[Stage, Step]]:
+        for stage in self.stages:
+            for step in stage.steps:
+                yield stage, step
+
+    @cached_property
+    def steps(self) -> dict[str, Step]:
+        return {step.name: step for _, step in self.iter_steps()}
+
+    @cached_property
+    def layout(self) -> dict[str, StepInfo]:
+        """Stage, direct dependencies and ancestors of every step, in definition order."""
+        out: dict[str, StepInfo] = {}
+        previous: tuple[str, ...] = ()
+        for index, stage in enumerate(self.stages):
+            for step in stage.steps:
+                deps = tuple(dict.fromkeys((*previous, *step.after)))
+                out[step.name] = StepInfo(
+                    name=step.name,
+                    stage=stage.name,
+                    stage_index=index,
+                    kind=step.kind,
+                    depends_on=deps,
+                    ancestors=frozenset(),
+                )
+            previous = tuple(s.name for s in stage.steps)
+        # Ancestors in definition order: a step's dependencies are always defined earlier
+        # in the stage order or resolved by the topological order computed in validation.
+        ancestors: dict[str, frozenset[str]] = {}
+        for name in _topological(out):
+            info = out[name]
+            acc: set[str] = set(info.depends_on)
+            for dep in info.depends_on:
+                acc |= ancestors[dep]
+            ancestors[name] = frozenset(acc)
+            out[name] = info.model_copy(update={"ancestors": ancestors[name]})
+        return out
+
+    def spec(self) -> dict[str, Any]:
+        """The JSON-able structure the definition hash is computed from."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "inputs": (
+                f"{self.inputs.__qualname__}:{json.dumps(self.inputs.model_json_schema(), sort_keys=True)}"
+                if self.inputs
+                else None
+            ),
+            "stages": [
+                {"name": stage.name, "steps": [step.spec() for step in stage.steps]}
+                for stage in self.stages
+            ],
+        }
+
+    @cached_property
+    def definition_hash(self) -> str:
+        canonical = json.dumps(self.spec(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _topological(layout: dict[str, StepInfo]) -> list[str]:
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(n: str) -> None:
+        if state.get(n) == 2:
+            return
+        state[n] = 1
+        for d in layout[n].depends_on:
+            if d in layout and state.get(d) != 1:
+                visit(d)
+        state[n] = 2
+        order.append(n)
+
+    for n in layout:
+        visit(n)
+    return order
+
+
+def _problems(task: LongTask) -> Iterator[str]:
+    if not task.name.strip():
+        yield "task name must not be empty"
+    if not task.version:
+        yield "task version must not be empty"
+    if not task.stages:
+        yield "a task needs at least one stage"
+    stage_of: dict[str, int] = {}
+    seen_stages: set[str] = set()
+    for index, stage in enumerate(task.stages):
+        if (p := name_problem("stage", stage.name)) is not None:
+            yield p
+        if stage.name in seen_stages:
+            yield f"duplicate stage name {stage.name!r}"
+        seen_stages.add(stage.name)
+        if not stage.steps:
+            yield f"stage {stage.name!r} has no steps"
+        for step in stage.steps:
+            if (p := name_problem("step", step.name)) is not None:
+                yield p
+            if step.name in stage_of:
+                yield (
+                    f"duplicate step name {step.name!r} (in stage "
+                    f"{task.stages[stage_of[step.name]].name!r} and stage {stage.name!r})"
+                )
+            else:
+                stage_of[step.name] = index
+            yield from step.problems()
+    # Dependencies are checked against the first step of each name, so one typo produces
+    # one problem rather than a cascade.
+    graph: dict[str, list[str]] = {}
+    for index, stage in enumerate(task.stages):
+        for step in stage.steps:
+            if step.name in graph:
+                continue
+            graph[step.name] = []
+            for dep in step.after:
+                if dep == step.name:
+                    yield f"step {step.name!r} depends on itself (after={list(step.after)})"
+                elif dep not in stage_of:
+                    yield f"step {step.name!r} depends on unknown step {dep!r}"
+                elif stage_of[dep] > index:
+                    yield (
+                        f"step {step.name!r} in stage {stage.name!r} depends on {dep!r}, which "
+                        f"is in the later stage {task.stages[stage_of[dep]].name!r}"
+                    )
+                elif stage_of[dep] == index:
+                    graph[step.name].append(dep)
+    yield from _cycles(graph)
+
+
+def _cycles(graph: dict[str, list[str]]) -> Iterator[str]:
+    """Report each cycle among same-stage ``after=`` edges once."""
+    colour: dict[str, int] = {}
+    reported: set[frozenset[str]] = set()
+    stack: list[str] = []
+
+    def visit(n: str) -> Iterator[str]:
+        colour[n] = 1
+        stack.append(n)
+        for d in graph.get(n, ()):
+            if colour.get(d) == 1:
+                cycle = [*stack[stack.index(d) :], d]
+                key = frozenset(cycle)
+                if key not in reported:
+                    reported.add(key)
+                    yield "dependency cycle: " + " -> ".join(reversed(cycle))
+            elif colour.get(d) is None:
+                yield from visit(d)
+        stack.pop()
+        colour[n] = 2
+
+    for n in graph:
+        if colour.get(n) is None:
+            yield from visit(n)

@@ -1,0 +1,15 @@
+"""The Runner facade: start, resume, status, history, events."""
+
+from longtask.runtime._runner import Runner, UpdateHook
+from longtask.runtime._taskref import find_ref, load_task
+from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
+
+__all__ = [
+    "CheckpointView",
+    "Runner",
+    "StepState",
+    "ThreadStatus",
+    "UpdateHook",
+    "find_ref",
+    "load_task",
+]

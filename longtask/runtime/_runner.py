@@ -1,0 +1,401 @@
+"""Runner: start, resume and inspect LongTask threads."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.types import Command
+from pydantic import BaseModel, ValidationError
+
+from longtask.checkpointers import Database
+from longtask.errors import (
+    DefinitionChanged,
+    InvalidInput,
+    NothingToResume,
+    StepFailed,
+    TaskRefError,
+    ThreadNotFound,
+)
+from longtask.graphs import build_graph
+from longtask.model import LongTask
+from longtask.runtime._taskref import find_ref, load_task
+from longtask.runtime._views import (
+    CheckpointView,
+    StepState,
+    ThreadStatus,
+    definition_changes,
+    definition_summary,
+)
+from longtask.steps import INPUTS_CHANNEL, RUN_KEY, STEP_ATTR, StepEnv, result_channel
+from longtask.store import DEFAULT_INLINE_LIMIT, Event, ThreadRecord, ValueCodec
+
+_THREAD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
+
+#: called with (thread_id, step names that just finished) while a run advances
+UpdateHook = Callable[[str, list[str]], None]
+
+
+def _config(thread_id: str, run: int | None = None) -> dict[str, Any]:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if run is not None:
+        conf[RUN_KEY] = run
+    return {"configurable": conf}
+
+
+class Runner:
+    """Starts, resumes and inspects LongTask threads in one database.
+
+    ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
+    :class:`~longtask.checkpointers.Database`, or None for ``$LONGTASK_DB`` or the
+    embedded default ``sqlite:///.longtask/longtask.db``.
+    """
+
+    def __init__(
+        self,
+        db: str | Database | None = None,
+        *,
+        inline_limit: int = DEFAULT_INLINE_LIMIT,
+        on_update: UpdateHook | None = None,
+    ) -> None:
+        self._owns_db = not isinstance(db, Database)
+        self.db = db if isinstance(db, Database) else Database.open(db)
+        self.codec = ValueCodec(self.db.store, inline_limit)
+        self.on_update = on_update
+        self._graphs: dict[int, tuple[LongTask, CompiledStateGraph[Any, Any, Any, Any]]] = {}
+
+    def close(self) -> None:
+        if self._owns_db:
+            self.db.close()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- graphs ------------------------------------------------------------------------------
+
+    def graph(self, task: LongTask) -> CompiledStateGraph[Any, Any, Any, Any]:
+        """The compiled LangGraph graph of ``task``, bound to this runner's checkpointer.
+        It is a plain LangGraph graph: ``get_state``, ``get_state_history``,
+        ``update_state`` and ``Command`` work on it with ``{"configurable":
+        {"thread_id": ...}}``."""
+        cached = self._graphs.get(id(task))
+        if cached is None or cached[0] is not task:
+            env = StepEnv(store=self.db.store, codec=self.codec, inputs_model=task.inputs)
+            compiled = build_graph(task, env).compile(checkpointer=self.db.saver, name=task.name)
+            cached = (task, compiled)
+            self._graphs[id(task)] = cached
+        return cached[1]
+
+    # -- running -----------------------------------------------------------------------------
+
+    def start(
+        self,
+        task: LongTask,
+        inputs: Mapping[str, Any] | BaseModel | None = None,
+        thread_id: str | None = None,
+        *,
+        task_ref: str | None = None,
+    ) -> str:
+        """Start ``task`` on a new thread and run it until it completes, pauses or fails.
+
+        Returns the thread id. A failing step raises :class:`StepFailed` (the thread is kept
+        and ``resume`` continues it).
+        """
+        thread_id = thread_id or f"lt-{uuid.uuid4().hex[:12]}"
+        if not _THREAD_ID_RE.match(thread_id):
+            raise InvalidInput(
+                f"thread id {thread_id!r} is not allowed: use up to 200 letters, digits and "
+                "._:@- characters, starting with a letter or digit"
+            )
+        encoded = self.codec.encode(self._validate_inputs(task, inputs), "the task inputs")
+        rec = ThreadRecord(
+            thread_id=thread_id,
+            task_ref=task_ref or find_ref(task),
+            task_name=task.name,
+            task_version=task.version,
+            definition_hash=task.definition_hash,
+            definition=definition_summary(task),
+            inputs=encoded,
+            status="pending",
+        )
+        self.db.store.create_thread(rec)
+        self._advance(rec, task, {INPUTS_CHANNEL: encoded}, first=True)
+        return thread_id
+
+    def resume(
+        self,
+        thread_id: str,
+        command: Command[Any] | None = None,
+        *,
+        task: LongTask | None = None,
+        allow_changed_definition: bool = False,
+    ) -> str:
+        """Continue a failed, interrupted or paused thread from its last checkpoint.
+
+        Finished steps are not run again. ``command`` is passed to LangGraph as is, except
+        that ``update`` keys naming steps (or ``inputs``) are mapped to their channels.
+        """
+        rec = self._thread(thread_id)
+        if rec.status in ("completed", "cancelled") and command is None:
+            raise NothingToResume(thread_id, rec.status)
+        task = task or self._load(rec)
+        if task.definition_hash != rec.definition_hash:
+            new = definition_summary(task)
+            if not allow_changed_definition:
+                raise DefinitionChanged(
+                    thread_id,
+                    rec.definition_hash,
+                    task.definition_hash,
+                    definition_changes(rec.definition, new),
+                )
+            self.db.store.update_definition(thread_id, task.definition_hash, new)
+        graph_input: Any = self._translate(task, command) if command is not None else None
+        self._advance(rec, task, graph_input, first=False)
+        return thread_id
+
+    def _validate_inputs(
+        self, task: LongTask, inputs: Mapping[str, Any] | BaseModel | None
+    ) -> Any:
+        if task.inputs is None:
+            if isinstance(inputs, BaseModel):
+                return inputs
+            if inputs is not None and not isinstance(inputs, Mapping):
+                raise InvalidInput(
+                    f"task inputs must be a JSON object, got {type(inputs).__name__}"
+                )
+            return dict(inputs or {})
+        try:
+            if isinstance(inputs, task.inputs):
+                return inputs
+            raw = inputs.model_dump() if isinstance(inputs, BaseModel) else (inputs or {})
+            return task.inputs.model_validate(raw)
+        except ValidationError as exc:
+            raise InvalidInput(
+                f"inputs for task {task.name!r} do not match {task.inputs.__name__}:\n{exc}"
+            ) from exc
+
+    def _translate(self, task: LongTask, command: Command[Any]) -> Command[Any]:
+        update = command.update
+        if update is not None:
+            if not isinstance(update, Mapping):
+                raise InvalidInput("Command(update=...) must be a mapping of step name to result")
+            unknown = [k for k in update if k != "inputs" and k not in task.steps]
+            if unknown:
+                raise InvalidInput(
+                    f"cannot update {', '.join(map(repr, unknown))}: not a step of "
+                    f"{task.name!r} (steps: {', '.join(task.steps)}; or 'inputs')"
+                )
+            update = {
+                (INPUTS_CHANNEL if k == "inputs" else result_channel(k)): self.codec.encode(
+                    self._validate_inputs(task, v) if k == "inputs" else v, f"update of {k!r}"
+                )
+                for k, v in update.items()
+            }
+        goto = command.goto
+        targets = [goto] if isinstance(goto, str) else list(goto or ())
+        bad = [g for g in targets if isinstance(g, str) and g not in task.steps]
+        if bad:
+            raise InvalidInput(
+                f"cannot go to {', '.join(map(repr, bad))}: not a step of {task.name!r}"
+            )
+        return Command(resume=command.resume, update=update, goto=goto, graph=command.graph)
+
+    def _load(self, rec: ThreadRecord) -> LongTask:
+        if not rec.task_ref:
+            raise TaskRefError(
+                f"thread {rec.thread_id!r} has no task reference (it was started from an "
+                "object that could not be located); pass task=... to resume it"
+            )
+        return load_task(rec.task_ref)
+
+    def _advance(self, rec: ThreadRecord, task: LongTask, graph_input: Any, *, first: bool) -> None:
+        store = self.db.store
+        thread_id = rec.thread_id
+        graph = self.graph(task)
+        with self.db.lock(thread_id):
+            run = store.set_status(thread_id, "running", new_run=True)
+            config = _config(thread_id, run)
+            if first:
+                store.append_event(
+                    thread_id,
+                    "longtask.started",
+                    key="longtask.started",
+                    data={"task": task.name, "version": task.version, "hash": task.definition_hash},
+                )
+            elif graph_input is None and self.db.saver.get_tuple(_config(thread_id)) is None:
+                # The first run died before LangGraph stored its input checkpoint.
+                graph_input = {INPUTS_CHANNEL: rec.inputs}
+            done = self._done_steps(thread_id)
+            # Stages already complete when this run starts had their event in an earlier run.
+            stages_done = {st.name for st in task.stages if all(s.name in done for s in st.steps)}
+            try:
+                for chunk in graph.stream(
+                    graph_input, config, durability="sync", stream_mode="updates"
+                ):
+                    finished = [n for n in chunk if n in task.steps]
+                    done.update(finished)
+                    self._stage_events(thread_id, task, done, stages_done)
+                    if finished and self.on_update:
+                        self.on_update(thread_id, finished)
+            except Exception as exc:
+                step = getattr(exc, STEP_ATTR, None)
+                error = {
+                    "step": step,
+                    "type": type(exc).__name__,
+                    "message": str(exc)[:4000],
+                }
+                store.set_status(thread_id, "failed", error=error)
+                store.append_event(
+                    thread_id, "longtask.failed", key=f"{run}/longtask.failed", data=error
+                )
+                if step is None:
+                    raise
+                raise StepFailed(thread_id, step, f"{error['type']}: {error['message']}") from exc
+            snapshot = graph.get_state(_config(thread_id))
+            if snapshot.next:
+                status = "waiting_user" if snapshot.interrupts else "running"
+                store.set_status(thread_id, status)
+                return
+            store.set_status(thread_id, "completed")
+            store.append_event(thread_id, "longtask.completed", key="longtask.completed")
+
+    def _stage_events(
+        self, thread_id: str, task: LongTask, done: set[str], stages_done: set[str]
+    ) -> None:
+        for stage in task.stages:
+            if stage.name not in stages_done and all(s.name in done for s in stage.steps):
+                stages_done.add(stage.name)
+                self.db.store.append_event(
+                    thread_id,
+                    "stage.completed",
+                    key=f"stage.completed/{stage.name}",
+                    stage=stage.name,
+                )
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _thread(self, thread_id: str) -> ThreadRecord:
+        rec = self.db.store.get_thread(thread_id)
+        if rec is None:
+            raise ThreadNotFound(thread_id)
+        return rec
+
+    def _done_steps(self, thread_id: str) -> set[str]:
+        """Steps whose result is in the latest checkpoint or in its pending writes."""
+        tup = self.db.saver.get_tuple(_config(thread_id))
+        if tup is None:
+            return set()
+        channels = set(tup.checkpoint.get("channel_versions", {}))
+        channels.update(c for _, c, _ in tup.pending_writes or ())
+        return {c[4:] for c in channels if c.startswith("out.")}
+
+    def status(self, thread_id: str) -> ThreadStatus:
+        """Status, progress, current stage and per-step states, from the thread record and
+        the latest checkpoint only (no history walk, no task import)."""
+        rec = self._thread(thread_id)
+        tup = self.db.saver.get_tuple(_config(thread_id))
+        done = self._done_steps(thread_id) if tup is not None else set()
+        active = rec.status == "running" and self.db.is_locked(thread_id)
+        failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
+        steps: list[StepState] = []
+        current: str | None = None
+        for stage in rec.definition["stages"]:
+            for s in stage["steps"]:
+                name = s["name"]
+                if name in done:
+                    state = "completed"
+                elif name == failed_step:
+                    state = "failed"
+                elif rec.status == "running" and all(d in done for d in s["depends_on"]):
+                    state = "running"
+                else:
+                    state = "pending"
+                steps.append(StepState(name=name, stage=stage["name"], kind=s["kind"], state=state))
+                if state != "completed" and current is None:
+                    current = stage["name"]
+        total = len(steps) or 1
+        return ThreadStatus(
+            thread_id=rec.thread_id,
+            task_name=rec.task_name,
+            task_version=rec.task_version,
+            task_ref=rec.task_ref,
+            status=rec.status,
+            active=active,
+            progress=round(sum(s.state == "completed" for s in steps) / total, 4),
+            current_stage=current,
+            steps=steps,
+            error=rec.error,
+            checkpoint_id=tup.config["configurable"]["checkpoint_id"] if tup else None,
+            runs=rec.runs,
+            created_at=rec.created_at,
+            updated_at=rec.updated_at,
+        )
+
+    def result(self, thread_id: str, step: str) -> Any:
+        """The stored result of ``step`` in the thread's latest checkpoint."""
+        rec = self._thread(thread_id)
+        tup = self.db.saver.get_tuple(_config(thread_id))
+        names = {s["name"] for st in rec.definition["stages"] for s in st["steps"]}
+        if step not in names:
+            raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
+        values = tup.checkpoint["channel_values"] if tup else {}
+        if result_channel(step) not in values:
+            raise InvalidInput(f"step {step!r} of thread {thread_id!r} has no result yet")
+        return self.codec.decode(values[result_channel(step)], strict=False)
+
+    def results(self, thread_id: str) -> dict[str, Any]:
+        """Every stored step result of the thread, by step name."""
+        self._thread(thread_id)
+        tup = self.db.saver.get_tuple(_config(thread_id))
+        values = tup.checkpoint["channel_values"] if tup else {}
+        return {
+            k[4:]: self.codec.decode(v, strict=False)
+            for k, v in values.items()
+            if k.startswith("out.")
+        }
+
+    def history(self, thread_id: str, limit: int = 20) -> list[CheckpointView]:
+        """The latest ``limit`` checkpoints of the thread, newest first (bounded read)."""
+        self._thread(thread_id)
+        if limit < 1:
+            raise InvalidInput("limit must be at least 1")
+        out = []
+        for tup in self.db.saver.list(_config(thread_id), limit=limit):
+            meta = tup.metadata or {}
+            updated = tup.checkpoint.get("updated_channels") or []
+            out.append(
+                CheckpointView(
+                    checkpoint_id=tup.config["configurable"]["checkpoint_id"],
+                    parent_id=(tup.parent_config or {}).get("configurable", {}).get(
+                        "checkpoint_id"
+                    ),
+                    step=meta.get("step"),
+                    source=meta.get("source"),
+                    created_at=tup.checkpoint.get("ts"),
+                    completed=sorted(c[4:] for c in updated if c.startswith("out.")),
+                )
+            )
+        return out
+
+    def events(
+        self,
+        thread_id: str,
+        *,
+        since: int = 0,
+        kinds: Iterable[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        self._thread(thread_id)
+        return self.db.store.events(
+            thread_id, since=since, kinds=list(kinds) if kinds else None, limit=limit
+        )
+
+    def threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
+        return self.db.store.list_threads(limit=limit, status=status)
+

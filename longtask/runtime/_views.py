@@ -1,0 +1,93 @@
+"""Read models returned by the Runner (and printed by the CLI with --json)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from longtask.model import LongTask
+
+StepStateName = Literal["pending", "running", "completed", "failed"]
+
+
+class StepState(BaseModel):
+    name: str
+    stage: str
+    kind: str
+    state: StepStateName
+
+
+class ThreadStatus(BaseModel):
+    thread_id: str
+    task_name: str
+    task_version: str
+    task_ref: str | None
+    status: str
+    #: False when the status says running but no process holds the thread (it crashed or
+    #: was stopped): ``resume`` continues it.
+    active: bool
+    progress: float
+    current_stage: str | None
+    steps: list[StepState]
+    error: dict[str, Any] | None
+    checkpoint_id: str | None
+    runs: int
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def done(self) -> int:
+        return sum(1 for s in self.steps if s.state == "completed")
+
+
+class CheckpointView(BaseModel):
+    checkpoint_id: str
+    parent_id: str | None
+    step: int | None
+    source: str | None
+    created_at: str | None
+    #: steps whose results this checkpoint added
+    completed: list[str]
+
+
+def definition_summary(task: LongTask) -> dict[str, Any]:
+    """What a thread records about its definition: enough to show status and to name the
+    differences when the definition changes, without importing the task's code."""
+    spec = task.spec()
+    layout = task.layout
+    for stage in spec["stages"]:
+        for step in stage["steps"]:
+            step["depends_on"] = list(layout[step["name"]].depends_on)
+    return spec
+
+
+def definition_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two definition summaries."""
+    changes: list[str] = []
+    for key in ("name", "version", "inputs"):
+        if old.get(key) != new.get(key):
+            changes.append(f"task {key} changed: {old.get(key)!r} -> {new.get(key)!r}")
+
+    def steps(spec: dict[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+        return {s["name"]: (st["name"], s) for st in spec.get("stages", []) for s in st["steps"]}
+
+    before, after = steps(old), steps(new)
+    for name in before.keys() - after.keys():
+        changes.append(f"step {name!r} was removed")
+    for name in after.keys() - before.keys():
+        changes.append(f"step {name!r} was added (stage {after[name][0]!r})")
+    for name in before.keys() & after.keys():
+        (old_stage, o), (new_stage, n) = before[name], after[name]
+        if old_stage != new_stage:
+            changes.append(f"step {name!r} moved from stage {old_stage!r} to {new_stage!r}")
+        fields = sorted(k for k in o.keys() | n.keys() if o.get(k) != n.get(k) and k != "name")
+        if fields:
+            detail = ", ".join(f"{k}: {o.get(k)!r} -> {n.get(k)!r}" for k in fields)
+            changes.append(f"step {name!r} changed ({detail})")
+    old_stages = [s["name"] for s in old.get("stages", [])]
+    new_stages = [s["name"] for s in new.get("stages", [])]
+    if old_stages != new_stages:
+        changes.append(f"stages changed: {old_stages} -> {new_stages}")
+    return sorted(changes) or ["the definition hash differs"]

@@ -1,0 +1,122 @@
+"""StepContext: what a step function sees of its task."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, TypeAdapter
+
+from longtask.errors import ResultNotAvailable
+from longtask.model import StepInfo
+from longtask.store import ValueCodec
+
+T = TypeVar("T")
+
+INPUTS_CHANNEL = "lt.inputs"
+
+
+def result_channel(step: str) -> str:
+    """The state channel holding ``step``'s result. Step names never contain dots, so this
+    cannot collide with a node name or with another step's channel."""
+    return f"out.{step}"
+
+
+class _Results(Mapping[str, Any]):
+    """Lazy, read-only view of the results a step may read (its ancestors)."""
+
+    def __init__(self, ctx: StepContext) -> None:
+        self._ctx = ctx
+
+    def __getitem__(self, name: str) -> Any:
+        return self._ctx.result(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._ctx.info.ancestors))
+
+    def __len__(self) -> int:
+        return len(self._ctx.info.ancestors)
+
+
+class StepContext:
+    """Handed to every step function as its only argument.
+
+    ``inputs`` are the task's inputs (an instance of the task's ``inputs`` model if it has
+    one), ``result(name)`` the result of a step this one depends on, directly or through
+    earlier stages.
+    """
+
+    def __init__(
+        self,
+        *,
+        thread_id: str,
+        info: StepInfo,
+        attempt: int,
+        state: Mapping[str, Any],
+        codec: ValueCodec,
+        inputs_model: type[BaseModel] | None,
+    ) -> None:
+        self.thread_id = thread_id
+        self.info = info
+        self.attempt = attempt
+        self._state = state
+        self._codec = codec
+        self._inputs_model = inputs_model
+        self._inputs: Any = None
+        self._decoded: dict[str, Any] = {}
+
+    @property
+    def step(self) -> str:
+        return self.info.name
+
+    @property
+    def stage(self) -> str:
+        return self.info.stage
+
+    @property
+    def inputs(self) -> Any:
+        if self._inputs is None:
+            raw = self._codec.decode(self._state.get(INPUTS_CHANNEL)) or {}
+            self._inputs = (
+                self._inputs_model.model_validate(raw) if self._inputs_model else raw
+            )
+        return self._inputs
+
+    @property
+    def results(self) -> Mapping[str, Any]:
+        return _Results(self)
+
+    @overload
+    def result(self, name: str) -> Any: ...
+    @overload
+    def result(self, name: str, type: type[T]) -> T: ...
+
+    def result(self, name: str, type: Any = None) -> Any:
+        """The result of step ``name``; with ``type``, validated into it (a pydantic model,
+        ``int``, ``list[str]``...)."""
+        if name not in self.info.ancestors:
+            deps = ", ".join(sorted(self.info.ancestors)) or "none"
+            raise ResultNotAvailable(
+                f"step {self.step!r} cannot read the result of {name!r}: it is not one of its "
+                f"dependencies (available: {deps}). Add it to after=[...] or move the step "
+                "to a later stage."
+            )
+        if name not in self._decoded:
+            channel = result_channel(name)
+            if channel not in self._state:
+                raise ResultNotAvailable(f"step {name!r} has no stored result")
+            self._decoded[name] = self._codec.decode(self._state[channel])
+        value = self._decoded[name]
+        if type is None:
+            return value
+        if isinstance(value, BaseModel) and isinstance(value, type):
+            return value
+        return TypeAdapter(type).validate_python(
+            value.model_dump() if isinstance(value, BaseModel) else value
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"StepContext(thread_id={self.thread_id!r}, step={self.step!r}, "
+            f"stage={self.stage!r}, attempt={self.attempt})"
+        )

@@ -1,0 +1,24 @@
+"""longtask's own tables beside the checkpoints: threads, events, blobs."""
+
+from longtask.store._schema import SCHEMA_VERSION
+from longtask.store._store import (
+    THREAD_STATUSES,
+    Event,
+    PostgresStore,
+    SqliteStore,
+    Store,
+    ThreadRecord,
+)
+from longtask.store._values import DEFAULT_INLINE_LIMIT, ValueCodec
+
+__all__ = [
+    "DEFAULT_INLINE_LIMIT",
+    "SCHEMA_VERSION",
+    "THREAD_STATUSES",
+    "Event",
+    "PostgresStore",
+    "SqliteStore",
+    "Store",
+    "ThreadRecord",
+    "ValueCodec",
+]

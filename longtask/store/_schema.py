@@ -1,0 +1,71 @@
+"""Versioned migrations of longtask's own tables (beside LangGraph's checkpoint tables).
+
+Each migration is applied once, in order, inside one transaction, and bumps
+``longtask_schema.version``. Add a migration by appending to ``MIGRATIONS``; never edit one
+that has shipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    serial_pk: str
+    blob: str
+    real: str
+
+
+SQLITE = Dialect("sqlite", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "REAL")
+POSTGRES = Dialect("postgresql", "BIGSERIAL PRIMARY KEY", "BYTEA", "DOUBLE PRECISION")
+
+MIGRATIONS: list[list[str]] = [
+    # 1: threads, events, blobs
+    [
+        """CREATE TABLE longtask_threads (
+            thread_id TEXT PRIMARY KEY,
+            task_ref TEXT,
+            task_name TEXT NOT NULL,
+            task_version TEXT NOT NULL,
+            definition_hash TEXT NOT NULL,
+            definition TEXT NOT NULL,
+            inputs TEXT,
+            status TEXT NOT NULL,
+            error TEXT,
+            runs INTEGER NOT NULL DEFAULT 0,
+            created_at {real} NOT NULL,
+            updated_at {real} NOT NULL
+        )""",
+        "CREATE INDEX longtask_threads_updated ON longtask_threads (updated_at)",
+        """CREATE TABLE longtask_events (
+            id {serial_pk},
+            thread_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            stage TEXT,
+            step TEXT,
+            attempt INTEGER,
+            data TEXT NOT NULL,
+            ts {real} NOT NULL,
+            dedupe_key TEXT NOT NULL UNIQUE
+        )""",
+        "CREATE INDEX longtask_events_thread ON longtask_events (thread_id, id)",
+        """CREATE TABLE longtask_blobs (
+            digest TEXT PRIMARY KEY,
+            data {blob} NOT NULL,
+            size INTEGER NOT NULL,
+            created_at {real} NOT NULL
+        )""",
+    ],
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def statements(dialect: Dialect, version: int) -> list[str]:
+    """SQL of migration ``version`` (1-based) for ``dialect``."""
+    return [
+        s.format(serial_pk=dialect.serial_pk, blob=dialect.blob, real=dialect.real)
+        for s in MIGRATIONS[version - 1]
+    ]

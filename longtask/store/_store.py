@@ -1,0 +1,401 @@
+"""longtask's own tables: threads, the append-only event log and content-addressed blobs.
+
+One implementation over two drivers: SQL is written with ``?`` placeholders and rewritten
+for psycopg. Every statement runs in autocommit; the few multi-statement operations
+(migrations) take an explicit transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from longtask.errors import SchemaVersionError, ThreadExists
+from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+THREAD_STATUSES = (
+    "pending",
+    "running",
+    "waiting_user",
+    "waiting_external",
+    "failed",
+    "completed",
+    "cancelled",
+)
+
+
+def _ts(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, UTC) if value is not None else None
+
+
+@dataclass
+class ThreadRecord:
+    thread_id: str
+    task_ref: str | None
+    task_name: str
+    task_version: str
+    definition_hash: str
+    definition: dict[str, Any]
+    status: str
+    #: the encoded task inputs, kept so a run that died before its first checkpoint
+    #: can start again
+    inputs: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    runs: int = 0
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.thread_id,
+            "task_ref": self.task_ref,
+            "task_name": self.task_name,
+            "task_version": self.task_version,
+            "definition_hash": self.definition_hash,
+            "status": self.status,
+            "error": self.error,
+            "runs": self.runs,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    thread_id: str
+    kind: str
+    stage: str | None
+    step: str | None
+    attempt: int | None
+    data: dict[str, Any]
+    ts: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "thread_id": self.thread_id,
+            "kind": self.kind,
+            "stage": self.stage,
+            "step": self.step,
+            "attempt": self.attempt,
+            "data": self.data,
+            "ts": self.ts.isoformat(),
+        }
+
+
+_THREAD_COLS = (
+    "thread_id, task_ref, task_name, task_version, definition_hash, definition, inputs, "
+    "status, error, runs, created_at, updated_at"
+)
+
+
+class Store(ABC):
+    dialect: Dialect
+
+    # -- driver ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Execute one statement in autocommit and return its rows (if any)."""
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """A context manager yielding an ``execute(sql, params)`` callable in one transaction,
+        serialised against other processes running migrations."""
+
+    @abstractmethod
+    def _table_exists(self, name: str) -> bool: ...
+
+    def close(self) -> None:  # noqa: B027  # optional hook
+        pass
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        if not self._table_exists("longtask_schema"):
+            return 0
+        rows = self._run("SELECT version FROM longtask_schema")
+        return int(rows[0][0]) if rows else 0
+
+    def upgrade(self) -> list[int]:
+        """Apply every missing migration; returns the versions applied."""
+        applied: list[int] = []
+        with self._transaction() as execute:
+            execute("CREATE TABLE IF NOT EXISTS longtask_schema (version INTEGER NOT NULL)", ())
+            rows = execute("SELECT version FROM longtask_schema", ())
+            current = int(rows[0][0]) if rows else 0
+            if not rows:
+                execute("INSERT INTO longtask_schema (version) VALUES (0)", ())
+            if current > SCHEMA_VERSION:
+                raise SchemaVersionError(_too_new(current))
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                for sql in statements(self.dialect, version):
+                    execute(sql, ())
+                applied.append(version)
+            if applied:
+                execute("UPDATE longtask_schema SET version = ?", (SCHEMA_VERSION,))
+        return applied
+
+    def check_schema(self, url: str) -> None:
+        current = self.schema_version()
+        if current == SCHEMA_VERSION:
+            return
+        if current > SCHEMA_VERSION:
+            raise SchemaVersionError(_too_new(current))
+        raise SchemaVersionError(
+            f"the longtask tables in {url} are at schema version {current}, this longtask "
+            f"needs version {SCHEMA_VERSION}. Run `longtask db upgrade --db {url}` to migrate."
+        )
+
+    # -- threads -----------------------------------------------------------------------------
+
+    def create_thread(self, rec: ThreadRecord) -> None:
+        rows = self._run(
+            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
+            (
+                rec.thread_id,
+                rec.task_ref,
+                rec.task_name,
+                rec.task_version,
+                rec.definition_hash,
+                json.dumps(rec.definition),
+                json.dumps(rec.inputs) if rec.inputs is not None else None,
+                rec.status,
+                json.dumps(rec.error) if rec.error else None,
+                rec.runs,
+                rec.created_at.timestamp(),
+                rec.updated_at.timestamp(),
+            ),
+        )
+        if not rows:
+            raise ThreadExists(rec.thread_id)
+
+    def get_thread(self, thread_id: str) -> ThreadRecord | None:
+        rows = self._run(
+            f"SELECT {_THREAD_COLS} FROM longtask_threads WHERE thread_id = ?", (thread_id,)
+        )
+        return _thread(rows[0]) if rows else None
+
+    def list_threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
+        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+        rows = self._run(
+            f"SELECT {_THREAD_COLS} FROM longtask_threads {where} "
+            "ORDER BY updated_at DESC LIMIT ?",
+            (*params, limit),
+        )
+        return [_thread(r) for r in rows]
+
+    def set_status(
+        self,
+        thread_id: str,
+        status: str,
+        *,
+        error: dict[str, Any] | None = None,
+        new_run: bool = False,
+    ) -> int:
+        """Set the status summary (and error); with ``new_run`` count one more run.
+        Returns the thread's run number."""
+        rows = self._run(
+            "UPDATE longtask_threads SET status = ?, error = ?, updated_at = ?, "
+            "runs = runs + ? WHERE thread_id = ? RETURNING runs",
+            (
+                status,
+                json.dumps(error) if error else None,
+                time.time(),
+                1 if new_run else 0,
+                thread_id,
+            ),
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def update_definition(self, thread_id: str, definition_hash: str, definition: dict[str, Any]) -> None:
+        self._run(
+            "UPDATE longtask_threads SET definition_hash = ?, definition = ?, updated_at = ? "
+            "WHERE thread_id = ?",
+            (definition_hash, json.dumps(definition), time.time(), thread_id),
+        )
+
+    # -- events ------------------------------------------------------------------------------
+
+    def append_event(
+        self,
+        thread_id: str,
+        kind: str,
+        *,
+        key: str,
+        stage: str | None = None,
+        step: str | None = None,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> int | None:
+        """Append one event. ``key`` makes the insert idempotent: appending the same key twice
+        (a node re-executed after a crash, say) stores one event. Returns the new id, or
+        None when the key was already there."""
+        rows = self._run(
+            "INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data, ts, "
+            "dedupe_key) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (dedupe_key) DO NOTHING "
+            "RETURNING id",
+            (
+                thread_id,
+                kind,
+                stage,
+                step,
+                attempt,
+                json.dumps(data or {}, default=str),
+                time.time(),
+                f"{thread_id}/{key}",
+            ),
+        )
+        return int(rows[0][0]) if rows else None
+
+    def events(
+        self,
+        thread_id: str,
+        *,
+        since: int = 0,
+        kinds: Sequence[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        sql = (
+            "SELECT id, thread_id, kind, stage, step, attempt, data, ts FROM longtask_events "
+            "WHERE thread_id = ? AND id > ?"
+        )
+        params: list[Any] = [thread_id, since]
+        if kinds:
+            sql += " AND kind IN (" + ",".join("?" for _ in kinds) + ")"
+            params.extend(kinds)
+        sql += " ORDER BY id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [
+            Event(
+                id=int(r[0]),
+                thread_id=r[1],
+                kind=r[2],
+                stage=r[3],
+                step=r[4],
+                attempt=r[5],
+                data=json.loads(r[6]),
+                ts=_ts(r[7]) or datetime.now(UTC),
+            )
+            for r in self._run(sql, params)
+        ]
+
+    # -- blobs -------------------------------------------------------------------------------
+
+    def put_blob(self, digest: str, data: bytes) -> None:
+        self._run(
+            "INSERT INTO longtask_blobs (digest, data, size, created_at) VALUES (?,?,?,?) "
+            "ON CONFLICT (digest) DO NOTHING",
+            (digest, data, len(data), time.time()),
+        )
+
+    def get_blob(self, digest: str) -> bytes | None:
+        rows = self._run("SELECT data FROM longtask_blobs WHERE digest = ?", (digest,))
+        return bytes(rows[0][0]) if rows else None
+
+
+def _too_new(current: int) -> str:
+    return (
+        f"the longtask tables are at schema version {current}, newer than this longtask "
+        f"understands ({SCHEMA_VERSION}); upgrade the langgraph-longtask package"
+    )
+
+
+def _thread(r: tuple[Any, ...]) -> ThreadRecord:
+    return ThreadRecord(
+        thread_id=r[0],
+        task_ref=r[1],
+        task_name=r[2],
+        task_version=r[3],
+        definition_hash=r[4],
+        definition=json.loads(r[5]),
+        inputs=json.loads(r[6]) if r[6] else None,
+        status=r[7],
+        error=json.loads(r[8]) if r[8] else None,
+        runs=int(r[9]),
+        created_at=_ts(r[10]) or datetime.now(UTC),
+        updated_at=_ts(r[11]) or datetime.now(UTC),
+    )
+
+
+class SqliteStore(Store):
+    dialect = SQLITE
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        # The connection is in autocommit mode (isolation_level=None) and shared between the
+        # threads that run parallel steps; sqlite3 objects are not safe for that alone.
+        self._conn = conn
+        self._lock = threading.RLock()
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self._conn.execute(sql, tuple(params)).fetchall()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield lambda sql, params: self._conn.execute(sql, tuple(params)).fetchall()
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _table_exists(self, name: str) -> bool:
+        return bool(
+            self._run("SELECT 1 FROM sqlite_master WHERE type='table' AND name = ?", (name,))
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class PostgresStore(Store):
+    dialect = POSTGRES
+
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        self._pool = pool
+
+    @staticmethod
+    def _sql(sql: str) -> str:
+        return sql.replace("?", "%s")
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._pool.connection() as conn, conn.cursor() as cur:
+            cur.execute(self._sql(sql), tuple(params))  # type: ignore[arg-type]
+            rows = cur.fetchall() if cur.description else []
+            # The shared pool hands out dict rows (the saver needs them); we read tuples.
+            return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+            # Serialise concurrent `db upgrade`s; released at commit.
+            cur.execute("SELECT pg_advisory_xact_lock(7428061905411)")
+
+            def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+                cur.execute(self._sql(sql), tuple(params))  # type: ignore[arg-type]
+                rows = cur.fetchall() if cur.description else []
+                return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+
+            yield execute
+
+    def _table_exists(self, name: str) -> bool:
+        return bool(self._run("SELECT to_regclass(?) IS NOT NULL", (name,))[0][0])

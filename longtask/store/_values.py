@@ -1,0 +1,128 @@
+"""How step results and task inputs are kept in state channels.
+
+A value is JSON (or a pydantic model, dumped to JSON and rebuilt on the way out). Small
+values are kept inline in the channel. Larger ones are written once to the content-addressed
+``longtask_blobs`` table and the channel holds a short reference: a checkpoint that carries
+every channel (the SQLite saver writes all channel values into every checkpoint row) then
+carries ~80 bytes per finished step instead of the whole result.
+
+The envelope kept in a channel is a plain dict, so both LangGraph savers store it as is:
+``{"v": value}`` or ``{"ref": digest, "size": n}``, plus ``"model": "module:Qualname"``
+when the value was a pydantic model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import sys
+import threading
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from longtask.errors import InvalidInput, LongTaskError
+
+DEFAULT_INLINE_LIMIT = 1024
+
+
+class BlobStore(Protocol):
+    def put_blob(self, digest: str, data: bytes) -> None: ...
+    def get_blob(self, digest: str) -> bytes | None: ...
+
+
+def _model_path(cls: type[BaseModel]) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _load_model(path: str) -> type[BaseModel]:
+    module_name, _, qualname = path.partition(":")
+    module = sys.modules.get(module_name)
+    if module is None:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise LongTaskError(
+                f"cannot rebuild a stored {qualname} value: module {module_name!r} is not "
+                "importable in this process (load the task that defines it first)"
+            ) from exc
+    obj: Any = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if not (isinstance(obj, type) and issubclass(obj, BaseModel)):
+        raise LongTaskError(f"cannot rebuild a stored value: {path} is not a pydantic model")
+    return obj
+
+
+def to_json_bytes(value: Any, what: str) -> tuple[bytes, str | None]:
+    """Serialise a value; returns the JSON bytes and the model path if it was a model."""
+    model = None
+    if isinstance(value, BaseModel):
+        model = _model_path(type(value))
+        value = value.model_dump(mode="json")
+    try:
+        data = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(
+            f"{what} is not JSON-serialisable ({exc}); return JSON types (dict, list, str, "
+            "int, float, bool, None) or a pydantic model"
+        ) from exc
+    return data.encode(), model
+
+
+class ValueCodec:
+    """Encodes values into channel envelopes and back, with a small read cache."""
+
+    def __init__(self, blobs: BlobStore, inline_limit: int = DEFAULT_INLINE_LIMIT) -> None:
+        self._blobs = blobs
+        self.inline_limit = inline_limit
+        self._cache: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def encode(self, value: Any, what: str = "value") -> dict[str, Any]:
+        data, model = to_json_bytes(value, what)
+        env: dict[str, Any]
+        if len(data) <= self.inline_limit:
+            env = {"v": json.loads(data)}
+        else:
+            digest = hashlib.sha256(data).hexdigest()[:40]
+            self._blobs.put_blob(digest, data)
+            env = {"ref": digest, "size": len(data)}
+        if model:
+            env["model"] = model
+        return env
+
+    def decode(self, env: Any, *, strict: bool = True) -> Any:
+        """The value an envelope holds. With ``strict=False`` a pydantic value whose class
+        cannot be imported here comes back as its JSON (for display by the CLI)."""
+        if not isinstance(env, dict) or not ({"v", "ref"} & env.keys()):
+            # Written by hand through LangGraph's own update_state: take it as it is.
+            return env
+        if "ref" in env:
+            raw = self._load(env["ref"])
+        else:
+            raw = env["v"]
+        if env.get("model"):
+            try:
+                model = _load_model(env["model"])
+            except LongTaskError:
+                if strict:
+                    raise
+                return raw
+            return model.model_validate(raw)
+        return raw
+
+    def _load(self, digest: str) -> Any:
+        # Cache bytes, not objects: each reader gets its own copy to mutate.
+        with self._lock:
+            data = self._cache.get(digest)
+        if data is None:
+            data = self._blobs.get_blob(digest)
+            if data is None:
+                raise LongTaskError(f"stored value {digest} is missing from longtask_blobs")
+            with self._lock:
+                if len(self._cache) > 256:
+                    self._cache.clear()
+                self._cache[digest] = data
+        return json.loads(data)
