@@ -33,18 +33,24 @@ class Database(ABC):
     store: Store
 
     @classmethod
-    def open(cls, url: str | None = None, *, upgrade: bool | None = None) -> Database:
+    def open(
+        cls, url: str | None = None, *, upgrade: bool | None = None, verify: bool = True
+    ) -> Database:
         """Open ``url`` (else ``$LONGTASK_DB``, else ``sqlite:///.longtask/longtask.db``).
 
         ``upgrade``: apply missing migrations. Defaults to True for SQLite (embedded, one
         user) and False for PostgreSQL, where ``longtask db upgrade`` is an explicit step.
+        ``verify``: without ``upgrade``, check that the schema is current (else
+        :class:`SchemaVersionError` naming the command that fixes it).
         """
         parsed = parse_url(resolve_url(url))
         if parsed.scheme == "sqlite":
-            return SqliteDatabase(parsed, upgrade=True if upgrade is None else upgrade)
+            return SqliteDatabase(
+                parsed, upgrade=True if upgrade is None else upgrade, verify=verify
+            )
         from longtask.checkpointers._postgres import PostgresDatabase
 
-        return PostgresDatabase(parsed, upgrade=bool(upgrade))
+        return PostgresDatabase(parsed, upgrade=bool(upgrade), verify=verify)
 
     @abstractmethod
     def upgrade(self) -> list[str]:
@@ -75,7 +81,7 @@ def _lock_key(thread_id: str) -> bytes:
 
 
 class SqliteDatabase(Database):
-    def __init__(self, url: DatabaseURL, *, upgrade: bool) -> None:
+    def __init__(self, url: DatabaseURL, *, upgrade: bool, verify: bool = True) -> None:
         from langgraph.checkpoint.sqlite import SqliteSaver
 
         from longtask.store import SqliteStore
@@ -101,7 +107,7 @@ class SqliteDatabase(Database):
         self._lock_dir = self.path.parent / (self.path.name + ".locks")
         if upgrade:
             self.upgrade()
-        else:
+        elif verify:
             self.store.check_schema(self.url.redacted)
 
     def upgrade(self) -> list[str]:

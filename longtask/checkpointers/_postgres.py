@@ -19,7 +19,9 @@ from longtask.store import PostgresStore
 
 
 class PostgresDatabase(Database):
-    def __init__(self, url: DatabaseURL, *, upgrade: bool, max_size: int = 10) -> None:
+    def __init__(
+        self, url: DatabaseURL, *, upgrade: bool, verify: bool = True, max_size: int = 10
+    ) -> None:
         self.url = url
         try:
             # The saver needs autocommit, dict rows and no server-side prepared statements
@@ -41,7 +43,7 @@ class PostgresDatabase(Database):
         self.store = PostgresStore(self.pool)
         if upgrade:
             self.upgrade()
-        else:
+        elif verify:
             self._check()
 
     def _check(self) -> None:

@@ -232,8 +232,9 @@ class Runner:
                 # The first run died before LangGraph stored its input checkpoint.
                 graph_input = {INPUTS_CHANNEL: rec.inputs}
             done = self._done_steps(thread_id)
-            # Stages already complete when this run starts had their event in an earlier run.
-            stages_done = {st.name for st in task.stages if all(s.name in done for s in st.steps)}
+            stages_done: set[str] = set()
+            # Idempotent: repairs a stage event lost to a crash in an earlier run.
+            self._stage_events(thread_id, task, done, stages_done)
             try:
                 for chunk in graph.stream(
                     graph_input, config, durability="sync", stream_mode="updates"

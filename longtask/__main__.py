@@ -1,0 +1,3 @@
+from longtask.cli import main
+
+main()

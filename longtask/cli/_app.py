@@ -1,0 +1,321 @@
+"""The ``longtask`` command. Uses only the public API; LangGraph is imported on first use so
+that ``longtask --help`` stays fast."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from longtask.cli._output import print_history, print_status, print_threads, status_exit_code
+
+if TYPE_CHECKING:
+    from longtask.runtime import Runner
+
+app = typer.Typer(
+    name="longtask",
+    help=(
+        "Durable, resumable multi-stage tasks on LangGraph.\n\n"
+        "Exit codes: 0 completed, 1 error or failed, 2 usage, 3 paused (waiting)."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+out = Console(highlight=False, soft_wrap=True)
+
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="LONGTASK_DB",
+        help="Database URL: sqlite:///path.db or postgresql://user@host/db "
+        "[default: sqlite:///.longtask/longtask.db]",
+        show_default=False,
+    ),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+
+
+def _runner(db: str | None, **kw: Any) -> Runner:
+    from longtask.runtime import Runner
+
+    return Runner(db, **kw)
+
+
+def _parse_json(value: str | None, option: str) -> Any:
+    """JSON from an option value, or from a file with ``@path``."""
+    if value is None:
+        return None
+    text = value
+    if value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise typer.BadParameter(f"cannot read {path}: {exc.strerror}", param_hint=option)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not valid JSON ({exc})", param_hint=option) from None
+
+
+def _printer() -> Any:
+    def on_update(thread_id: str, steps: list[str]) -> None:
+        for step in steps:
+            out.print(f"[green]✓[/green] {escape(step)}")
+
+    return on_update
+
+
+def _finish(runner: Runner, thread_id: str) -> int:
+    status = runner.status(thread_id)
+    code = status_exit_code(status.status)
+    if status.status == "completed":
+        out.print(f"thread {escape(thread_id)} completed ({len(status.steps)} steps)")
+    elif code == 3:
+        out.print(
+            f"thread {escape(thread_id)} is paused ({status.status}); "
+            f"continue with: longtask resume {escape(thread_id)} --resume JSON"
+        )
+    else:
+        out.print(f"thread {escape(thread_id)} is {status.status}")
+    return code
+
+
+@app.command()
+def run(
+    task_ref: Annotated[
+        str, typer.Argument(help="The task: path/to/file.py:name or package.module:name.")
+    ],
+    thread: Annotated[
+        str | None, typer.Option("--thread", help="Thread id to use [default: a new one].")
+    ] = None,
+    input: Annotated[
+        str | None,
+        typer.Option("--input", help="Task inputs as JSON, or @file.json."),
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Start a task on a new thread and run it until it completes, pauses or fails."""
+    from longtask.runtime import load_task
+
+    inputs = _parse_json(input, "--input")
+    task = load_task(task_ref)
+    with _runner(db, on_update=_printer()) as runner:
+        thread_id = thread or _new_thread_id()
+        out.print(f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}")
+        runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+def _new_thread_id() -> str:
+    import uuid
+
+    return f"lt-{uuid.uuid4().hex[:12]}"
+
+
+def _stable_ref(ref: str) -> str:
+    """File references are stored absolute so any working directory can resume them."""
+    target, _, attr = ref.rpartition(":")
+    if target.endswith(".py") or "/" in target:
+        return f"{Path(target).resolve()}:{attr}"
+    return ref
+
+
+@app.command()
+def resume(
+    thread_id: Annotated[str, typer.Argument(help="The thread to continue.")],
+    resume_value: Annotated[
+        str | None,
+        typer.Option("--resume", help="Value for the pending interrupt, as JSON or @file."),
+    ] = None,
+    update: Annotated[
+        str | None,
+        typer.Option("--update", help='State update as JSON: {"step": result, ...} or @file.'),
+    ] = None,
+    goto: Annotated[
+        list[str] | None, typer.Option("--goto", help="Step(s) to run next (repeatable).")
+    ] = None,
+    allow_changed_definition: Annotated[
+        bool,
+        typer.Option(
+            "--allow-changed-definition",
+            help="Resume even though the task definition changed since the thread started.",
+        ),
+    ] = False,
+    db: DbOpt = None,
+) -> None:
+    """Continue a failed, interrupted or paused thread from its last checkpoint."""
+    command = None
+    resume_v = _parse_json(resume_value, "--resume")
+    update_v = _parse_json(update, "--update")
+    if update_v is not None and not isinstance(update_v, dict):
+        raise typer.BadParameter("must be a JSON object of step name to result", param_hint="--update")
+    if resume_value is not None or update_v is not None or goto:
+        from langgraph.types import Command
+
+        command = Command(
+            resume=resume_v,
+            update=update_v,
+            goto=(goto[0] if len(goto) == 1 else list(goto)) if goto else (),
+        )
+    with _runner(db, on_update=_printer()) as runner:
+        runner.resume(thread_id, command, allow_changed_definition=allow_changed_definition)
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+@app.command()
+def status(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Status, progress, current stage and the state of every step."""
+    with _runner(db) as runner:
+        st = runner.status(thread_id)
+    if json_:
+        print(st.model_dump_json(indent=2))
+    else:
+        print_status(out, st)
+
+
+@app.command("ls")
+def list_threads(
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
+    status_filter: Annotated[
+        str | None, typer.Option("--status", help="Only threads with this status.")
+    ] = None,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """List threads, most recently updated first."""
+    with _runner(db) as runner:
+        threads = runner.threads(limit=limit, status=status_filter)
+    if json_:
+        print(json.dumps([t.to_json() for t in threads], indent=2))
+    else:
+        print_threads(out, threads)
+
+
+@app.command()
+def history(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N checkpoints.")] = 20,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """The thread's latest checkpoints, newest first."""
+    with _runner(db) as runner:
+        views = runner.history(thread_id, limit=limit)
+    if json_:
+        print(json.dumps([v.model_dump() for v in views], indent=2))
+    else:
+        print_history(out, views)
+
+
+@app.command()
+def events(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    kind: Annotated[
+        list[str] | None, typer.Option("--kind", help="Only events of this kind (repeatable).")
+    ] = None,
+    since: Annotated[int, typer.Option("--since", min=0, help="Only events after this id.")] = 0,
+    json_: Annotated[bool, typer.Option("--json", help="JSON Lines, one event a line.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """The thread's event log, oldest first."""
+    with _runner(db) as runner:
+        evs = runner.events(thread_id, since=since, kinds=kind)
+    for e in evs:
+        if json_:
+            print(json.dumps(e.to_json()))
+        else:
+            where = "/".join(p for p in (e.stage, e.step) if p)
+            attempt = f" #{e.attempt}" if e.attempt else ""
+            data = f" {json.dumps(e.data)}" if e.data else ""
+            out.print(
+                f"{e.id:>6} {e.ts:%Y-%m-%d %H:%M:%S} {escape(e.kind):<18} "
+                f"{escape(where)}{attempt}{escape(data)}"
+            )
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: DbOpt = None) -> None:
+    """Create or migrate longtask's tables and LangGraph's checkpoint tables."""
+    from longtask.checkpointers import Database
+
+    with Database.open(db, upgrade=False, verify=False) as database:
+        done = database.upgrade()
+        out.print(f"{database.url.redacted}: " + ("; ".join(done) or "already up to date"))
+
+
+@app.callback()
+def _main(
+    ctx: typer.Context,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+) -> None:
+    ctx.obj = {"debug": debug}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: the one place that turns exceptions into messages and exit codes."""
+    sys.exit(_dispatch(argv))
+
+
+def _dispatch(argv: list[str] | None) -> int:
+    from longtask.errors import LongTaskError
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=args, prog_name="longtask", standalone_mode=False)
+        return int(result) if isinstance(result, int) else 0
+    except typer.Exit as exc:
+        return int(exc.exit_code)
+    except typer.TyperException as exc:  # usage errors: bad option, bad parameter
+        show = getattr(exc, "show", None)
+        if show:
+            show()
+        else:
+            err.print(f"error: {escape(str(exc))}")
+        return 2
+    except typer.Abort:
+        err.print("aborted")
+        return 130
+    except LongTaskError as exc:
+        if debug:
+            err.print_exception()
+        err.print(f"error: {escape(str(exc))}")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("interrupted; continue with `longtask resume THREAD`")
+        return 130
+    except Exception as exc:
+        if debug:
+            err.print_exception()
+        err.print(
+            f"internal error: {escape(type(exc).__name__)}: {escape(_scrub(str(exc)))}\n"
+            "(run with --debug for the traceback)"
+        )
+        return 1
+
+
+def _scrub(text: str) -> str:
+    import os
+
+    from longtask.checkpointers._url import scrub
+
+    url = os.environ.get("LONGTASK_DB")
+    return scrub(text, url) if url else text

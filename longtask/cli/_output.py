@@ -1,0 +1,93 @@
+"""Text output of the CLI's read commands."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from longtask.runtime import CheckpointView, ThreadStatus
+    from longtask.store import ThreadRecord
+
+MARKS = {
+    "completed": "[green]✓[/green]",
+    "running": "[yellow]●[/yellow]",
+    "failed": "[red]✗[/red]",
+    "pending": "[dim]○[/dim]",
+}
+
+#: exit code of a command that leaves a thread in this status
+_EXIT = {"completed": 0, "waiting_user": 3, "waiting_external": 3, "cancelled": 1, "failed": 1}
+
+
+def status_exit_code(status: str) -> int:
+    return _EXIT.get(status, 1)
+
+
+def print_status(out: Console, st: ThreadStatus) -> None:
+    label = st.status
+    if st.status == "running" and not st.active:
+        label = "running [yellow](no process is advancing it)[/yellow]"
+    out.print(
+        f"[bold]{escape(st.task_name)}[/bold] v{escape(st.task_version)}  "
+        f"{escape(st.thread_id)}  {label}  {st.progress:.0%}  ({st.done}/{len(st.steps)} steps)"
+    )
+    stages: dict[str, list[str]] = {}
+    for step in st.steps:
+        stages.setdefault(step.stage, []).append(f"{MARKS[step.state]} {escape(step.name)}")
+    for stage, items in stages.items():
+        states = {s.state for s in st.steps if s.stage == stage}
+        mark = MARKS[
+            "completed"
+            if states == {"completed"}
+            else "failed"
+            if "failed" in states
+            else "running"
+            if states & {"running", "completed"}
+            else "pending"
+        ]
+        out.print(f"{mark} {escape(stage)}")
+        out.print("    " + "   ".join(items))
+    if st.error:
+        out.print(f"[red]error[/red] in step {escape(str(st.error.get('step')))}: "
+                  f"{escape(str(st.error.get('type')))}: {escape(str(st.error.get('message')))}")
+    if st.status == "failed" or (st.status == "running" and not st.active):
+        out.print(f"continue with: longtask resume {escape(st.thread_id)}")
+
+
+def print_threads(out: Console, threads: Sequence[ThreadRecord]) -> None:
+    if not threads:
+        out.print("no threads")
+        return
+    table = Table(box=None, pad_edge=False)
+    for col in ("thread", "task", "version", "status", "updated"):
+        table.add_column(col)
+    for t in threads:
+        table.add_row(
+            escape(t.thread_id),
+            escape(t.task_name),
+            escape(t.task_version),
+            t.status,
+            f"{t.updated_at:%Y-%m-%d %H:%M:%S}",
+        )
+    out.print(table)
+
+
+def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
+    table = Table(box=None, pad_edge=False)
+    table.add_column("checkpoint", no_wrap=True, min_width=36)
+    for col in ("step", "source", "time", "completed"):
+        table.add_column(col)
+    for v in views:
+        table.add_row(
+            v.checkpoint_id,
+            str(v.step),
+            v.source or "",
+            (v.created_at or "")[:19].replace("T", " "),
+            escape(", ".join(v.completed)),
+        )
+    out.print(table)
