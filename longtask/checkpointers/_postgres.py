@@ -24,6 +24,16 @@ class PostgresDatabase(Database):
     ) -> None:
         self.url = url
         try:
+            # One plain connection first: it fails fast with the server's own reason,
+            # where the pool would retry quietly until its timeout.
+            psycopg.connect(url.raw, connect_timeout=10).close()
+        except Exception as exc:
+            raise DatabaseError(
+                f"cannot connect to PostgreSQL at {url.redacted}: "
+                f"{scrub(str(exc), url.raw).strip()}. Check that the server is running and "
+                "the URL (--db / $LONGTASK_DB) is right."
+            ) from exc
+        try:
             # The saver needs autocommit, dict rows and no server-side prepared statements
             # (they break behind PgBouncer in transaction mode).
             self.pool: ConnectionPool[Any] = ConnectionPool(
@@ -38,7 +48,7 @@ class PostgresDatabase(Database):
             raise DatabaseError(
                 f"cannot connect to PostgreSQL at {url.redacted}: {scrub(str(exc), url.raw)}. "
                 "Check that the server is running and the URL (--db / $LONGTASK_DB) is right."
-            ) from None
+            ) from exc
         self.saver = PostgresSaver(self.pool)  # type: ignore[arg-type]
         self.store = PostgresStore(self.pool)
         if upgrade:
@@ -84,13 +94,18 @@ class PostgresDatabase(Database):
         # long as the connection, so a process that dies releases it with its socket.
         try:
             conn = psycopg.connect(self.url.raw, autocommit=True)
-        except Exception:
-            raise DatabaseError(f"cannot connect to PostgreSQL at {self.url.redacted}") from None
+        except Exception as exc:
+            raise DatabaseError(f"cannot connect to PostgreSQL at {self.url.redacted}") from exc
         try:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key(thread_id),)).fetchone()
             if not row or not row[0]:
                 raise ThreadBusy(thread_id)
-            yield
+            try:
+                yield
+            finally:
+                # Unlock explicitly: closing alone releases the lock only once the server
+                # has noticed the disconnect.
+                conn.execute("SELECT pg_advisory_unlock(%s)", (self._key(thread_id),))
         finally:
             conn.close()
 
