@@ -1,7 +1,7 @@
 """Quickstart: three stages, a parallel stage, and a step that reads its dependencies.
 
-    longtask run examples/quickstart.py:task --input '{"topic": "durable agents"}'
-    longtask status <thread>
+longtask run examples/quickstart.py:task --input '{"topic": "durable agents"}'
+longtask status <thread>
 """
 
 from __future__ import annotations

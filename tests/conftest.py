@@ -52,7 +52,7 @@ def pg_template() -> Iterator[str]:
     from longtask.checkpointers import Database
 
     Database.open(_pg_url(name), upgrade=True).close()
-    _admin(f"ALTER DATABASE \"{name}\" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true")
+    _admin(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false IS_TEMPLATE true')
     yield name
     _admin(f'ALTER DATABASE "{name}" WITH IS_TEMPLATE false')
     _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -90,7 +90,10 @@ def runner(db_url: str) -> Iterator[Any]:
 
 
 def run_cli(
-    *args: str, db: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+    *args: str,
+    db: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``longtask ARGS`` in a new Python process against ``db``."""

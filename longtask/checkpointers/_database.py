@@ -102,7 +102,8 @@ class SqliteDatabase(Database):
                 conn.execute("PRAGMA synchronous=NORMAL")
         except (sqlite3.Error, OSError) as exc:
             raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from exc
-        self.saver = SqliteSaver(saver_conn)
+        self.sqlite_saver = SqliteSaver(saver_conn)
+        self.saver = self.sqlite_saver
         self.store = SqliteStore(store_conn)
         self._lock_dir = self.path.parent / (self.path.name + ".locks")
         if upgrade:
@@ -112,7 +113,7 @@ class SqliteDatabase(Database):
 
     def upgrade(self) -> list[str]:
         done = []
-        self.saver.setup()  # idempotent: CREATE TABLE IF NOT EXISTS
+        self.sqlite_saver.setup()  # idempotent: CREATE TABLE IF NOT EXISTS
         applied = self.store.upgrade()
         if applied:
             done.append(f"longtask tables migrated to version {applied[-1]}")
@@ -152,7 +153,7 @@ class SqliteDatabase(Database):
         return False
 
     def close(self) -> None:
-        self.saver.conn.close()
+        self.sqlite_saver.conn.close()
         self.store.close()
 
 

@@ -49,7 +49,8 @@ class PostgresDatabase(Database):
                 f"cannot connect to PostgreSQL at {url.redacted}: {scrub(str(exc), url.raw)}. "
                 "Check that the server is running and the URL (--db / $LONGTASK_DB) is right."
             ) from exc
-        self.saver = PostgresSaver(self.pool)  # type: ignore[arg-type]
+        self.pg_saver = PostgresSaver(self.pool)
+        self.saver = self.pg_saver
         self.store = PostgresStore(self.pool)
         if upgrade:
             self.upgrade()
@@ -63,8 +64,8 @@ class PostgresDatabase(Database):
                 "SELECT CASE WHEN to_regclass('checkpoint_migrations') IS NULL THEN -1 "
                 "ELSE (SELECT coalesce(max(v), -1) FROM checkpoint_migrations) END AS v"
             ).fetchone()
-        have = int(row["v"]) if row else -1  # type: ignore[call-overload]
-        need = len(self.saver.MIGRATIONS) - 1
+        have = int(row["v"]) if row else -1
+        need = len(self.pg_saver.MIGRATIONS) - 1
         if have < need:
             raise SchemaVersionError(
                 f"the LangGraph checkpoint tables in {self.url.redacted} are at migration "
@@ -77,7 +78,7 @@ class PostgresDatabase(Database):
         with self.pool.connection() as conn, conn.transaction():
             # PostgresSaver.setup() is not safe to run from two processes at once.
             conn.execute("SELECT pg_advisory_xact_lock(7428061905412)")
-        self.saver.setup()
+        self.pg_saver.setup()
         done.append("LangGraph checkpoint tables up to date")
         applied = self.store.upgrade()
         if applied:
@@ -97,7 +98,9 @@ class PostgresDatabase(Database):
         except Exception as exc:
             raise DatabaseError(f"cannot connect to PostgreSQL at {self.url.redacted}") from exc
         try:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key(thread_id),)).fetchone()
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s)", (self._key(thread_id),)
+            ).fetchone()
             if not row or not row[0]:
                 raise ThreadBusy(thread_id)
             try:
@@ -117,7 +120,7 @@ class PostgresDatabase(Database):
                 "AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = %s",
                 (key,),
             ).fetchone()
-        return bool(row and row["n"])  # type: ignore[call-overload]
+        return bool(row and row["n"])
 
     def close(self) -> None:
         self.pool.close()

@@ -62,7 +62,9 @@ def _parse_json(value: str | None, option: str) -> Any:
         try:
             text = path.read_text()
         except OSError as exc:
-            raise typer.BadParameter(f"cannot read {path}: {exc.strerror}", param_hint=option)
+            raise typer.BadParameter(
+                f"cannot read {path}: {exc.strerror}", param_hint=option
+            ) from exc
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -160,7 +162,9 @@ def resume(
     resume_v = _parse_json(resume_value, "--resume")
     update_v = _parse_json(update, "--update")
     if update_v is not None and not isinstance(update_v, dict):
-        raise typer.BadParameter("must be a JSON object of step name to result", param_hint="--update")
+        raise typer.BadParameter(
+            "must be a JSON object of step name to result", param_hint="--update"
+        )
     if resume_value is not None or update_v is not None or goto:
         from langgraph.types import Command
 

@@ -53,8 +53,10 @@ def print_status(out: Console, st: ThreadStatus) -> None:
         out.print(f"{mark} {escape(stage)}")
         out.print("    " + "   ".join(items))
     if st.error:
-        out.print(f"[red]error[/red] in step {escape(str(st.error.get('step')))}: "
-                  f"{escape(str(st.error.get('type')))}: {escape(str(st.error.get('message')))}")
+        out.print(
+            f"[red]error[/red] in step {escape(str(st.error.get('step')))}: "
+            f"{escape(str(st.error.get('type')))}: {escape(str(st.error.get('message')))}"
+        )
     if st.status == "failed" or (st.status == "running" and not st.active):
         out.print(f"continue with: longtask resume {escape(st.thread_id)}")
 

@@ -21,7 +21,8 @@ def state_schema(task: LongTask) -> type[Any]:
     fields: dict[str, Any] = {INPUTS_CHANNEL: dict[str, Any]}
     for name in task.steps:
         fields[result_channel(name)] = dict[str, Any]
-    return TypedDict(f"{task.name}State", fields, total=False)  # type: ignore[operator]
+    schema: type[Any] = TypedDict(f"{task.name}State", fields, total=False)  # type: ignore[misc]
+    return schema
 
 
 def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
@@ -33,7 +34,7 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
         info = layout[step.name]
         if not isinstance(step, FunctionStep):  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")
-        graph.add_node(
+        graph.add_node(  # type: ignore[call-overload]
             step.name,
             function_node(step, info, env),
             metadata={"longtask_stage": info.stage, "longtask_kind": info.kind},

@@ -74,7 +74,7 @@ class Step(BaseModel):
 
     def problems(self) -> list[str]:
         """Problems with this step's own fields (names and dependencies are checked by the task)."""
-        out = []
+        out: list[str] = []
         if self.retry is not None:
             out.extend(f"step {self.name!r}: retry {p}" for p in self.retry.problems())
         if self.timeout is not None and self.timeout <= 0:
@@ -108,9 +108,9 @@ class FunctionStep(Step):
 
 
 def _as_retry(retry: Retry | int | None) -> Retry | None:
-    if isinstance(retry, int) and not isinstance(retry, bool):
-        return Retry(max_attempts=retry)
-    return retry
+    if isinstance(retry, Retry) or retry is None:
+        return retry
+    return Retry(max_attempts=int(retry))
 
 
 @overload
@@ -154,7 +154,7 @@ def function_step(
         if not callable(f):
             raise TypeError(f"function_step needs a callable, got {f!r}")
         return FunctionStep(
-            name=name or getattr(f, "__name__", ""),
+            name=name or str(getattr(f, "__name__", "")),
             fn=f,
             after=after,  # type: ignore[arg-type]  # normalised by the validator
             retry=_as_retry(retry),

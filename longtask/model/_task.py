@@ -129,9 +129,7 @@ class LongTask(BaseModel):
             "name": self.name,
             "version": self.version,
             "inputs": (
-                f"{self.inputs.__qualname__}:{json.dumps(self.inputs.model_json_schema(), sort_keys=True)}"
-                if self.inputs
-                else None
+                json.dumps(self.inputs.model_json_schema(), sort_keys=True) if self.inputs else None
             ),
             "stages": [
                 {"name": stage.name, "steps": [step.spec() for step in stage.steps]}

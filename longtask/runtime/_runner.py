@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
@@ -39,7 +40,7 @@ _THREAD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 UpdateHook = Callable[[str, list[str]], None]
 
 
-def _config(thread_id: str, run: int | None = None) -> dict[str, Any]:
+def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
     conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
     if run is not None:
         conf[RUN_KEY] = run
@@ -142,9 +143,14 @@ class Runner:
         that ``update`` keys naming steps (or ``inputs``) are mapped to their channels.
         """
         rec = self._thread(thread_id)
-        if rec.status in ("completed", "cancelled") and command is None:
-            raise NothingToResume(thread_id, rec.status)
         task = task or self._load(rec)
+        if (
+            command is None
+            and rec.status in ("completed", "cancelled")
+            # update_state on the graph may have scheduled more work since
+            and not self.graph(task).get_state(_config(thread_id)).next
+        ):
+            raise NothingToResume(thread_id, rec.status)
         if task.definition_hash != rec.definition_hash:
             new = definition_summary(task)
             if not allow_changed_definition:
@@ -159,9 +165,7 @@ class Runner:
         self._advance(rec, task, graph_input, first=False)
         return thread_id
 
-    def _validate_inputs(
-        self, task: LongTask, inputs: Mapping[str, Any] | BaseModel | None
-    ) -> Any:
+    def _validate_inputs(self, task: LongTask, inputs: Mapping[str, Any] | BaseModel | None) -> Any:
         if task.inputs is None:
             if isinstance(inputs, BaseModel):
                 return inputs
@@ -198,7 +202,7 @@ class Runner:
                 for k, v in update.items()
             }
         goto = command.goto
-        targets = [goto] if isinstance(goto, str) else list(goto or ())
+        targets: list[Any] = [goto] if isinstance(goto, str) else list(goto or ())  # type: ignore[arg-type]
         bad = [g for g in targets if isinstance(g, str) and g not in task.steps]
         if bad:
             raise InvalidInput(
@@ -235,36 +239,56 @@ class Runner:
             stages_done: set[str] = set()
             # Idempotent: repairs a stage event lost to a crash in an earlier run.
             self._stage_events(thread_id, task, done, stages_done)
-            try:
-                for chunk in graph.stream(
-                    graph_input, config, durability="sync", stream_mode="updates"
-                ):
-                    finished = [n for n in chunk if n in task.steps]
-                    done.update(finished)
-                    self._stage_events(thread_id, task, done, stages_done)
-                    if finished and self.on_update:
-                        self.on_update(thread_id, finished)
-            except Exception as exc:
-                step = getattr(exc, STEP_ATTR, None)
+            while True:
+                try:
+                    for chunk in graph.stream(
+                        graph_input, config, durability="sync", stream_mode="updates"
+                    ):
+                        finished = [n for n in chunk if n in task.steps]
+                        done.update(finished)
+                        self._stage_events(thread_id, task, done, stages_done)
+                        if finished and self.on_update:
+                            self.on_update(thread_id, finished)
+                except Exception as exc:
+                    self._failed(thread_id, run, exc)
+                snapshot = graph.get_state(_config(thread_id))
+                if snapshot.next:
+                    status = "waiting_user" if snapshot.interrupts else "running"
+                    store.set_status(thread_id, status)
+                    return
+                # Steps added by a definition change never got their trigger in the old
+                # graph: start those whose dependencies are done.
+                done = self._done_steps(thread_id)
+                ready = [
+                    name
+                    for name, info in task.layout.items()
+                    if name not in done and all(d in done for d in info.depends_on)
+                ]
+                if not ready:
+                    break
+                graph_input = Command(goto=ready)
+            missing = [name for name in task.steps if name not in done]
+            if missing:
                 error = {
-                    "step": step,
-                    "type": type(exc).__name__,
-                    "message": str(exc)[:4000],
+                    "step": missing[0],
+                    "type": "NotRun",
+                    "message": f"steps never ran: {', '.join(missing)}",
                 }
                 store.set_status(thread_id, "failed", error=error)
-                store.append_event(
-                    thread_id, "longtask.failed", key=f"{run}/longtask.failed", data=error
-                )
-                if step is None:
-                    raise
-                raise StepFailed(thread_id, step, f"{error['type']}: {error['message']}") from exc
-            snapshot = graph.get_state(_config(thread_id))
-            if snapshot.next:
-                status = "waiting_user" if snapshot.interrupts else "running"
-                store.set_status(thread_id, status)
-                return
+                raise StepFailed(thread_id, missing[0], error["message"])
             store.set_status(thread_id, "completed")
             store.append_event(thread_id, "longtask.completed", key="longtask.completed")
+
+    def _failed(self, thread_id: str, run: int, exc: Exception) -> NoReturn:
+        step = getattr(exc, STEP_ATTR, None)
+        error = {"step": step, "type": type(exc).__name__, "message": str(exc)[:4000]}
+        self.db.store.set_status(thread_id, "failed", error=error)
+        self.db.store.append_event(
+            thread_id, "longtask.failed", key=f"{run}/longtask.failed", data=error
+        )
+        if step is None:
+            raise exc
+        raise StepFailed(thread_id, step, f"{error['type']}: {error['message']}") from exc
 
     def _stage_events(
         self, thread_id: str, task: LongTask, done: set[str], stages_done: set[str]
@@ -317,7 +341,9 @@ class Runner:
                     state = "running"
                 else:
                     state = "pending"
-                steps.append(StepState(name=name, stage=stage["name"], kind=s["kind"], state=state))
+                steps.append(
+                    StepState(name=name, stage=stage["name"], kind=s["kind"], state=state)  # type: ignore[arg-type]
+                )
                 if state != "completed" and current is None:
                     current = stage["name"]
         total = len(steps) or 1
@@ -373,9 +399,9 @@ class Runner:
             out.append(
                 CheckpointView(
                     checkpoint_id=tup.config["configurable"]["checkpoint_id"],
-                    parent_id=(tup.parent_config or {}).get("configurable", {}).get(
-                        "checkpoint_id"
-                    ),
+                    parent_id=(tup.parent_config or {})
+                    .get("configurable", {})
+                    .get("checkpoint_id"),
                     step=meta.get("step"),
                     source=meta.get("source"),
                     created_at=tup.checkpoint.get("ts"),
@@ -399,4 +425,3 @@ class Runner:
 
     def threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
         return self.db.store.list_threads(limit=limit, status=status)
-

@@ -68,8 +68,7 @@ def load_task(ref: str) -> LongTask:
         raise
     except Exception as exc:
         raise TaskRefError(
-            f"cannot import {target!r} for task reference {ref!r}: "
-            f"{type(exc).__name__}: {exc}"
+            f"cannot import {target!r} for task reference {ref!r}: {type(exc).__name__}: {exc}"
         ) from exc
     task = getattr(module, attr, None)
     if task is None:

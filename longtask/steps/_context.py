@@ -77,9 +77,7 @@ class StepContext:
     def inputs(self) -> Any:
         if self._inputs is None:
             raw = self._codec.decode(self._state.get(INPUTS_CHANNEL)) or {}
-            self._inputs = (
-                self._inputs_model.model_validate(raw) if self._inputs_model else raw
-            )
+            self._inputs = self._inputs_model.model_validate(raw) if self._inputs_model else raw
         return self._inputs
 
     @property

@@ -192,8 +192,7 @@ class Store(ABC):
     def list_threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
         where, params = ("WHERE status = ?", [status]) if status else ("", [])
         rows = self._run(
-            f"SELECT {_THREAD_COLS} FROM longtask_threads {where} "
-            "ORDER BY updated_at DESC LIMIT ?",
+            f"SELECT {_THREAD_COLS} FROM longtask_threads {where} ORDER BY updated_at DESC LIMIT ?",
             (*params, limit),
         )
         return [_thread(r) for r in rows]
@@ -221,7 +220,9 @@ class Store(ABC):
         )
         return int(rows[0][0]) if rows else 0
 
-    def update_definition(self, thread_id: str, definition_hash: str, definition: dict[str, Any]) -> None:
+    def update_definition(
+        self, thread_id: str, definition_hash: str, definition: dict[str, Any]
+    ) -> None:
         self._run(
             "UPDATE longtask_threads SET definition_hash = ?, definition = ?, updated_at = ? "
             "WHERE thread_id = ?",
@@ -379,7 +380,7 @@ class PostgresStore(Store):
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._pool.connection() as conn, conn.cursor() as cur:
-            cur.execute(self._sql(sql), tuple(params))  # type: ignore[arg-type]
+            cur.execute(self._sql(sql), tuple(params))
             rows = cur.fetchall() if cur.description else []
             # The shared pool hands out dict rows (the saver needs them); we read tuples.
             return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
@@ -391,7 +392,7 @@ class PostgresStore(Store):
             cur.execute("SELECT pg_advisory_xact_lock(7428061905411)")
 
             def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-                cur.execute(self._sql(sql), tuple(params))  # type: ignore[arg-type]
+                cur.execute(self._sql(sql), tuple(params))
                 rows = cur.fetchall() if cur.description else []
                 return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
 

@@ -99,10 +99,7 @@ class ValueCodec:
         if not isinstance(env, dict) or not ({"v", "ref"} & env.keys()):
             # Written by hand through LangGraph's own update_state: take it as it is.
             return env
-        if "ref" in env:
-            raw = self._load(env["ref"])
-        else:
-            raw = env["v"]
+        raw = self._load(env["ref"]) if "ref" in env else env["v"]
         if env.get("model"):
             try:
                 model = _load_model(env["model"])

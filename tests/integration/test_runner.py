@@ -1,0 +1,250 @@
+"""The Runner against every backend: run, fail, resume, inspect."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from longtask import (
+    DefinitionChanged,
+    InvalidInput,
+    LongTask,
+    NothingToResume,
+    ResultNotAvailable,
+    Retry,
+    Runner,
+    Stage,
+    StepContext,
+    StepFailed,
+    ThreadBusy,
+    ThreadExists,
+    ThreadNotFound,
+    function_step,
+)
+
+
+class Plan(BaseModel):
+    title: str
+    parts: list[str]
+
+
+class Inputs(BaseModel):
+    topic: str
+    n: int = 2
+
+
+def make_task(calls: Counter[str], fail: set[str] | None = None) -> LongTask:
+    fail = fail if fail is not None else set()
+
+    def tracked(name: str, fn: Any) -> Any:
+        def wrapper(ctx: StepContext) -> Any:
+            calls[name] += 1
+            if name in fail:
+                raise RuntimeError(f"{name} exploded")
+            return fn(ctx)
+
+        wrapper.__qualname__ = f"step_{name}"
+        return function_step(wrapper, name=name)
+
+    return LongTask(
+        "demo",
+        inputs=Inputs,
+        stages=[
+            Stage(
+                "plan",
+                [tracked("plan", lambda c: Plan(title=c.inputs.topic, parts=["x"] * c.inputs.n))],
+            ),
+            Stage(
+                "work",
+                [
+                    tracked("left", lambda c: len(c.result("plan", Plan).parts)),
+                    tracked("right", lambda c: c.result("plan").title.upper()),
+                    tracked("big", lambda c: {"blob": "y" * 5000}),
+                ],
+            ),
+            Stage(
+                "finish",
+                [
+                    tracked(
+                        "join",
+                        lambda c: (
+                            f"{c.result('right')}:{c.result('left')}:{len(c.result('big')['blob'])}"
+                        ),
+                    )
+                ],
+            ),
+        ],
+    )
+
+
+def test_run_to_completion(runner: Runner) -> None:
+    calls: Counter[str] = Counter()
+    task = make_task(calls)
+    thread = runner.start(task, {"topic": "jwt", "n": 3})
+    st = runner.status(thread)
+    assert st.status == "completed" and st.progress == 1.0 and st.current_stage is None
+    assert [s.state for s in st.steps] == ["completed"] * 5
+    assert runner.result(thread, "join") == "JWT:3:5000"
+    plan = runner.result(thread, "plan")
+    assert isinstance(plan, Plan) and plan.parts == ["x", "x", "x"]
+    assert calls == Counter({"plan": 1, "left": 1, "right": 1, "big": 1, "join": 1})
+    kinds = [e.kind for e in runner.events(thread)]
+    assert kinds[0] == "longtask.started" and kinds[-1] == "longtask.completed"
+    assert kinds.count("step.started") == 5 and kinds.count("step.completed") == 5
+    assert kinds.count("stage.started") == 3 and kinds.count("stage.completed") == 3
+    assert [t.thread_id for t in runner.threads()] == [thread]
+
+
+def test_failure_then_resume_reruns_only_the_failed_step(runner: Runner) -> None:
+    calls: Counter[str] = Counter()
+    fail = {"right"}
+    task = make_task(calls, fail)
+    with pytest.raises(StepFailed) as info:
+        runner.start(task, {"topic": "a"}, thread_id="t-fail")
+    assert info.value.step == "right" and "right exploded" in str(info.value)
+    assert isinstance(info.value.__cause__, RuntimeError)
+    st = runner.status("t-fail")
+    states = {s.name: s.state for s in st.steps}
+    assert st.status == "failed" and st.error and st.error["step"] == "right"
+    assert states == {
+        "plan": "completed",
+        "left": "completed",
+        "right": "failed",
+        "big": "completed",
+        "join": "pending",
+    }
+    failed = runner.events("t-fail", kinds=["step.failed"])
+    assert [(e.step, e.data["type"]) for e in failed] == [("right", "RuntimeError")]
+
+    fail.clear()
+    runner.resume("t-fail", task=task)
+    assert runner.status("t-fail").status == "completed"
+    # parallel siblings that succeeded are not run again
+    assert calls == Counter({"plan": 1, "left": 1, "right": 2, "big": 1, "join": 1})
+    with pytest.raises(NothingToResume):
+        runner.resume("t-fail", task=task)
+
+
+def test_results_round_trip_in_a_new_process_connection(db_url: str) -> None:
+    calls: Counter[str] = Counter()
+    task = make_task(calls, {"join"})
+    with Runner(db_url) as first, pytest.raises(StepFailed):
+        first.start(task, {"topic": "model"}, thread_id="t-rt")
+    calls.clear()
+    task_ok = make_task(calls)
+    with Runner(db_url) as second:
+        second.resume("t-rt", task=task_ok)
+        assert calls == Counter({"join": 1})
+        assert second.result("t-rt", "join") == "MODEL:2:5000"
+        assert second.result("t-rt", "plan") == Plan(title="model", parts=["x", "x"])
+        assert second.results("t-rt")["big"] == {"blob": "y" * 5000}
+
+
+def test_bad_inputs_and_unknown_threads_store_nothing(runner: Runner) -> None:
+    task = make_task(Counter())
+    with pytest.raises(InvalidInput, match="do not match Inputs"):
+        runner.start(task, {"n": "many"}, thread_id="t-bad")
+    with pytest.raises(ThreadNotFound):
+        runner.status("t-bad")
+    with pytest.raises(InvalidInput, match="thread id"):
+        runner.start(task, {"topic": "x"}, thread_id="has space")
+    runner.start(task, {"topic": "x"}, thread_id="t-once")
+    with pytest.raises(ThreadExists):
+        runner.start(task, {"topic": "x"}, thread_id="t-once")
+    with pytest.raises(ThreadNotFound):
+        runner.resume("nope", task=task)
+
+
+def test_changed_definition_is_refused_with_the_changed_steps(runner: Runner) -> None:
+    calls: Counter[str] = Counter()
+    with pytest.raises(StepFailed):
+        runner.start(make_task(calls, {"join"}), {"topic": "x"}, thread_id="t-drift")
+    before = runner.status("t-drift").checkpoint_id
+
+    def extra(ctx: StepContext) -> int:
+        return 1
+
+    changed = make_task(calls)
+    changed = LongTask(
+        "demo",
+        inputs=Inputs,
+        stages=[
+            *changed.stages[:2],
+            Stage("finish", [*changed.stages[2].steps, function_step(extra)]),
+        ],
+    )
+    with pytest.raises(DefinitionChanged) as info:
+        runner.resume("t-drift", task=changed)
+    assert "step 'extra' was added" in str(info.value)
+    assert runner.status("t-drift").checkpoint_id == before
+    runner.resume("t-drift", task=changed, allow_changed_definition=True)
+    assert runner.status("t-drift").status == "completed"
+    assert runner.result("t-drift", "extra") == 1
+
+
+def test_one_writer_per_thread(runner: Runner) -> None:
+    calls: Counter[str] = Counter()
+    with pytest.raises(StepFailed):
+        runner.start(make_task(calls, {"join"}), {"topic": "x"}, thread_id="t-lock")
+    before = runner.status("t-lock").checkpoint_id
+    with runner.db.lock("t-lock"):
+        assert runner.db.is_locked("t-lock")
+        with pytest.raises(ThreadBusy, match="another process"):
+            runner.resume("t-lock", task=make_task(calls))
+    assert not runner.db.is_locked("t-lock")
+    assert runner.status("t-lock").checkpoint_id == before
+    assert calls["join"] == 1
+
+
+def test_retry_timeout_async_and_dependency_errors(runner: Runner) -> None:
+    attempts: list[int] = []
+
+    @function_step(retry=Retry(max_attempts=3, initial_wait=0, max_wait=0, jitter=False))
+    def flaky(ctx: StepContext) -> int:
+        attempts.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise ConnectionError("try again")
+        return ctx.attempt
+
+    @function_step
+    async def later(ctx: StepContext) -> int:
+        await asyncio.sleep(0)
+        return int(ctx.result("flaky")) * 10
+
+    @function_step(timeout=0.2)
+    def slow(ctx: StepContext) -> None:
+        time.sleep(2)
+
+    @function_step
+    def nosy(ctx: StepContext) -> Any:
+        return ctx.result("slow")
+
+    ok = LongTask("ok", stages=[Stage("a", [flaky]), Stage("b", [later])])
+    thread = runner.start(ok)
+    assert attempts == [1, 2, 3] and runner.result(thread, "later") == 30
+    retries = runner.events(thread, kinds=["step.retry"])
+    assert [(e.attempt, e.data["next_attempt"]) for e in retries] == [(1, 2), (2, 3)]
+    assert "ConnectionError: try again" in retries[0].data["error"]
+
+    with pytest.raises(StepFailed, match=r"did not finish within 0\.2 s"):
+        runner.start(LongTask("to", stages=[Stage("a", [slow])]))
+    with pytest.raises(StepFailed) as info:
+        runner.start(
+            LongTask("nosy", stages=[Stage("a", [nosy, function_step(lambda c: 1, name="slow")])])
+        )
+    assert isinstance(info.value.__cause__, ResultNotAvailable)
+    assert "not one of its dependencies" in str(info.value)
+
+
+def test_event_insert_is_idempotent(runner: Runner) -> None:
+    thread = runner.start(make_task(Counter()), {"topic": "x"})
+    store = runner.db.store
+    first = store.append_event(thread, "step.progress", key="k1", data={"n": 1})
+    second = store.append_event(thread, "step.progress", key="k1", data={"n": 2})
+    assert first is not None and second is None
+    assert [e.data for e in runner.events(thread, kinds=["step.progress"])] == [{"n": 1}]

@@ -1,0 +1,102 @@
+"""URLs, redaction and the value codec (no database)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from longtask import DatabaseError, InvalidInput
+from longtask.checkpointers import parse_url, redact, resolve_url
+from longtask.checkpointers._url import scrub
+from longtask.store import ValueCodec
+
+
+def test_parse_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LONGTASK_DB", raising=False)
+    assert resolve_url(None) == "sqlite:///.longtask/longtask.db"
+    monkeypatch.setenv("LONGTASK_DB", "postgresql://u@h/db")
+    assert resolve_url(None) == "postgresql://u@h/db"
+    assert resolve_url("sqlite:///x.db") == "sqlite:///x.db"
+    assert str(parse_url("sqlite:///rel/x.db").path) == "rel/x.db"
+    assert str(parse_url("sqlite:////abs/x.db").path) == "/abs/x.db"
+    assert parse_url("postgres://u@h/db").scheme == "postgresql"
+    assert parse_url("file.db").scheme == "sqlite"
+    with pytest.raises(DatabaseError, match="unsupported database URL"):
+        parse_url("mysql://root:pw@h/db")
+    with pytest.raises(DatabaseError, match="in-memory"):
+        parse_url("sqlite:///:memory:")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://alice:s3cr3t-pw@db.example:5432/prod",
+        "postgresql://alice@db/prod?password=s3cr3t-pw",
+        "host=db user=alice password=s3cr3t-pw dbname=prod",
+        "mysql://alice:s3cr3t-pw@h/db",
+    ],
+)
+def test_redact_never_shows_password(url: str) -> None:
+    assert "s3cr3t-pw" not in redact(url)
+    assert "***" in redact(url)
+    if url.startswith("mysql"):
+        with pytest.raises(DatabaseError) as info:
+            parse_url(url)
+        assert "s3cr3t-pw" not in str(info.value)
+
+
+def test_scrub_removes_password_from_driver_text() -> None:
+    url = "postgresql://alice:s3cr3t-pw@db/prod"
+    assert "s3cr3t-pw" not in scrub(f"failed for {url} with s3cr3t-pw", url)
+
+
+class Blobs:
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def put_blob(self, digest: str, data: bytes) -> None:
+        self.data.setdefault(digest, data)
+
+    def get_blob(self, digest: str) -> bytes | None:
+        return self.data.get(digest)
+
+
+class Report(BaseModel):
+    title: str
+    items: list[int]
+
+
+def test_small_values_inline_large_by_reference() -> None:
+    blobs = Blobs()
+    codec = ValueCodec(blobs, inline_limit=64)
+    small = codec.encode({"a": 1})
+    assert small == {"v": {"a": 1}}
+    big_value = {"text": "x" * 500}
+    big = codec.encode(big_value)
+    assert set(big) == {"ref", "size"} and len(blobs.data) == 1
+    again = codec.encode(dict(big_value))
+    assert again == big and len(blobs.data) == 1  # content-addressed: stored once
+    assert codec.decode(big) == big_value
+    decoded = codec.decode(big)
+    decoded["text"] = "mutated"
+    assert codec.decode(big) == big_value  # each reader gets its own copy
+
+
+@pytest.mark.parametrize("limit", [10_000, 8])
+def test_pydantic_round_trip(limit: int) -> None:
+    codec = ValueCodec(Blobs(), inline_limit=limit)
+    env = codec.encode(Report(title="t", items=[1, 2]))
+    assert env["model"].endswith(":Report")
+    back = codec.decode(env)
+    assert isinstance(back, Report) and back == Report(title="t", items=[1, 2])
+
+
+def test_not_json_serialisable_is_a_clear_error() -> None:
+    codec = ValueCodec(Blobs())
+    value: Any = {"s": {1, 2}}
+    with pytest.raises(InvalidInput, match="the result of step 'x' is not JSON-serialisable"):
+        codec.encode(value, "the result of step 'x'")
+    with pytest.raises(InvalidInput):
+        codec.encode(float("nan"))
