@@ -24,11 +24,11 @@ from longtask.errors import (
     ThreadExists,
     ThreadNotFound,
 )
-from longtask.model import LongTask, Retry, Stage, function_step
+from longtask.model import LongTask, Retry, Stage, function_step, map_step
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner, ThreadStatus
-    from longtask.steps import StepContext
+    from longtask.steps import ItemContext, StepContext
 
 __version__ = "0.1.0"
 
@@ -38,6 +38,7 @@ _LAZY = {
     "Runner": "longtask.runtime",
     "ThreadStatus": "longtask.runtime",
     "StepContext": "longtask.steps",
+    "ItemContext": "longtask.steps",
     "Command": "langgraph.types",
 }
 
@@ -56,6 +57,7 @@ __all__ = [
     "DefinitionChanged",
     "DefinitionError",
     "InvalidInput",
+    "ItemContext",
     "LongTask",
     "LongTaskError",
     "NothingToResume",
@@ -74,4 +76,5 @@ __all__ = [
     "ThreadStatus",
     "__version__",
     "function_step",
+    "map_step",
 ]

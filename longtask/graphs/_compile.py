@@ -1,6 +1,7 @@
 """Compile a LongTask into a LangGraph StateGraph.
 
-One node per step, named after the step. Each step writes its result to a channel of its
+One node per step, named after the step (a map step adds two helper nodes, whatever
+the number of items). Each step writes its result to a channel of its
 own (``out.<step>``), so a checkpoint stores a result once instead of rewriting a growing
 dict. The stage barrier and ``after=`` become edges; a step with several dependencies gets a
 join edge, which LangGraph runs once every source has finished. Steps whose dependencies
@@ -13,14 +14,25 @@ from typing import Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
 
-from longtask.model import FunctionStep, LongTask
-from longtask.steps import INPUTS_CHANNEL, StepEnv, function_node, result_channel
+from longtask.model import FunctionStep, LongTask, MapStep
+from longtask.steps import (
+    INPUTS_CHANNEL,
+    StepEnv,
+    dispatch_node_name,
+    function_node,
+    item_node_name,
+    map_channel,
+    map_nodes,
+    result_channel,
+)
 
 
 def state_schema(task: LongTask) -> type[Any]:
     fields: dict[str, Any] = {INPUTS_CHANNEL: dict[str, Any]}
-    for name in task.steps:
+    for name, step in task.steps.items():
         fields[result_channel(name)] = dict[str, Any]
+        if isinstance(step, MapStep):
+            fields[map_channel(name)] = dict[str, Any]
     schema: type[Any] = TypedDict(f"{task.name}State", fields, total=False)  # type: ignore[misc]
     return schema
 
@@ -32,21 +44,30 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
     has_dependents: set[str] = set()
     for _stage, step in task.iter_steps():
         info = layout[step.name]
-        if not isinstance(step, FunctionStep):  # pragma: no cover - new kinds register here
+        meta = {"longtask_stage": info.stage, "longtask_kind": info.kind}
+        entry = step.name
+        if isinstance(step, FunctionStep):
+            graph.add_node(step.name, function_node(step, info, env), metadata=meta)  # type: ignore[call-overload]
+        elif isinstance(step, MapStep):
+            # Three nodes whatever the number of items; see longtask.steps._map.
+            dispatch, item, finish = map_nodes(step, info, env)
+            entry = dispatch_node_name(step.name)
+            graph.add_node(  # type: ignore[call-overload]
+                entry, dispatch, metadata=meta, destinations=(item_node_name(step.name), step.name)
+            )
+            graph.add_node(item_node_name(step.name), item, metadata=meta)  # type: ignore[call-overload]
+            graph.add_node(step.name, finish, metadata=meta)  # type: ignore[call-overload]
+            graph.add_edge(item_node_name(step.name), entry)
+        else:  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")
-        graph.add_node(  # type: ignore[call-overload]
-            step.name,
-            function_node(step, info, env),
-            metadata={"longtask_stage": info.stage, "longtask_kind": info.kind},
-        )
         deps = list(info.depends_on)
         has_dependents.update(deps)
         if not deps:
-            graph.add_edge(START, step.name)
+            graph.add_edge(START, entry)
         elif len(deps) == 1:
-            graph.add_edge(deps[0], step.name)
+            graph.add_edge(deps[0], entry)
         else:
-            graph.add_edge(deps, step.name)
+            graph.add_edge(deps, entry)
     for name in task.steps:
         if name not in has_dependents:
             graph.add_edge(name, END)

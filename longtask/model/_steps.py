@@ -164,6 +164,108 @@ def function_step(
     return build if fn is None else build(fn)
 
 
+ItemErrorPolicy = Literal["fail", "skip", "collect"]
+
+
+class MapStep(Step):
+    """Runs ``fn(ctx, item)`` once per item of a list known only at run time.
+
+    ``over(ctx)`` computes the items from the task inputs and dependency results. Items run
+    in waves of at most ``max_parallel``; each item's result is durable as soon as it
+    finishes. The step's result is the list of item results in item order; with
+    ``on_item_error="skip"`` failed items are left out, with ``"collect"`` the result is
+    ``{"results": [...], "errors": [{"index", "item", "error", "type"}, ...]}``.
+    """
+
+    kind: Literal["map"] = "map"
+    fn: Callable[..., Any]
+    over: Callable[..., Any]
+    max_parallel: int = 8
+    on_item_error: ItemErrorPolicy = "fail"
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.max_parallel < 1:
+            out.append(
+                f"step {self.name!r}: max_parallel must be at least 1 (got {self.max_parallel})"
+            )
+        if not callable(self.over):
+            out.append(f"step {self.name!r}: over must be a callable over(ctx) -> list")
+        return out
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            **super().spec(),
+            "fn": _qualname(self.fn),
+            "over": _qualname(self.over),
+            "max_parallel": self.max_parallel,
+            "on_item_error": self.on_item_error,
+        }
+
+
+@overload
+def map_step(
+    fn: Callable[..., Any],
+    *,
+    over: Callable[..., Any],
+    name: str | None = ...,
+    max_parallel: int = ...,
+    after: Sequence[str] | str = ...,
+    on_item_error: ItemErrorPolicy = ...,
+    retry: Retry | int | None = ...,
+    timeout: float | timedelta | None = ...,
+) -> MapStep: ...
+
+
+@overload
+def map_step(
+    fn: None = ...,
+    *,
+    over: Callable[..., Any],
+    name: str | None = ...,
+    max_parallel: int = ...,
+    after: Sequence[str] | str = ...,
+    on_item_error: ItemErrorPolicy = ...,
+    retry: Retry | int | None = ...,
+    timeout: float | timedelta | None = ...,
+) -> Callable[[Callable[..., Any]], MapStep]: ...
+
+
+def map_step(
+    fn: Callable[..., Any] | None = None,
+    *,
+    over: Callable[..., Any],
+    name: str | None = None,
+    max_parallel: int = 8,
+    after: Sequence[str] | str = (),
+    on_item_error: ItemErrorPolicy = "fail",
+    retry: Retry | int | None = None,
+    timeout: float | timedelta | None = None,
+) -> MapStep | Callable[[Callable[..., Any]], MapStep]:
+    """A step that runs ``fn(ctx, item)`` for every item of ``over(ctx)``.
+
+    ``ctx.item`` and ``ctx.item_index`` tell the function which item it has. ``retry`` and
+    ``timeout`` apply to each item. Works as a call or as a decorator, like
+    :func:`function_step`.
+    """
+
+    def build(f: Callable[..., Any]) -> MapStep:
+        if not callable(f):
+            raise TypeError(f"map_step needs a callable, got {f!r}")
+        return MapStep(
+            name=name or str(getattr(f, "__name__", "")),
+            fn=f,
+            over=over,
+            max_parallel=max_parallel,
+            on_item_error=on_item_error,
+            after=after,  # type: ignore[arg-type]  # normalised by the validator
+            retry=_as_retry(retry),
+            timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
+        )
+
+    return build if fn is None else build(fn)
+
+
 class Stage(BaseModel):
     """A group of steps. Every step of a stage runs after every step of the previous stage."""
 

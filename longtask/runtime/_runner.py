@@ -22,7 +22,7 @@ from longtask.errors import (
     ThreadNotFound,
 )
 from longtask.graphs import build_graph
-from longtask.model import LongTask
+from longtask.model import LongTask, MapStep
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
     CheckpointView,
@@ -45,6 +45,14 @@ def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
     if run is not None:
         conf[RUN_KEY] = run
     return {"configurable": conf}
+
+
+def _concurrency(task: LongTask) -> int:
+    """Threads LangGraph may use for one super-step: the widest stage or map wave (its
+    default is the machine's core count + 4, which would cap a wide stage on a small box)."""
+    widths = [len(stage.steps) for stage in task.stages]
+    widths += [s.max_parallel for s in task.steps.values() if isinstance(s, MapStep)]
+    return max(4, min(64, max(widths)))
 
 
 class Runner:
@@ -225,6 +233,7 @@ class Runner:
         with self.db.lock(thread_id):
             run = store.set_status(thread_id, "running", new_run=True)
             config = _config(thread_id, run)
+            config["max_concurrency"] = _concurrency(task)
             if first:
                 store.append_event(
                     thread_id,
@@ -282,13 +291,16 @@ class Runner:
     def _failed(self, thread_id: str, run: int, exc: Exception) -> NoReturn:
         step = getattr(exc, STEP_ATTR, None)
         error = {"step": step, "type": type(exc).__name__, "message": str(exc)[:4000]}
+        if hasattr(exc, "__longtask_item__"):
+            error["item"] = exc.__longtask_item__
         self.db.store.set_status(thread_id, "failed", error=error)
         self.db.store.append_event(
             thread_id, "longtask.failed", key=f"{run}/longtask.failed", data=error
         )
         if step is None:
             raise exc
-        raise StepFailed(thread_id, step, f"{error['type']}: {error['message']}") from exc
+        where = f" (item {error['item']})" if "item" in error else ""
+        raise StepFailed(thread_id, step, f"{error['type']}: {error['message']}{where}") from exc
 
     def _stage_events(
         self, thread_id: str, task: LongTask, done: set[str], stages_done: set[str]
@@ -341,9 +353,14 @@ class Runner:
                     state = "running"
                 else:
                     state = "pending"
-                steps.append(
-                    StepState(name=name, stage=stage["name"], kind=s["kind"], state=state)  # type: ignore[arg-type]
-                )
+                view = StepState(name=name, stage=stage["name"], kind=s["kind"], state=state)  # type: ignore[arg-type]
+                if s["kind"] == "map":
+                    progress = self.db.store.map_progress(thread_id, name)
+                    if progress is not None:
+                        view.items_done = progress.done
+                        view.items_total = progress.total
+                        view.items_failed = progress.failed
+                steps.append(view)
                 if state != "completed" and current is None:
                     current = stage["name"]
         total = len(steps) or 1

@@ -17,6 +17,10 @@ class StepState(BaseModel):
     stage: str
     kind: str
     state: StepStateName
+    #: map steps: items finished, items in all, and the items that failed
+    items_done: int | None = None
+    items_total: int | None = None
+    items_failed: list[dict[str, Any]] | None = None
 
 
 class ThreadStatus(BaseModel):

@@ -118,3 +118,15 @@ class StepContext:
             f"StepContext(thread_id={self.thread_id!r}, step={self.step!r}, "
             f"stage={self.stage!r}, attempt={self.attempt})"
         )
+
+
+class ItemContext(StepContext):
+    """The context of one item of a map step: ``item`` and ``item_index`` besides the rest."""
+
+    def __init__(self, *, item: Any, item_index: int, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.item = item
+        self.item_index = item_index
+
+    def __repr__(self) -> str:
+        return f"{super().__repr__()[:-1]}, item_index={self.item_index})"

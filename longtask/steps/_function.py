@@ -1,4 +1,5 @@
-"""The LangGraph node that runs a function step: events, retries, timeout, result channel."""
+"""The LangGraph node that runs a function step, and what every step kind shares: node
+identity for idempotent events, attempts with retries, timeouts."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from langgraph.errors import GraphBubbleUp
 from pydantic import BaseModel
 
 from longtask.errors import StepTimeout
-from longtask.model import FunctionStep, StepInfo
+from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.steps._context import StepContext, result_channel
 from longtask.store import Store, ValueCodec
 
@@ -58,23 +59,26 @@ class NodeCall:
         return "/".join(str(p) for p in (self.run, self.task_id, *parts))
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _call(fn: Callable[..., Any], ctx: StepContext, timeout: float | None) -> Any:
+def call_step(
+    fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, what: str
+) -> Any:
+    """``fn(*args)``, sync or async, failing with StepTimeout after ``timeout`` seconds."""
     if inspect.iscoroutinefunction(fn):
 
         async def main() -> Any:
-            return await asyncio.wait_for(fn(ctx), timeout)
+            return await asyncio.wait_for(fn(*args), timeout)
 
         try:
             return asyncio.run(main())
         except TimeoutError as exc:
-            raise StepTimeout(f"step {ctx.step!r} did not finish within {timeout} s") from exc
+            raise StepTimeout(f"{what} did not finish within {timeout} s") from exc
     if timeout is None:
-        return fn(ctx)
+        return fn(*args)
     # A thread cannot be killed: on timeout the step is failed and its thread abandoned.
     # The copied context keeps LangGraph's config visible inside the function.
     box: dict[str, Any] = {}
@@ -82,43 +86,111 @@ def _call(fn: Callable[..., Any], ctx: StepContext, timeout: float | None) -> An
 
     def target() -> None:
         try:
-            box["value"] = run_ctx.run(fn, ctx)
+            box["value"] = run_ctx.run(fn, *args)
         except BaseException as exc:
             box["error"] = exc
 
-    worker = threading.Thread(target=target, name=f"longtask-step-{ctx.step}", daemon=True)
+    worker = threading.Thread(target=target, name=f"longtask-{what}", daemon=True)
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        raise StepTimeout(f"step {ctx.step!r} did not finish within {timeout} s")
+        raise StepTimeout(f"{what} did not finish within {timeout} s")
     if "error" in box:
         raise box["error"]
     return box.get("value")
 
 
+def with_retries(
+    env: StepEnv,
+    call: NodeCall,
+    info: StepInfo,
+    retry: Retry | None,
+    attempt_fn: Callable[[int], Any],
+    *,
+    item: int | None = None,
+) -> tuple[Any, int]:
+    """Run ``attempt_fn(attempt)`` until it returns or the retry policy gives up.
+
+    Returns the value and the attempt that produced it. The last error is re-raised with
+    ``__longtask_attempt__`` set. LangGraph's control-flow exceptions pass straight through.
+    """
+    max_attempts = retry.max_attempts if retry else 1
+    attempt = 1
+    while True:
+        try:
+            return attempt_fn(attempt), attempt
+        except GraphBubbleUp:
+            # interrupt() and friends are control flow, not failures.
+            raise
+        except Exception as exc:
+            if retry is None or attempt >= max_attempts:
+                exc.__longtask_attempt__ = attempt  # type: ignore[attr-defined]
+                raise
+            wait = retry.wait_before(attempt + 1)
+            if retry.jitter:
+                wait += random.uniform(0, wait * 0.1)
+            data: dict[str, Any] = {
+                "error": describe(exc),
+                "wait": round(wait, 3),
+                "next_attempt": attempt + 1,
+            }
+            if item is not None:
+                data["item"] = item
+            env.store.append_event(
+                call.thread_id,
+                "step.retry",
+                key=call.key("step.retry", attempt),
+                stage=info.stage,
+                step=info.name,
+                attempt=attempt,
+                data=data,
+            )
+            env.sleep(wait)
+            attempt += 1
+
+
+def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **extra: Any) -> None:
+    """Record ``step.failed`` and tag ``exc`` with the step so the Runner can name it."""
+    attempt = getattr(exc, "__longtask_attempt__", 1)
+    env.store.append_event(
+        call.thread_id,
+        "step.failed",
+        key=call.key("step.failed", attempt),
+        stage=info.stage,
+        step=info.name,
+        attempt=attempt,
+        data={"error": describe(exc), "type": type(exc).__name__, **extra},
+    )
+    setattr(exc, STEP_ATTR, info.name)
+    if "item" in extra:
+        exc.__longtask_item__ = extra["item"]  # type: ignore[attr-defined]
+
+
+def step_started(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
+    env.store.append_event(
+        call.thread_id, "stage.started", key=f"stage.started/{info.stage}", stage=info.stage
+    )
+    env.store.append_event(
+        call.thread_id,
+        "step.started",
+        key=call.key("step.started"),
+        stage=info.stage,
+        step=info.name,
+        attempt=1,
+    )
+
+
 def function_node(
     step: FunctionStep, info: StepInfo, env: StepEnv
 ) -> Callable[[dict[str, Any], RunnableConfig], dict[str, Any]]:
-    retry = step.retry
-    max_attempts = retry.max_attempts if retry else 1
     channel = result_channel(step.name)
 
     def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         call = NodeCall.from_config(config)
-        store = env.store
-        store.append_event(
-            call.thread_id, "stage.started", key=f"stage.started/{info.stage}", stage=info.stage
-        )
-        attempt = 1
-        while True:
-            store.append_event(
-                call.thread_id,
-                "step.started",
-                key=call.key("step.started", attempt),
-                stage=info.stage,
-                step=step.name,
-                attempt=attempt,
-            )
+        step_started(env, call, info)
+        started = time.monotonic()
+
+        def attempt_fn(attempt: int) -> Any:
             ctx = StepContext(
                 thread_id=call.thread_id,
                 info=info,
@@ -127,52 +199,26 @@ def function_node(
                 codec=env.codec,
                 inputs_model=env.inputs_model,
             )
-            started = time.monotonic()
-            try:
-                value = _call(step.fn, ctx, step.timeout)
-                update = {channel: env.codec.encode(value, f"the result of step {step.name!r}")}
-            except GraphBubbleUp:
-                # interrupt() and friends are control flow, not failures.
-                raise
-            except Exception as exc:
-                error = _describe(exc)
-                if attempt < max_attempts and retry is not None:
-                    wait = retry.wait_before(attempt + 1)
-                    if retry.jitter:
-                        wait += random.uniform(0, wait * 0.1)
-                    store.append_event(
-                        call.thread_id,
-                        "step.retry",
-                        key=call.key("step.retry", attempt),
-                        stage=info.stage,
-                        step=step.name,
-                        attempt=attempt,
-                        data={"error": error, "wait": round(wait, 3), "next_attempt": attempt + 1},
-                    )
-                    env.sleep(wait)
-                    attempt += 1
-                    continue
-                store.append_event(
-                    call.thread_id,
-                    "step.failed",
-                    key=call.key("step.failed", attempt),
-                    stage=info.stage,
-                    step=step.name,
-                    attempt=attempt,
-                    data={"error": error, "type": type(exc).__name__},
-                )
-                setattr(exc, STEP_ATTR, step.name)
-                raise
-            store.append_event(
-                call.thread_id,
-                "step.completed",
-                key=call.key("step.completed", attempt),
-                stage=info.stage,
-                step=step.name,
-                attempt=attempt,
-                data={"duration": round(time.monotonic() - started, 6)},
-            )
-            return update
+            value = call_step(step.fn, (ctx,), step.timeout, f"step {step.name!r}")
+            return env.codec.encode(value, f"the result of step {step.name!r}")
+
+        try:
+            encoded, attempt = with_retries(env, call, info, step.retry, attempt_fn)
+        except GraphBubbleUp:
+            raise
+        except Exception as exc:
+            step_failed(env, call, info, exc)
+            raise
+        env.store.append_event(
+            call.thread_id,
+            "step.completed",
+            key=call.key("step.completed"),
+            stage=info.stage,
+            step=step.name,
+            attempt=attempt,
+            data={"duration": round(time.monotonic() - started, 6)},
+        )
+        return {channel: encoded}
 
     node.__name__ = step.name
     return node

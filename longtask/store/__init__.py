@@ -1,5 +1,6 @@
 """longtask's own tables beside the checkpoints: threads, events, blobs."""
 
+from longtask.store._maps import MapItem, MapProgress
 from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
     THREAD_STATUSES,
@@ -16,6 +17,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "THREAD_STATUSES",
     "Event",
+    "MapItem",
+    "MapProgress",
     "PostgresStore",
     "SqliteStore",
     "Store",

@@ -58,6 +58,29 @@ MIGRATIONS: list[list[str]] = [
             created_at {real} NOT NULL
         )""",
     ],
+    # 2: map steps: one row per map run (keyed by a digest of its inputs) and per item
+    [
+        """CREATE TABLE longtask_maps (
+            thread_id TEXT NOT NULL,
+            step TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            total INTEGER NOT NULL,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (thread_id, step, digest)
+        )""",
+        """CREATE TABLE longtask_map_items (
+            thread_id TEXT NOT NULL,
+            step TEXT NOT NULL,
+            digest TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            status TEXT NOT NULL,
+            result TEXT,
+            model TEXT,
+            error TEXT,
+            updated_at {real} NOT NULL,
+            PRIMARY KEY (thread_id, step, digest, idx)
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import SchemaVersionError, ThreadExists
+from longtask.store._maps import MapTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ _THREAD_COLS = (
 )
 
 
-class Store(ABC):
+class Store(MapTables, ABC):
     dialect: Dialect
 
     # -- driver ------------------------------------------------------------------------------
@@ -118,7 +119,7 @@ class Store(ABC):
     @abstractmethod
     def _table_exists(self, name: str) -> bool: ...
 
-    def close(self) -> None:  # noqa: B027  # optional hook
+    def close(self) -> None:  # optional hook
         pass
 
     # -- schema ------------------------------------------------------------------------------
