@@ -38,7 +38,12 @@ def print_status(out: Console, st: ThreadStatus) -> None:
     )
     stages: dict[str, list[str]] = {}
     for step in st.steps:
-        stages.setdefault(step.stage, []).append(f"{MARKS[step.state]} {escape(step.name)}")
+        label = f"{MARKS[step.state]} {escape(step.name)}"
+        if step.items_total is not None:
+            label += f" {step.items_done}/{step.items_total}"
+            if step.items_failed:
+                label += f" [red]({len(step.items_failed)} failed)[/red]"
+        stages.setdefault(step.stage, []).append(label)
     for stage, items in stages.items():
         states = {s.state for s in st.steps if s.stage == stage}
         mark = MARKS[
@@ -53,10 +58,17 @@ def print_status(out: Console, st: ThreadStatus) -> None:
         out.print(f"{mark} {escape(stage)}")
         out.print("    " + "   ".join(items))
     if st.error:
+        item = f" item {st.error['item']}" if "item" in st.error else ""
         out.print(
-            f"[red]error[/red] in step {escape(str(st.error.get('step')))}: "
+            f"[red]error[/red] in step {escape(str(st.error.get('step')))}{item}: "
             f"{escape(str(st.error.get('type')))}: {escape(str(st.error.get('message')))}"
         )
+    for step in st.steps:
+        for failed in (step.items_failed or [])[:5]:
+            out.print(
+                f"  {escape(step.name)} item {failed['index']} failed: "
+                f"{escape(str(failed.get('error')))}"
+            )
     if st.status == "failed" or (st.status == "running" and not st.active):
         out.print(f"continue with: longtask resume {escape(st.thread_id)}")
 
