@@ -35,6 +35,9 @@ class StepEnv:
     codec: ValueCodec
     inputs_model: type[BaseModel] | None = None
     sleep: Callable[[float], None] = field(default=time.sleep)
+    #: once-per-thread event keys this process has already stored (saves a round trip
+    #: per step for the stage.started of every parallel sibling)
+    emitted: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -167,9 +170,10 @@ def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **
 
 
 def step_started(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
-    env.store.append_event(
-        call.thread_id, "stage.started", key=f"stage.started/{info.stage}", stage=info.stage
-    )
+    stage_key = f"stage.started/{info.stage}"
+    if f"{call.thread_id}/{stage_key}" not in env.emitted:
+        env.store.append_event(call.thread_id, "stage.started", key=stage_key, stage=info.stage)
+        env.emitted.add(f"{call.thread_id}/{stage_key}")
     env.store.append_event(
         call.thread_id,
         "step.started",
