@@ -76,7 +76,11 @@ class StepContext:
     @property
     def inputs(self) -> Any:
         if self._inputs is None:
-            raw = self._codec.decode(self._state.get(INPUTS_CHANNEL)) or {}
+            env = self._state.get(INPUTS_CHANNEL)
+            if self._inputs_model is not None and isinstance(env, dict):
+                # The task's own model rebuilds them; no need to import the stored class.
+                env = {k: v for k, v in env.items() if k != "model"}
+            raw = self._codec.decode(env) or {}
             self._inputs = self._inputs_model.model_validate(raw) if self._inputs_model else raw
         return self._inputs
 
@@ -99,12 +103,16 @@ class StepContext:
                 f"dependencies (available: {deps}). Add it to after=[...] or move the step "
                 "to a later stage."
             )
-        if name not in self._decoded:
-            channel = result_channel(name)
-            if channel not in self._state:
-                raise ResultNotAvailable(f"step {name!r} has no stored result")
-            self._decoded[name] = self._codec.decode(self._state[channel])
-        value = self._decoded[name]
+        channel = result_channel(name)
+        if channel not in self._state:
+            raise ResultNotAvailable(f"step {name!r} has no stored result")
+        if type is not None:
+            # With a target type the stored class need not be importable here.
+            value = self._codec.decode(self._state[channel], strict=False)
+        else:
+            if name not in self._decoded:
+                self._decoded[name] = self._codec.decode(self._state[channel])
+            value = self._decoded[name]
         if type is None:
             return value
         if isinstance(value, BaseModel) and isinstance(value, type):
