@@ -280,7 +280,9 @@ def _dispatch(argv: list[str] | None) -> int:
     from longtask.errors import LongTaskError
 
     args = list(sys.argv[1:] if argv is None else argv)
+    # --debug is accepted anywhere on the line, not only before the command.
     debug = "--debug" in args
+    args = [a for a in args if a != "--debug"]
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     command = typer.main.get_command(app)
     try:

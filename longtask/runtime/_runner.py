@@ -152,25 +152,30 @@ class Runner:
         """
         rec = self._thread(thread_id)
         task = task or self._load(rec)
-        if (
-            command is None
-            and rec.status in ("completed", "cancelled")
-            # update_state on the graph may have scheduled more work since
-            and not self.graph(task).get_state(_config(thread_id)).next
-        ):
-            raise NothingToResume(thread_id, rec.status)
-        if task.definition_hash != rec.definition_hash:
-            new = definition_summary(task)
-            if not allow_changed_definition:
-                raise DefinitionChanged(
-                    thread_id,
-                    rec.definition_hash,
-                    task.definition_hash,
-                    definition_changes(rec.definition, new),
-                )
-            self.db.store.update_definition(thread_id, task.definition_hash, new)
         graph_input: Any = self._translate(task, command) if command is not None else None
-        self._advance(rec, task, graph_input, first=False)
+
+        def check(current: ThreadRecord) -> None:
+            # Runs under the thread's lock, on a fresh read: another process may have
+            # finished the thread while this one was loading the task.
+            if (
+                command is None
+                and current.status in ("completed", "cancelled")
+                # update_state on the graph may have scheduled more work since
+                and not self.graph(task).get_state(_config(thread_id)).next
+            ):
+                raise NothingToResume(thread_id, current.status)
+            if task.definition_hash != current.definition_hash:
+                new = definition_summary(task)
+                if not allow_changed_definition:
+                    raise DefinitionChanged(
+                        thread_id,
+                        current.definition_hash,
+                        task.definition_hash,
+                        definition_changes(current.definition, new),
+                    )
+                self.db.store.update_definition(thread_id, task.definition_hash, new)
+
+        self._advance(rec, task, graph_input, first=False, check=check)
         return thread_id
 
     def _validate_inputs(self, task: LongTask, inputs: Mapping[str, Any] | BaseModel | None) -> Any:
@@ -226,11 +231,22 @@ class Runner:
             )
         return load_task(rec.task_ref)
 
-    def _advance(self, rec: ThreadRecord, task: LongTask, graph_input: Any, *, first: bool) -> None:
+    def _advance(
+        self,
+        rec: ThreadRecord,
+        task: LongTask,
+        graph_input: Any,
+        *,
+        first: bool,
+        check: Callable[[ThreadRecord], None] | None = None,
+    ) -> None:
         store = self.db.store
         thread_id = rec.thread_id
         graph = self.graph(task)
         with self.db.lock(thread_id):
+            if check is not None:
+                rec = self._thread(thread_id)
+                check(rec)
             run = store.set_status(thread_id, "running", new_run=True)
             config = _config(thread_id, run)
             config["max_concurrency"] = _concurrency(task)

@@ -122,7 +122,6 @@ task = LongTask(
     name="crash_twenty",
     version="1",
     stages=[
-        Stage(stage, [function_step(_step, name=name) for name in names])
-        for stage, names in LAYOUT
+        Stage(stage, [function_step(_step, name=name) for name in names]) for stage, names in LAYOUT
     ],
 )

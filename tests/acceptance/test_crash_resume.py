@@ -10,9 +10,9 @@ from pathlib import Path
 import counter
 import crash_task
 import pytest
+from conftest import run_cli
 
 from longtask import Runner
-from conftest import run_cli
 
 HERE = Path(__file__).resolve().parent
 TASK_REF = f"{HERE / 'crash_task.py'}:task"
@@ -33,9 +33,7 @@ def _wait_inactive(db_url: str, thread_id: str) -> None:
 
 
 @pytest.mark.parametrize("crash_at", CRASH_POINTS)
-def test_crash_then_resume_runs_every_step_once(
-    db_url: str, tmp_path: Path, crash_at: str
-) -> None:
+def test_crash_then_resume_runs_every_step_once(db_url: str, tmp_path: Path, crash_at: str) -> None:
     assert crash_at in crash_task.STEP_NAMES
     thread = f"crash-{crash_at}"
     counter_db = tmp_path / "calls.db"
@@ -48,8 +46,14 @@ def test_crash_then_resume_runs_every_step_once(
 
     # 1. The run dies in the middle of step `crash_at`.
     first = run_cli(
-        "run", TASK_REF, "--thread", thread, "--input", json.dumps({"seed": SEED}),
-        db=db_url, env=env,
+        "run",
+        TASK_REF,
+        "--thread",
+        thread,
+        "--input",
+        json.dumps({"seed": SEED}),
+        db=db_url,
+        env=env,
     )
     assert first.returncode != 0, first.stdout + first.stderr
     assert marker.exists(), f"the process did not crash at {crash_at}:\n{first.stderr}"
