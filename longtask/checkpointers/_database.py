@@ -91,20 +91,17 @@ class SqliteDatabase(Database):
         self.path = url.path
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            saver_conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            store_conn = sqlite3.connect(
-                self.path, check_same_thread=False, timeout=30, isolation_level=None
-            )
-            for conn in (saver_conn, store_conn):
-                # WAL lets `status` and `events` read while another process writes.
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA busy_timeout=30000")
-                conn.execute("PRAGMA synchronous=NORMAL")
+            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+            # WAL lets `status` and `events` read while another process writes.
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA synchronous=NORMAL")
         except (sqlite3.Error, OSError) as exc:
             raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from exc
-        self.sqlite_saver = SqliteSaver(saver_conn)
+        self.sqlite_saver = SqliteSaver(conn)
         self.saver = self.sqlite_saver
-        self.store = SqliteStore(store_conn)
+        # One connection and one lock for the saver and our tables (see SqliteStore).
+        self.store = SqliteStore(conn, self.sqlite_saver.lock)
         self._lock_dir = self.path.parent / (self.path.name + ".locks")
         if upgrade:
             self.upgrade()
@@ -153,7 +150,6 @@ class SqliteDatabase(Database):
         return False
 
     def close(self) -> None:
-        self.sqlite_saver.conn.close()
         self.store.close()
 
 

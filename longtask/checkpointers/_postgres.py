@@ -34,8 +34,8 @@ class PostgresDatabase(Database):
                 "the URL (--db / $LONGTASK_DB) is right."
             ) from exc
         try:
-            # The saver needs autocommit, dict rows and no server-side prepared statements
-            # (they break behind PgBouncer in transaction mode).
+            # The saver needs autocommit and dict rows. prepare_threshold=0 prepares each
+            # statement on first use, as LangGraph's own from_conn_string does.
             self.pool: ConnectionPool[Any] = ConnectionPool(
                 url.raw,
                 min_size=1,

@@ -32,7 +32,7 @@ from longtask.runtime._views import (
     definition_summary,
 )
 from longtask.steps import INPUTS_CHANNEL, RUN_KEY, STEP_ATTR, StepEnv, result_channel
-from longtask.store import DEFAULT_INLINE_LIMIT, Event, ThreadRecord, ValueCodec
+from longtask.store import DEFAULT_INLINE_LIMIT, Event, NewEvent, ThreadRecord, ValueCodec
 
 _THREAD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 
@@ -55,6 +55,38 @@ def _concurrency(task: LongTask) -> int:
     return max(4, min(64, max(widths)))
 
 
+class StageTracker:
+    """Which stages have completed, kept up to date step by step (no rescans)."""
+
+    def __init__(self, task: LongTask, done: set[str]) -> None:
+        self._stage_of = {step.name: stage.name for stage, step in task.iter_steps()}
+        self._left = {
+            stage.name: sum(1 for s in stage.steps if s.name not in done) for stage in task.stages
+        }
+        self._done = set(done)
+
+    def completed_events(self, thread_id: str) -> list[NewEvent]:
+        return [
+            NewEvent(thread_id, "stage.completed", f"stage.completed/{stage}", stage=stage)
+            for stage, left in self._left.items()
+            if left == 0
+        ]
+
+    def finish(self, thread_id: str, steps: Iterable[str]) -> list[NewEvent]:
+        events = []
+        for step in steps:
+            if step in self._done:
+                continue
+            self._done.add(step)
+            stage = self._stage_of[step]
+            self._left[stage] -= 1
+            if self._left[stage] == 0:
+                events.append(
+                    NewEvent(thread_id, "stage.completed", f"stage.completed/{stage}", stage=stage)
+                )
+        return events
+
+
 class Runner:
     """Starts, resumes and inspects LongTask threads in one database.
 
@@ -74,7 +106,9 @@ class Runner:
         self.db = db if isinstance(db, Database) else Database.open(db)
         self.codec = ValueCodec(self.db.store, inline_limit)
         self.on_update = on_update
-        self._graphs: dict[int, tuple[LongTask, CompiledStateGraph[Any, Any, Any, Any]]] = {}
+        self._graphs: dict[
+            int, tuple[LongTask, StepEnv, CompiledStateGraph[Any, Any, Any, Any]]
+        ] = {}
 
     def close(self) -> None:
         if self._owns_db:
@@ -93,13 +127,16 @@ class Runner:
         It is a plain LangGraph graph: ``get_state``, ``get_state_history``,
         ``update_state`` and ``Command`` work on it with ``{"configurable":
         {"thread_id": ...}}``."""
+        return self._compiled(task)[1]
+
+    def _compiled(self, task: LongTask) -> tuple[StepEnv, CompiledStateGraph[Any, Any, Any, Any]]:
         cached = self._graphs.get(id(task))
         if cached is None or cached[0] is not task:
             env = StepEnv(store=self.db.store, codec=self.codec, inputs_model=task.inputs)
             compiled = build_graph(task, env).compile(checkpointer=self.db.saver, name=task.name)
-            cached = (task, compiled)
+            cached = (task, env, compiled)
             self._graphs[id(task)] = cached
-        return cached[1]
+        return cached[1], cached[2]
 
     # -- running -----------------------------------------------------------------------------
 
@@ -242,7 +279,7 @@ class Runner:
     ) -> None:
         store = self.db.store
         thread_id = rec.thread_id
-        graph = self.graph(task)
+        env, graph = self._compiled(task)
         with self.db.lock(thread_id):
             if check is not None:
                 rec = self._thread(thread_id)
@@ -260,49 +297,68 @@ class Runner:
             elif graph_input is None and self.db.saver.get_tuple(_config(thread_id)) is None:
                 # The first run died before LangGraph stored its input checkpoint.
                 graph_input = {INPUTS_CHANNEL: rec.inputs}
+            try:
+                self._stream(env, graph, task, thread_id, graph_input, config, run)
+            finally:
+                env.flush(thread_id)
+                env.forget(thread_id)
+
+    def _stream(
+        self,
+        env: StepEnv,
+        graph: CompiledStateGraph[Any, Any, Any, Any],
+        task: LongTask,
+        thread_id: str,
+        graph_input: Any,
+        config: RunnableConfig,
+        run: int,
+    ) -> None:
+        store = self.db.store
+        done = self._done_steps(thread_id)
+        stages = StageTracker(task, done)
+        # Idempotent: repairs a stage event lost to a crash in an earlier run.
+        env.flush(thread_id, stages.completed_events(thread_id))
+        while True:
+            try:
+                for chunk in graph.stream(
+                    graph_input, config, durability="sync", stream_mode="updates"
+                ):
+                    finished = [n for n in chunk if n in task.steps]
+                    done.update(finished)
+                    # One statement for the super-step's completions and stage events.
+                    env.flush(thread_id, stages.finish(thread_id, finished))
+                    if finished and self.on_update:
+                        self.on_update(thread_id, finished)
+            except Exception as exc:
+                env.flush(thread_id)
+                self._failed(thread_id, run, exc)
+            snapshot = graph.get_state(_config(thread_id))
+            if snapshot.next:
+                status = "waiting_user" if snapshot.interrupts else "running"
+                store.set_status(thread_id, status)
+                return
+            # Steps added by a definition change never got their trigger in the old
+            # graph: start those whose dependencies are done.
             done = self._done_steps(thread_id)
-            stages_done: set[str] = set()
-            # Idempotent: repairs a stage event lost to a crash in an earlier run.
-            self._stage_events(thread_id, task, done, stages_done)
-            while True:
-                try:
-                    for chunk in graph.stream(
-                        graph_input, config, durability="sync", stream_mode="updates"
-                    ):
-                        finished = [n for n in chunk if n in task.steps]
-                        done.update(finished)
-                        self._stage_events(thread_id, task, done, stages_done)
-                        if finished and self.on_update:
-                            self.on_update(thread_id, finished)
-                except Exception as exc:
-                    self._failed(thread_id, run, exc)
-                snapshot = graph.get_state(_config(thread_id))
-                if snapshot.next:
-                    status = "waiting_user" if snapshot.interrupts else "running"
-                    store.set_status(thread_id, status)
-                    return
-                # Steps added by a definition change never got their trigger in the old
-                # graph: start those whose dependencies are done.
-                done = self._done_steps(thread_id)
-                ready = [
-                    name
-                    for name, info in task.layout.items()
-                    if name not in done and all(d in done for d in info.depends_on)
-                ]
-                if not ready:
-                    break
-                graph_input = Command(goto=ready)
-            missing = [name for name in task.steps if name not in done]
-            if missing:
-                error = {
-                    "step": missing[0],
-                    "type": "NotRun",
-                    "message": f"steps never ran: {', '.join(missing)}",
-                }
-                store.set_status(thread_id, "failed", error=error)
-                raise StepFailed(thread_id, missing[0], error["message"])
-            store.set_status(thread_id, "completed")
-            store.append_event(thread_id, "longtask.completed", key="longtask.completed")
+            ready = [
+                name
+                for name, info in task.layout.items()
+                if name not in done and all(d in done for d in info.depends_on)
+            ]
+            if not ready:
+                break
+            graph_input = Command(goto=ready)
+        missing = [name for name in task.steps if name not in done]
+        if missing:
+            error = {
+                "step": missing[0],
+                "type": "NotRun",
+                "message": f"steps never ran: {', '.join(missing)}",
+            }
+            store.set_status(thread_id, "failed", error=error)
+            raise StepFailed(thread_id, missing[0], error["message"])
+        store.set_status(thread_id, "completed")
+        store.append_event(thread_id, "longtask.completed", key="longtask.completed")
 
     def _failed(self, thread_id: str, run: int, exc: Exception) -> NoReturn:
         step = getattr(exc, STEP_ATTR, None)
@@ -317,19 +373,6 @@ class Runner:
             raise exc
         where = f" (item {error['item']})" if "item" in error else ""
         raise StepFailed(thread_id, step, f"{error['type']}: {error['message']}{where}") from exc
-
-    def _stage_events(
-        self, thread_id: str, task: LongTask, done: set[str], stages_done: set[str]
-    ) -> None:
-        for stage in task.stages:
-            if stage.name not in stages_done and all(s.name in done for s in stage.steps):
-                stages_done.add(stage.name)
-                self.db.store.append_event(
-                    thread_id,
-                    "stage.completed",
-                    key=f"stage.completed/{stage.name}",
-                    stage=stage.name,
-                )
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from longtask.errors import StepTimeout
 from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.steps._context import StepContext, result_channel
-from longtask.store import Store, ValueCodec
+from longtask.store import NewEvent, Store, ValueCodec
 
 #: attribute set on an exception raised by a step, naming the step (read by the Runner)
 STEP_ATTR = "__longtask_step__"
@@ -35,9 +35,36 @@ class StepEnv:
     codec: ValueCodec
     inputs_model: type[BaseModel] | None = None
     sleep: Callable[[float], None] = field(default=time.sleep)
-    #: once-per-thread event keys this process has already stored (saves a round trip
-    #: per step for the stage.started of every parallel sibling)
-    emitted: set[str] = field(default_factory=set)
+    #: events that may wait for the end of the super-step (completions): the Runner writes
+    #: them in one statement with its own, instead of one round trip each
+    _pending: dict[str, list[NewEvent]] = field(default_factory=dict)
+    #: once-per-thread event keys this process has stored (stage.started of each sibling)
+    _emitted: dict[str, set[str]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def defer(self, event: NewEvent) -> None:
+        with self._lock:
+            self._pending.setdefault(event.thread_id, []).append(event)
+
+    def flush(self, thread_id: str, extra: list[NewEvent] | None = None) -> None:
+        """Write the deferred events of ``thread_id`` (and ``extra``) in one statement."""
+        with self._lock:
+            events = self._pending.pop(thread_id, [])
+        self.store.append_events(events + (extra or []))
+
+    def first_time(self, thread_id: str, key: str) -> bool:
+        """True once per thread and key in this process (until ``forget``)."""
+        with self._lock:
+            seen = self._emitted.setdefault(thread_id, set())
+            if key in seen:
+                return False
+            seen.add(key)
+            return True
+
+    def forget(self, thread_id: str) -> None:
+        with self._lock:
+            self._emitted.pop(thread_id, None)
+            self._pending.pop(thread_id, None)
 
 
 @dataclass(frozen=True)
@@ -170,17 +197,40 @@ def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **
 
 
 def step_started(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
+    """``step.started`` (and the stage's ``stage.started`` the first time), written before
+    the step runs: a crash mid-step still shows what was running."""
+    events = []
     stage_key = f"stage.started/{info.stage}"
-    if f"{call.thread_id}/{stage_key}" not in env.emitted:
-        env.store.append_event(call.thread_id, "stage.started", key=stage_key, stage=info.stage)
-        env.emitted.add(f"{call.thread_id}/{stage_key}")
-    env.store.append_event(
-        call.thread_id,
-        "step.started",
-        key=call.key("step.started"),
-        stage=info.stage,
-        step=info.name,
-        attempt=1,
+    if env.first_time(call.thread_id, stage_key):
+        events.append(NewEvent(call.thread_id, "stage.started", stage_key, stage=info.stage))
+    events.append(
+        NewEvent(
+            call.thread_id,
+            "step.started",
+            call.key("step.started"),
+            stage=info.stage,
+            step=info.name,
+            attempt=1,
+        )
+    )
+    env.store.append_events(events)
+
+
+def step_completed(
+    env: StepEnv, call: NodeCall, info: StepInfo, attempt: int | None, data: dict[str, Any]
+) -> None:
+    # Deferred: written by the Runner with the super-step's other events. If the process
+    # dies first, the step's checkpoint is lost with it and the step runs (and reports) again.
+    env.defer(
+        NewEvent(
+            call.thread_id,
+            "step.completed",
+            call.key("step.completed"),
+            stage=info.stage,
+            step=info.name,
+            attempt=attempt,
+            data=data,
+        )
     )
 
 
@@ -213,15 +263,7 @@ def function_node(
         except Exception as exc:
             step_failed(env, call, info, exc)
             raise
-        env.store.append_event(
-            call.thread_id,
-            "step.completed",
-            key=call.key("step.completed"),
-            stage=info.stage,
-            step=step.name,
-            attempt=attempt,
-            data={"duration": round(time.monotonic() - started, 6)},
-        )
+        step_completed(env, call, info, attempt, {"duration": round(time.monotonic() - started, 6)})
         return {channel: encoded}
 
     node.__name__ = step.name

@@ -37,6 +37,7 @@ from longtask.steps._function import (
     StepEnv,
     call_step,
     describe,
+    step_completed,
     step_failed,
     step_started,
     with_retries,
@@ -120,13 +121,12 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
             return _wave(m, missing[: step.max_parallel], state, {})
         result = _assemble(step, rows, env, m)
         progress = _progress(env, call, info, step.name, digest, wave=total)
-        env.store.append_event(
-            call.thread_id,
-            "step.completed",
-            key=call.key("step.completed"),
-            stage=info.stage,
-            step=step.name,
-            data={"items": total, "failed": len(progress.failed) if progress else 0},
+        step_completed(
+            env,
+            call,
+            info,
+            None,
+            {"items": total, "failed": len(progress.failed) if progress else 0},
         )
         update = {
             result_channel(step.name): env.codec.encode(result, f"the result of step {step.name!r}")

@@ -5,6 +5,7 @@ from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
     THREAD_STATUSES,
     Event,
+    NewEvent,
     PostgresStore,
     SqliteStore,
     Store,
@@ -19,6 +20,7 @@ __all__ = [
     "Event",
     "MapItem",
     "MapProgress",
+    "NewEvent",
     "PostgresStore",
     "SqliteStore",
     "Store",
