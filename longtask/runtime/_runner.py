@@ -32,7 +32,14 @@ from longtask.runtime._views import (
     definition_summary,
 )
 from longtask.steps import INPUTS_CHANNEL, RUN_KEY, STEP_ATTR, StepEnv, result_channel
-from longtask.store import DEFAULT_INLINE_LIMIT, Event, NewEvent, ThreadRecord, ValueCodec
+from longtask.store import (
+    DEFAULT_INLINE_LIMIT,
+    Event,
+    EventWriter,
+    NewEvent,
+    ThreadRecord,
+    ValueCodec,
+)
 
 _THREAD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 
@@ -105,14 +112,18 @@ class Runner:
         self._owns_db = not isinstance(db, Database)
         self.db = db if isinstance(db, Database) else Database.open(db)
         self.codec = ValueCodec(self.db.store, inline_limit)
+        self.events_writer = EventWriter(self.db.store)
         self.on_update = on_update
         self._graphs: dict[
             int, tuple[LongTask, StepEnv, CompiledStateGraph[Any, Any, Any, Any]]
         ] = {}
 
     def close(self) -> None:
-        if self._owns_db:
-            self.db.close()
+        try:
+            self.events_writer.close()
+        finally:
+            if self._owns_db:
+                self.db.close()
 
     def __enter__(self) -> Runner:
         return self
@@ -132,7 +143,12 @@ class Runner:
     def _compiled(self, task: LongTask) -> tuple[StepEnv, CompiledStateGraph[Any, Any, Any, Any]]:
         cached = self._graphs.get(id(task))
         if cached is None or cached[0] is not task:
-            env = StepEnv(store=self.db.store, codec=self.codec, inputs_model=task.inputs)
+            env = StepEnv(
+                store=self.db.store,
+                codec=self.codec,
+                events=self.events_writer,
+                inputs_model=task.inputs,
+            )
             compiled = build_graph(task, env).compile(checkpointer=self.db.saver, name=task.name)
             cached = (task, env, compiled)
             self._graphs[id(task)] = cached
@@ -288,20 +304,26 @@ class Runner:
             config = _config(thread_id, run)
             config["max_concurrency"] = _concurrency(task)
             if first:
-                store.append_event(
-                    thread_id,
-                    "longtask.started",
-                    key="longtask.started",
-                    data={"task": task.name, "version": task.version, "hash": task.definition_hash},
+                self.events_writer.put(
+                    NewEvent(
+                        thread_id,
+                        "longtask.started",
+                        "longtask.started",
+                        data={
+                            "task": task.name,
+                            "version": task.version,
+                            "hash": task.definition_hash,
+                        },
+                    )
                 )
             elif graph_input is None and self.db.saver.get_tuple(_config(thread_id)) is None:
                 # The first run died before LangGraph stored its input checkpoint.
                 graph_input = {INPUTS_CHANNEL: rec.inputs}
             try:
-                self._stream(env, graph, task, thread_id, graph_input, config, run)
+                self._stream(env, graph, task, thread_id, graph_input, config, run, first)
             finally:
-                env.flush(thread_id)
                 env.forget(thread_id)
+                self.events_writer.flush()
 
     def _stream(
         self,
@@ -312,12 +334,29 @@ class Runner:
         graph_input: Any,
         config: RunnableConfig,
         run: int,
+        first: bool,
     ) -> None:
         store = self.db.store
+        events = self.events_writer
         done = self._done_steps(thread_id)
         stages = StageTracker(task, done)
-        # Idempotent: repairs a stage event lost to a crash in an earlier run.
-        env.flush(thread_id, stages.completed_events(thread_id))
+        if not first and done:
+            # Events queued but not yet written when an earlier run died are repaired from
+            # the checkpoint (idempotent keys make this safe to repeat).
+            for event in stages.completed_events(thread_id):
+                events.put(event)
+            for name in sorted(done - store.steps_with_event(thread_id, "step.completed")):
+                info = task.layout.get(name)
+                events.put(
+                    NewEvent(
+                        thread_id,
+                        "step.completed",
+                        f"repaired/step.completed/{name}",
+                        stage=info.stage if info else None,
+                        step=name,
+                        data={"repaired": True},
+                    )
+                )
         while True:
             try:
                 for chunk in graph.stream(
@@ -325,12 +364,11 @@ class Runner:
                 ):
                     finished = [n for n in chunk if n in task.steps]
                     done.update(finished)
-                    # One statement for the super-step's completions and stage events.
-                    env.flush(thread_id, stages.finish(thread_id, finished))
+                    for event in stages.finish(thread_id, finished):
+                        events.put(event)
                     if finished and self.on_update:
                         self.on_update(thread_id, finished)
             except Exception as exc:
-                env.flush(thread_id)
                 self._failed(thread_id, run, exc)
             snapshot = graph.get_state(_config(thread_id))
             if snapshot.next:
@@ -357,18 +395,20 @@ class Runner:
             }
             store.set_status(thread_id, "failed", error=error)
             raise StepFailed(thread_id, missing[0], error["message"])
+        events.put(NewEvent(thread_id, "longtask.completed", "longtask.completed"))
+        events.flush()
         store.set_status(thread_id, "completed")
-        store.append_event(thread_id, "longtask.completed", key="longtask.completed")
 
     def _failed(self, thread_id: str, run: int, exc: Exception) -> NoReturn:
         step = getattr(exc, STEP_ATTR, None)
         error = {"step": step, "type": type(exc).__name__, "message": str(exc)[:4000]}
         if hasattr(exc, "__longtask_item__"):
             error["item"] = exc.__longtask_item__
-        self.db.store.set_status(thread_id, "failed", error=error)
-        self.db.store.append_event(
-            thread_id, "longtask.failed", key=f"{run}/longtask.failed", data=error
+        self.events_writer.put(
+            NewEvent(thread_id, "longtask.failed", f"{run}/longtask.failed", data=error)
         )
+        self.events_writer.flush()
+        self.db.store.set_status(thread_id, "failed", error=error)
         if step is None:
             raise exc
         where = f" (item {error['item']})" if "item" in error else ""

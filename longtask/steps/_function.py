@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from longtask.errors import StepTimeout
 from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.steps._context import StepContext, result_channel
-from longtask.store import NewEvent, Store, ValueCodec
+from longtask.store import EventWriter, NewEvent, Store, ValueCodec
 
 #: attribute set on an exception raised by a step, naming the step (read by the Runner)
 STEP_ATTR = "__longtask_step__"
@@ -33,24 +33,37 @@ class StepEnv:
 
     store: Store
     codec: ValueCodec
+    #: events are queued and written by a background thread (see EventWriter)
+    events: EventWriter
     inputs_model: type[BaseModel] | None = None
     sleep: Callable[[float], None] = field(default=time.sleep)
-    #: events that may wait for the end of the super-step (completions): the Runner writes
-    #: them in one statement with its own, instead of one round trip each
-    _pending: dict[str, list[NewEvent]] = field(default_factory=dict)
-    #: once-per-thread event keys this process has stored (stage.started of each sibling)
+    #: once-per-thread event keys this process has queued (stage.started of each sibling)
     _emitted: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def defer(self, event: NewEvent) -> None:
-        with self._lock:
-            self._pending.setdefault(event.thread_id, []).append(event)
-
-    def flush(self, thread_id: str, extra: list[NewEvent] | None = None) -> None:
-        """Write the deferred events of ``thread_id`` (and ``extra``) in one statement."""
-        with self._lock:
-            events = self._pending.pop(thread_id, [])
-        self.store.append_events(events + (extra or []))
+    def emit(
+        self,
+        call: NodeCall,
+        kind: str,
+        key: str,
+        info: StepInfo | None = None,
+        *,
+        stage: str | None = None,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Queue an event about ``info``'s step (or just ``stage``) for the writer thread."""
+        self.events.put(
+            NewEvent(
+                call.thread_id,
+                kind,
+                key,
+                stage=info.stage if info else stage,
+                step=info.name if info else None,
+                attempt=attempt,
+                data=data,
+            )
+        )
 
     def first_time(self, thread_id: str, key: str) -> bool:
         """True once per thread and key in this process (until ``forget``)."""
@@ -64,7 +77,6 @@ class StepEnv:
     def forget(self, thread_id: str) -> None:
         with self._lock:
             self._emitted.pop(thread_id, None)
-            self._pending.pop(thread_id, None)
 
 
 @dataclass(frozen=True)
@@ -166,12 +178,11 @@ def with_retries(
             }
             if item is not None:
                 data["item"] = item
-            env.store.append_event(
-                call.thread_id,
+            env.emit(
+                call,
                 "step.retry",
-                key=call.key("step.retry", attempt),
-                stage=info.stage,
-                step=info.name,
+                call.key("step.retry", item, attempt),
+                info,
                 attempt=attempt,
                 data=data,
             )
@@ -182,12 +193,11 @@ def with_retries(
 def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **extra: Any) -> None:
     """Record ``step.failed`` and tag ``exc`` with the step so the Runner can name it."""
     attempt = getattr(exc, "__longtask_attempt__", 1)
-    env.store.append_event(
-        call.thread_id,
+    env.emit(
+        call,
         "step.failed",
-        key=call.key("step.failed", attempt),
-        stage=info.stage,
-        step=info.name,
+        call.key("step.failed", attempt),
+        info,
         attempt=attempt,
         data={"error": describe(exc), "type": type(exc).__name__, **extra},
     )
@@ -197,41 +207,16 @@ def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **
 
 
 def step_started(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
-    """``step.started`` (and the stage's ``stage.started`` the first time), written before
-    the step runs: a crash mid-step still shows what was running."""
-    events = []
     stage_key = f"stage.started/{info.stage}"
     if env.first_time(call.thread_id, stage_key):
-        events.append(NewEvent(call.thread_id, "stage.started", stage_key, stage=info.stage))
-    events.append(
-        NewEvent(
-            call.thread_id,
-            "step.started",
-            call.key("step.started"),
-            stage=info.stage,
-            step=info.name,
-            attempt=1,
-        )
-    )
-    env.store.append_events(events)
+        env.emit(call, "stage.started", stage_key, stage=info.stage)
+    env.emit(call, "step.started", call.key("step.started"), info, attempt=1)
 
 
 def step_completed(
     env: StepEnv, call: NodeCall, info: StepInfo, attempt: int | None, data: dict[str, Any]
 ) -> None:
-    # Deferred: written by the Runner with the super-step's other events. If the process
-    # dies first, the step's checkpoint is lost with it and the step runs (and reports) again.
-    env.defer(
-        NewEvent(
-            call.thread_id,
-            "step.completed",
-            call.key("step.completed"),
-            stage=info.stage,
-            step=info.name,
-            attempt=attempt,
-            data=data,
-        )
-    )
+    env.emit(call, "step.completed", call.key("step.completed"), info, attempt=attempt, data=data)
 
 
 def function_node(

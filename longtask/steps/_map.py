@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -227,18 +226,16 @@ def _progress(
     progress = env.store.map_progress(call.thread_id, step)
     if progress is None:
         return None
-    env.store.append_event(
-        call.thread_id,
+    env.emit(
+        call,
         "step.progress",
-        key=call.key("step.progress", digest, wave),
-        stage=info.stage,
-        step=step,
+        call.key("step.progress", digest, wave),
+        info,
         data={
             "done": progress.done,
             "total": progress.total,
             "failed": len(progress.failed),
             "failed_items": progress.failed[:5],
-            "at": round(time.time(), 3),
         },
     )
     return progress

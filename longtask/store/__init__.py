@@ -12,12 +12,14 @@ from longtask.store._store import (
     ThreadRecord,
 )
 from longtask.store._values import DEFAULT_INLINE_LIMIT, ValueCodec
+from longtask.store._writer import EventWriter
 
 __all__ = [
     "DEFAULT_INLINE_LIMIT",
     "SCHEMA_VERSION",
     "THREAD_STATUSES",
     "Event",
+    "EventWriter",
     "MapItem",
     "MapProgress",
     "NewEvent",

@@ -297,6 +297,14 @@ class Store(MapTables, ABC):
                 [p for e in batch for p in e.params()],
             )
 
+    def steps_with_event(self, thread_id: str, kind: str) -> set[str]:
+        rows = self._run(
+            "SELECT DISTINCT step FROM longtask_events WHERE thread_id = ? AND kind = ? "
+            "AND step IS NOT NULL",
+            (thread_id, kind),
+        )
+        return {r[0] for r in rows}
+
     def events(
         self,
         thread_id: str,
