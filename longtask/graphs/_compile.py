@@ -10,8 +10,10 @@ finish together run in the same super-step, in parallel.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypedDict
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
 from longtask.model import FunctionStep, LongTask, MapStep
@@ -25,6 +27,23 @@ from longtask.steps import (
     map_nodes,
     result_channel,
 )
+
+
+class NodeFn:
+    """A node callable LangGraph takes as is.
+
+    For a plain function, LangGraph disassembles its code and closure at compile time,
+    looking for subgraphs to wire into the checkpointer (~1 ms per step node here: 0.2 s
+    to compile a 200-step task). Our step nodes never hold a subgraph, and a callable
+    object is not inspected.
+    """
+
+    def __init__(self, fn: Callable[[Any, RunnableConfig], Any]) -> None:
+        self._fn = fn
+        self.__name__ = getattr(fn, "__name__", "node")
+
+    def __call__(self, state: Any, config: RunnableConfig) -> Any:
+        return self._fn(state, config)
 
 
 def state_schema(task: LongTask) -> type[Any]:
@@ -47,16 +66,19 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
         meta = {"longtask_stage": info.stage, "longtask_kind": info.kind}
         entry = step.name
         if isinstance(step, FunctionStep):
-            graph.add_node(step.name, function_node(step, info, env), metadata=meta)  # type: ignore[call-overload]
+            graph.add_node(step.name, NodeFn(function_node(step, info, env)), metadata=meta)
         elif isinstance(step, MapStep):
             # Three nodes whatever the number of items; see longtask.steps._map.
             dispatch, item, finish = map_nodes(step, info, env)
             entry = dispatch_node_name(step.name)
-            graph.add_node(  # type: ignore[call-overload]
-                entry, dispatch, metadata=meta, destinations=(item_node_name(step.name), step.name)
+            graph.add_node(
+                entry,
+                NodeFn(dispatch),
+                metadata=meta,
+                destinations=(item_node_name(step.name), step.name),
             )
-            graph.add_node(item_node_name(step.name), item, metadata=meta)  # type: ignore[call-overload]
-            graph.add_node(step.name, finish, metadata=meta)  # type: ignore[call-overload]
+            graph.add_node(item_node_name(step.name), NodeFn(item), metadata=meta)
+            graph.add_node(step.name, NodeFn(finish), metadata=meta)
             graph.add_edge(item_node_name(step.name), entry)
         else:  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")
