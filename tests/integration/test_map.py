@@ -108,6 +108,7 @@ def test_item_retries_and_parallel_limit(runner: Runner) -> None:
     lock = threading.Lock()
     running = 0
     peak = 0
+    two_at_once = threading.Event()
     failures: Counter[int] = Counter()
 
     def over(ctx: StepContext) -> list[int]:
@@ -119,7 +120,12 @@ def test_item_retries_and_parallel_limit(runner: Runner) -> None:
         with lock:
             running += 1
             peak = max(peak, running)
+            if running >= 2:
+                two_at_once.set()
         try:
+            # Items of a wave run together: each waits (briefly) to see a sibling running,
+            # so the test does not depend on how the machine schedules threads.
+            two_at_once.wait(timeout=2)
             time.sleep(0.01)
             if item % 7 == 0 and failures[item] == 0:
                 failures[item] += 1
