@@ -24,7 +24,16 @@ from longtask.errors import (
     ThreadExists,
     ThreadNotFound,
 )
-from longtask.model import LongTask, Retry, Stage, function_step, map_step
+from longtask.model import (
+    Decision,
+    LongTask,
+    Retry,
+    Stage,
+    approval,
+    function_step,
+    map_step,
+    wait_for,
+)
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner, ThreadStatus
@@ -54,6 +63,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "Command",
     "DatabaseError",
+    "Decision",
     "DefinitionChanged",
     "DefinitionError",
     "InvalidInput",
@@ -75,6 +85,8 @@ __all__ = [
     "ThreadNotFound",
     "ThreadStatus",
     "__version__",
+    "approval",
     "function_step",
     "map_step",
+    "wait_for",
 ]

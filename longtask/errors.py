@@ -33,6 +33,18 @@ class InvalidInput(LongTaskError):
     """A value given by the caller (inputs, a resume value, a CLI argument) is malformed."""
 
 
+def describe_validation(exc: Exception) -> str:
+    """A pydantic ValidationError on one line: ``field: problem; other: problem``."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    parts = []
+    for err in errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "value"
+        parts.append(f"{where}: {err.get('msg')}")
+    return "; ".join(parts)
+
+
 class TaskRefError(LongTaskError):
     """A task reference such as ``examples/quickstart.py:task`` cannot be loaded."""
 

@@ -12,7 +12,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from longtask.cli._output import print_history, print_status, print_threads, status_exit_code
+from longtask.cli._output import (
+    continue_commands,
+    print_history,
+    print_pending,
+    print_status,
+    print_threads,
+    status_exit_code,
+)
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner
@@ -85,10 +92,9 @@ def _finish(runner: Runner, thread_id: str) -> int:
     if status.status == "completed":
         out.print(f"thread {escape(thread_id)} completed ({len(status.steps)} steps)")
     elif code == 3:
-        out.print(
-            f"thread {escape(thread_id)} is paused ({status.status}); "
-            f"continue with: longtask resume {escape(thread_id)} --resume JSON"
-        )
+        out.print(f"thread {escape(thread_id)} is paused ({status.status}); continue with:")
+        for line in continue_commands(status):
+            out.print(f"  {escape(line)}")
     else:
         out.print(f"thread {escape(thread_id)} is {status.status}")
     return code
@@ -148,6 +154,13 @@ def resume(
     goto: Annotated[
         list[str] | None, typer.Option("--goto", help="Step(s) to run next (repeatable).")
     ] = None,
+    interrupt: Annotated[
+        str | None,
+        typer.Option(
+            "--interrupt",
+            help="Which pause --resume answers: its step name or LangGraph interrupt id.",
+        ),
+    ] = None,
     allow_changed_definition: Annotated[
         bool,
         typer.Option(
@@ -160,6 +173,11 @@ def resume(
     """Continue a failed, interrupted or paused thread from its last checkpoint."""
     command = None
     resume_v = _parse_json(resume_value, "--resume")
+    if resume_value is not None and update is None and not goto:
+        # An answer to a pause: checked against what the thread waits for.
+        with _runner(db, on_update=_printer()) as runner:
+            runner.answer(thread_id, resume_v, interrupt=interrupt)
+            raise typer.Exit(_finish(runner, thread_id))
     update_v = _parse_json(update, "--update")
     if update_v is not None and not isinstance(update_v, dict):
         raise typer.BadParameter(
@@ -251,6 +269,95 @@ def events(
                 f"{e.id:>6} {e.ts:%Y-%m-%d %H:%M:%S} {escape(e.kind):<18} "
                 f"{escape(where)}{attempt}{escape(data)}"
             )
+
+
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (checked against approvers).")]
+CommentOpt = Annotated[str | None, typer.Option("--comment", help="A note kept with the decision.")]
+PlanHashOpt = Annotated[
+    str | None,
+    typer.Option("--plan-hash", help="The plan hash you reviewed [default: the pending one]."),
+]
+StepArg = Annotated[
+    str | None, typer.Argument(help="The approval step [default: the only pending one].")
+]
+
+
+@app.command()
+def approve(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    step: StepArg = None,
+    by: ByOpt = ...,  # type: ignore[assignment]
+    comment: CommentOpt = None,
+    plan_hash: PlanHashOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Approve a pending approval and continue the thread."""
+    with _runner(db, on_update=_printer()) as runner:
+        runner.approve(thread_id, step, by=by, comment=comment, plan_hash=plan_hash)
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+@app.command()
+def reject(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    step: StepArg = None,
+    by: ByOpt = ...,  # type: ignore[assignment]
+    comment: CommentOpt = None,
+    plan_hash: PlanHashOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Reject a pending approval; the step's on_reject policy decides what follows."""
+    with _runner(db, on_update=_printer()) as runner:
+        runner.reject(thread_id, step, by=by, comment=comment, plan_hash=plan_hash)
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+@app.command()
+def signal(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    name: Annotated[str, typer.Argument(help="The event: the name of a wait_for step.")],
+    payload: Annotated[
+        str | None, typer.Option("--payload", help="The event's payload as JSON, or @file.")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Deliver an outside event (a CI result, a webhook) to a waiting thread."""
+    value = _parse_json(payload, "--payload")
+    with _runner(db, on_update=_printer()) as runner:
+        runner.signal(thread_id, name, value)
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+@app.command()
+def pending(
+    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """What a paused thread waits for: approvals (plan, hash, deadline) and events."""
+    with _runner(db) as runner:
+        items = runner.pending(thread_id)
+    if json_:
+        print(json.dumps([p.model_dump(mode="json") for p in items], indent=2))
+    else:
+        print_pending(out, thread_id, items)
+
+
+@app.command()
+def tick(
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Act on every approval or wait whose deadline has passed (safe to run from cron)."""
+    with _runner(db) as runner:
+        results = runner.tick(limit=limit)
+    if json_:
+        print(json.dumps([r.__dict__ for r in results], indent=2))
+    else:
+        for r in results:
+            out.print(f"{escape(r.thread_id)} {escape(r.step)}: {escape(r.outcome)}")
+        out.print(f"{len(results)} deadline(s) processed")
 
 
 @db_app.command("upgrade")

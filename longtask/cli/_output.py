@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -11,10 +12,13 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     from longtask.runtime import CheckpointView, ThreadStatus
+    from longtask.runtime._views import Pending
     from longtask.store import ThreadRecord
 
 MARKS = {
     "completed": "[green]✓[/green]",
+    "skipped": "[dim]↷[/dim]",
+    "waiting": "[cyan]⏸[/cyan]",
     "running": "[yellow]●[/yellow]",
     "failed": "[red]✗[/red]",
     "pending": "[dim]○[/dim]",
@@ -48,9 +52,11 @@ def print_status(out: Console, st: ThreadStatus) -> None:
         states = {s.state for s in st.steps if s.stage == stage}
         mark = MARKS[
             "completed"
-            if states == {"completed"}
+            if states <= {"completed", "skipped"}
             else "failed"
             if "failed" in states
+            else "waiting"
+            if "waiting" in states
             else "running"
             if states & {"running", "completed"}
             else "pending"
@@ -71,6 +77,40 @@ def print_status(out: Console, st: ThreadStatus) -> None:
             )
     if st.status == "failed" or (st.status == "running" and not st.active):
         out.print(f"continue with: longtask resume {escape(st.thread_id)}")
+    elif st.waiting:
+        out.print("waiting for:")
+        for line in continue_commands(st):
+            out.print(f"  {escape(line)}")
+
+
+def continue_commands(st: ThreadStatus) -> list[str]:
+    """The exact commands that continue a paused thread."""
+    lines = []
+    for w in st.waiting:
+        if w["kind"] == "approval":
+            who = (w.get("approvers") or ["NAME"])[0]
+            lines.append(f"longtask approve {st.thread_id} {w['step']} --by {who}")
+        else:
+            lines.append(f"longtask signal {st.thread_id} {w['step']} --payload JSON")
+    return lines or [f"longtask resume {st.thread_id} --resume JSON"]
+
+
+def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> None:
+    if not items:
+        out.print(f"thread {escape(thread_id)} is not waiting for anything")
+        return
+    for p in items:
+        req = p.request
+        out.print(f"[bold]{escape(p.step)}[/bold] ({p.kind}, interrupt {p.interrupt_id})")
+        if p.kind == "approval":
+            out.print(f"  plan: {escape(json.dumps(req.get('plan'), indent=2, default=str))}")
+            out.print(f"  plan hash: {req.get('plan_hash')}")
+            if req.get("approvers"):
+                out.print(f"  approvers: {escape(', '.join(req['approvers']))}")
+        elif req.get("schema"):
+            out.print(f"  payload schema: {escape(json.dumps(req['schema']))}")
+        if req.get("deadline"):
+            out.print(f"  deadline: {req['deadline']}")
 
 
 def print_threads(out: Console, threads: Sequence[ThreadRecord]) -> None:

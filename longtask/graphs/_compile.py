@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
-from longtask.model import FunctionStep, LongTask, MapStep
+from longtask.model import FunctionStep, LongTask, MapStep, PauseStep
 from longtask.steps import (
     INPUTS_CHANNEL,
     StepEnv,
@@ -25,6 +25,9 @@ from longtask.steps import (
     item_node_name,
     map_channel,
     map_nodes,
+    pause_nodes,
+    request_channel,
+    request_node_name,
     result_channel,
 )
 
@@ -52,6 +55,8 @@ def state_schema(task: LongTask) -> type[Any]:
         fields[result_channel(name)] = dict[str, Any]
         if isinstance(step, MapStep):
             fields[map_channel(name)] = dict[str, Any]
+        if isinstance(step, PauseStep):
+            fields[request_channel(name)] = dict[str, Any]
     schema: type[Any] = TypedDict(f"{task.name}State", fields, total=False)  # type: ignore[misc]
     return schema
 
@@ -80,6 +85,13 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
             graph.add_node(item_node_name(step.name), NodeFn(item), metadata=meta)
             graph.add_node(step.name, NodeFn(finish), metadata=meta)
             graph.add_edge(item_node_name(step.name), entry)
+        elif isinstance(step, PauseStep):
+            # Two nodes: record the request, then pause on it; see longtask.steps._pause.
+            request, ask = pause_nodes(step, info, env)
+            entry = request_node_name(step.name)
+            graph.add_node(entry, NodeFn(request), metadata=meta)
+            graph.add_node(step.name, NodeFn(ask), metadata=meta, destinations=(entry,))
+            graph.add_edge(entry, step.name)
         else:  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")
         deps = list(info.depends_on)

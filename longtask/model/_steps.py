@@ -266,6 +266,155 @@ def map_step(
     return build if fn is None else build(fn)
 
 
+#: what happens when an approval is rejected or a pause times out: fail the task, count a
+#: timeout as a rejection ("reject", approvals only), or skip ahead to the named later step
+#: (the steps in between are marked skipped and that step runs with the outcome).
+Outcome = str
+
+
+class PauseStep(Step):
+    """A step that waits for a person or an outside system (approval, wait_for)."""
+
+    on_timeout: Outcome = "fail"
+
+    def targets(self) -> dict[str, str]:
+        """Policy name -> step name, for policies that name a step."""
+        return {
+            k: v
+            for k, v in (("on_timeout", self.on_timeout),)
+            if v not in ("fail", "reject", "skip")
+        }
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.on_timeout == "reject" and self.kind != "approval":
+            out.append(f"step {self.name!r}: on_timeout='reject' is only for approvals")
+        if self.on_timeout == "skip" and self.kind == "approval":
+            out.append(
+                f"step {self.name!r}: an approval cannot be skipped on timeout; use "
+                "on_timeout='reject', 'fail' or a later step"
+            )
+        return out
+
+
+class ApprovalStep(PauseStep):
+    """Pauses until a person approves ``plan(ctx)`` (or rejects it).
+
+    ``timeout`` (seconds) is the deadline for an answer, counted from the request;
+    ``valid_for`` (seconds) how long a decision stays good: an older one is not used and a
+    fresh approval is requested instead.
+    """
+
+    kind: Literal["approval"] = "approval"
+    plan: Callable[..., Any] | None = None
+    approvers: tuple[str, ...] | None = None
+    valid_for: float | None = None
+    on_reject: Outcome = "fail"
+
+    @field_validator("valid_for", mode="before")
+    @classmethod
+    def _valid_for_seconds(cls, v: Any) -> Any:
+        return v.total_seconds() if isinstance(v, timedelta) else v
+
+    def targets(self) -> dict[str, str]:
+        out = super().targets()
+        if self.on_reject != "fail":
+            out["on_reject"] = self.on_reject
+        return out
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if self.valid_for is not None and self.valid_for <= 0:
+            out.append(f"step {self.name!r}: valid_for must be greater than 0")
+        if self.approvers is not None and (
+            not self.approvers or not all(isinstance(a, str) and a for a in self.approvers)
+        ):
+            out.append(f"step {self.name!r}: approvers must be a non-empty list of names")
+        if self.on_reject == "reject":
+            out.append(f"step {self.name!r}: on_reject must be 'fail' or a step name")
+        return out
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            **super().spec(),
+            "plan": _qualname(self.plan) if self.plan else None,
+            "approvers": sorted(self.approvers) if self.approvers else None,
+            "valid_for": self.valid_for,
+            "on_reject": self.on_reject,
+            "on_timeout": self.on_timeout,
+        }
+
+
+class WaitStep(PauseStep):
+    """Pauses until an outside event named like the step arrives (``signal``); its payload,
+    validated against ``schema`` when given, becomes the step's result."""
+
+    kind: Literal["wait"] = "wait"
+    schema_: Any = Field(default=None, alias="schema")
+
+    model_config = ConfigDict(
+        frozen=True, arbitrary_types_allowed=True, extra="forbid", populate_by_name=True
+    )
+
+    def spec(self) -> dict[str, Any]:
+        schema = self.schema_
+        if isinstance(schema, type) and issubclass(schema, BaseModel):
+            schema = schema.model_json_schema()
+        return {**super().spec(), "schema": schema, "on_timeout": self.on_timeout}
+
+
+def approval(
+    name: str,
+    *,
+    plan: Callable[..., Any] | None = None,
+    approvers: Sequence[str] | None = None,
+    valid_for: float | timedelta | None = None,
+    timeout: float | timedelta | None = None,
+    on_reject: str = "fail",
+    on_timeout: str = "fail",
+    after: Sequence[str] | str = (),
+) -> ApprovalStep:
+    """A human approval of ``plan(ctx)`` (the plan is computed from earlier results).
+
+    A decision is bound to the plan's hash, may be limited to ``approvers``, must arrive
+    before ``timeout`` seconds and is used only while younger than ``valid_for`` seconds.
+    ``on_reject``: "fail" or a later step to skip ahead to; ``on_timeout``: "fail",
+    "reject" or a later step.
+    """
+    return ApprovalStep(
+        name=name,
+        plan=plan,
+        approvers=tuple(approvers) if approvers is not None else None,
+        valid_for=valid_for,  # type: ignore[arg-type]  # normalised by the validator
+        timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
+        on_reject=on_reject,
+        on_timeout=on_timeout,
+        after=after,  # type: ignore[arg-type]  # normalised by the validator
+    )
+
+
+def wait_for(
+    name: str,
+    *,
+    schema: Any = None,
+    timeout: float | timedelta | None = None,
+    on_timeout: str = "fail",
+    after: Sequence[str] | str = (),
+) -> WaitStep:
+    """Wait for the outside event ``name`` (``Runner.signal`` / ``longtask signal``).
+
+    ``schema`` is a pydantic model or a JSON schema (dict) the payload must match.
+    ``on_timeout``: "fail", "skip" (the result is None) or a later step to skip ahead to.
+    """
+    return WaitStep(
+        name=name,
+        schema=schema,
+        timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
+        on_timeout=on_timeout,
+        after=after,  # type: ignore[arg-type]  # normalised by the validator
+    )
+
+
 class Stage(BaseModel):
     """A group of steps. Every step of a stage runs after every step of the previous stage."""
 

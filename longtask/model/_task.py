@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
 from longtask.errors import DefinitionError
-from longtask.model._steps import Stage, Step
+from longtask.model._steps import PauseStep, Stage, Step
 
 #: Step and stage names become LangGraph node names, state channel names and keys in our
 #: tables, so they are kept to a small, safe alphabet.
@@ -211,6 +211,21 @@ def _problems(task: LongTask) -> Iterator[str]:
                 elif stage_of[dep] == index:
                     graph[step.name].append(dep)
     yield from _cycles(graph)
+    for index, stage in enumerate(task.stages):
+        for step in stage.steps:
+            if not isinstance(step, PauseStep):
+                continue
+            for policy, target in step.targets().items():
+                if target not in stage_of:
+                    yield (
+                        f"step {step.name!r}: {policy}={target!r} is neither 'fail' nor a step "
+                        "of this task"
+                    )
+                elif stage_of[target] <= index:
+                    yield (
+                        f"step {step.name!r}: {policy}={target!r} must name a step in a later "
+                        "stage (execution skips ahead to it)"
+                    )
 
 
 def _cycles(graph: dict[str, list[str]]) -> Iterator[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
 from typing import Any, NoReturn
 
 from langchain_core.runnables import RunnableConfig
@@ -20,9 +21,12 @@ from longtask.errors import (
     StepFailed,
     TaskRefError,
     ThreadNotFound,
+    describe_validation,
 )
 from longtask.graphs import build_graph
-from longtask.model import LongTask, MapStep
+from longtask.model import LongTask, MapStep, PauseStep
+from longtask.model._decision import utcnow
+from longtask.runtime._pauses import PauseMixin, pending_from
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
     CheckpointView,
@@ -54,12 +58,43 @@ def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
     return {"configurable": conf}
 
 
+def _finished(task: LongTask, node: str, update: Any) -> bool:
+    """Whether a node's update in the stream finishes its step (a pause node that asks
+    again, or a map's helper nodes, do not)."""
+    step = task.steps.get(node)
+    if step is None:
+        return False
+    if isinstance(step, MapStep):
+        return True  # the map's own node runs once, after every item
+    return isinstance(update, dict) and result_channel(node) in update
+
+
 def _concurrency(task: LongTask) -> int:
     """Threads LangGraph may use for one super-step: the widest stage or map wave (its
     default is the machine's core count + 4, which would cap a wide stage on a small box)."""
     widths = [len(stage.steps) for stage in task.stages]
     widths += [s.max_parallel for s in task.steps.values() if isinstance(s, MapStep)]
     return max(4, min(64, max(widths)))
+
+
+def _done_in(tup: Any) -> set[str]:
+    if tup is None:
+        return set()
+    channels = set(tup.checkpoint.get("channel_versions", {}))
+    channels.update(c for _, c, _ in tup.pending_writes or ())
+    return {c[4:] for c in channels if c.startswith("out.")}
+
+
+def _skipped_in(tup: Any) -> set[str]:
+    if tup is None:
+        return set()
+    values = dict(tup.checkpoint.get("channel_values", {}))
+    values.update({c: v for _, c, v in tup.pending_writes or ()})
+    return {
+        c[4:]
+        for c, v in values.items()
+        if c.startswith("out.") and isinstance(v, dict) and v.get("skipped")
+    }
 
 
 class StageTracker:
@@ -94,7 +129,7 @@ class StageTracker:
         return events
 
 
-class Runner:
+class Runner(PauseMixin):
     """Starts, resumes and inspects LongTask threads in one database.
 
     ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
@@ -108,12 +143,15 @@ class Runner:
         *,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         on_update: UpdateHook | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self._owns_db = not isinstance(db, Database)
         self.db = db if isinstance(db, Database) else Database.open(db)
         self.codec = ValueCodec(self.db.store, inline_limit)
         self.events_writer = EventWriter(self.db.store)
         self.on_update = on_update
+        #: the time, for deadlines and decision validity (inject one to test)
+        self.clock: Callable[[], datetime] = clock or utcnow
         self._graphs: dict[
             int, tuple[LongTask, StepEnv, CompiledStateGraph[Any, Any, Any, Any]]
         ] = {}
@@ -148,6 +186,8 @@ class Runner:
                 codec=self.codec,
                 events=self.events_writer,
                 inputs_model=task.inputs,
+                clock=self.clock,
+                pauses=frozenset(n for n, s in task.steps.items() if isinstance(s, PauseStep)),
             )
             compiled = build_graph(task, env).compile(checkpointer=self.db.saver, name=task.name)
             cached = (task, env, compiled)
@@ -197,6 +237,7 @@ class Runner:
         *,
         task: LongTask | None = None,
         allow_changed_definition: bool = False,
+        expect_interrupt: str | None = None,
     ) -> str:
         """Continue a failed, interrupted or paused thread from its last checkpoint.
 
@@ -217,6 +258,13 @@ class Runner:
                 and not self.graph(task).get_state(_config(thread_id)).next
             ):
                 raise NothingToResume(thread_id, current.status)
+            if expect_interrupt is not None:
+                snapshot = self.graph(task).get_state(_config(thread_id))
+                if expect_interrupt not in {p.interrupt_id for p in pending_from(snapshot)}:
+                    raise InvalidInput(
+                        f"thread {thread_id!r} is no longer waiting for that answer (another "
+                        "process answered it); see `longtask pending`"
+                    )
             if task.definition_hash != current.definition_hash:
                 new = definition_summary(task)
                 if not allow_changed_definition:
@@ -247,7 +295,8 @@ class Runner:
             return task.inputs.model_validate(raw)
         except ValidationError as exc:
             raise InvalidInput(
-                f"inputs for task {task.name!r} do not match {task.inputs.__name__}:\n{exc}"
+                f"inputs for task {task.name!r} do not match {task.inputs.__name__}: "
+                f"{describe_validation(exc)}"
             ) from exc
 
     def _translate(self, task: LongTask, command: Command[Any]) -> Command[Any]:
@@ -362,7 +411,7 @@ class Runner:
                 for chunk in graph.stream(
                     graph_input, config, durability="sync", stream_mode="updates"
                 ):
-                    finished = [n for n in chunk if n in task.steps]
+                    finished = [n for n, u in chunk.items() if _finished(task, n, u)]
                     done.update(finished)
                     for event in stages.finish(thread_id, finished):
                         events.put(event)
@@ -372,8 +421,13 @@ class Runner:
                 self._failed(thread_id, run, exc)
             snapshot = graph.get_state(_config(thread_id))
             if snapshot.next:
-                status = "waiting_user" if snapshot.interrupts else "running"
-                store.set_status(thread_id, status)
+                waiting = [p.summary() for p in pending_from(snapshot)]
+                status = (
+                    "waiting_user"
+                    if any(w["kind"] == "approval" for w in waiting) or not waiting
+                    else "waiting_external"
+                )
+                store.set_status(thread_id, status, waiting=waiting)
                 return
             # Steps added by a definition change never got their trigger in the old
             # graph: start those whose dependencies are done.
@@ -424,19 +478,16 @@ class Runner:
 
     def _done_steps(self, thread_id: str) -> set[str]:
         """Steps whose result is in the latest checkpoint or in its pending writes."""
-        tup = self.db.saver.get_tuple(_config(thread_id))
-        if tup is None:
-            return set()
-        channels = set(tup.checkpoint.get("channel_versions", {}))
-        channels.update(c for _, c, _ in tup.pending_writes or ())
-        return {c[4:] for c in channels if c.startswith("out.")}
+        return _done_in(self.db.saver.get_tuple(_config(thread_id)))
 
     def status(self, thread_id: str) -> ThreadStatus:
         """Status, progress, current stage and per-step states, from the thread record and
         the latest checkpoint only (no history walk, no task import)."""
         rec = self._thread(thread_id)
         tup = self.db.saver.get_tuple(_config(thread_id))
-        done = self._done_steps(thread_id) if tup is not None else set()
+        done = _done_in(tup)
+        skipped = _skipped_in(tup)
+        waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
         active = rec.status == "running" and self.db.is_locked(thread_id)
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
         steps: list[StepState] = []
@@ -444,8 +495,12 @@ class Runner:
         for stage in rec.definition["stages"]:
             for s in stage["steps"]:
                 name = s["name"]
-                if name in done:
+                if name in skipped:
+                    state = "skipped"
+                elif name in done:
                     state = "completed"
+                elif name in waiting:
+                    state = "waiting"
                 elif name == failed_step:
                     state = "failed"
                 elif rec.status == "running" and all(d in done for d in s["depends_on"]):
@@ -460,7 +515,7 @@ class Runner:
                         view.items_total = progress.total
                         view.items_failed = progress.failed
                 steps.append(view)
-                if state != "completed" and current is None:
+                if state not in ("completed", "skipped") and current is None:
                     current = stage["name"]
         total = len(steps) or 1
         return ThreadStatus(
@@ -470,10 +525,11 @@ class Runner:
             task_ref=rec.task_ref,
             status=rec.status,
             active=active,
-            progress=round(sum(s.state == "completed" for s in steps) / total, 4),
+            progress=round(sum(s.state in ("completed", "skipped") for s in steps) / total, 4),
             current_stage=current,
             steps=steps,
             error=rec.error,
+            waiting=rec.waiting or [],
             checkpoint_id=tup.config["configurable"]["checkpoint_id"] if tup else None,
             runs=rec.runs,
             created_at=rec.created_at,

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from longtask.model import LongTask
 
-StepStateName = Literal["pending", "running", "completed", "failed"]
+StepStateName = Literal["pending", "running", "waiting", "completed", "skipped", "failed"]
 
 
 class StepState(BaseModel):
@@ -36,6 +36,8 @@ class ThreadStatus(BaseModel):
     current_stage: str | None
     steps: list[StepState]
     error: dict[str, Any] | None
+    #: what a paused thread waits for: [{"step", "kind", "interrupt_id", ...}]
+    waiting: list[dict[str, Any]] = []
     checkpoint_id: str | None
     runs: int
     created_at: datetime
@@ -44,6 +46,22 @@ class ThreadStatus(BaseModel):
     @property
     def done(self) -> int:
         return sum(1 for s in self.steps if s.state == "completed")
+
+
+class Pending(BaseModel):
+    """One thing a paused thread waits for: an approval or an outside event."""
+
+    step: str
+    kind: Literal["approval", "wait"]
+    interrupt_id: str
+    request: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        out = {"step": self.step, "kind": self.kind, "interrupt_id": self.interrupt_id}
+        for key in ("plan_hash", "deadline", "approvers"):
+            if self.request.get(key) is not None:
+                out[key] = self.request[key]
+        return out
 
 
 class CheckpointView(BaseModel):

@@ -3,19 +3,35 @@
 from longtask.steps._context import INPUTS_CHANNEL, ItemContext, StepContext, result_channel
 from longtask.steps._function import RUN_KEY, STEP_ATTR, NodeCall, StepEnv, function_node
 from longtask.steps._map import dispatch_node_name, item_node_name, map_channel, map_nodes
+from longtask.steps._pause import (
+    TIMEOUT,
+    PauseOutcome,
+    check_decision,
+    check_payload,
+    pause_nodes,
+    request_channel,
+    request_node_name,
+)
 
 __all__ = [
     "INPUTS_CHANNEL",
     "RUN_KEY",
     "STEP_ATTR",
+    "TIMEOUT",
     "ItemContext",
     "NodeCall",
+    "PauseOutcome",
     "StepContext",
     "StepEnv",
+    "check_decision",
+    "check_payload",
     "dispatch_node_name",
     "function_node",
     "item_node_name",
     "map_channel",
     "map_nodes",
+    "pause_nodes",
+    "request_channel",
+    "request_node_name",
     "result_channel",
 ]

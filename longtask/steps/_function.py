@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 
 from longtask.errors import StepTimeout
 from longtask.model import FunctionStep, Retry, StepInfo
+from longtask.model._decision import utcnow
 from longtask.steps._context import StepContext, result_channel
 from longtask.store import EventWriter, NewEvent, Store, ValueCodec
 
@@ -37,6 +39,11 @@ class StepEnv:
     events: EventWriter
     inputs_model: type[BaseModel] | None = None
     sleep: Callable[[float], None] = field(default=time.sleep)
+    #: the time: injectable, so tests can jump past deadlines and validity windows
+    clock: Callable[[], datetime] = field(default=utcnow)
+    #: names of the task's approval and wait steps (a step checks them to see if it is
+    #: skipped because one of them sent execution ahead)
+    pauses: frozenset[str] = frozenset()
     #: once-per-thread event keys this process has queued (stage.started of each sibling)
     _emitted: dict[str, set[str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -226,6 +233,12 @@ def function_node(
 
     def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         call = NodeCall.from_config(config)
+        if env.pauses & info.ancestors:
+            from longtask.steps._pause import skip_update, skipped_by
+
+            reason = skipped_by(state, info, env.pauses)
+            if reason:
+                return skip_update(env, call, info, reason)
         step_started(env, call, info)
         started = time.monotonic()
 

@@ -41,6 +41,7 @@ from longtask.steps._function import (
     step_started,
     with_retries,
 )
+from longtask.steps._pause import skip_update, skipped_by
 from longtask.store._values import to_json_bytes
 
 Node = Callable[[dict[str, Any], RunnableConfig], Any]
@@ -78,6 +79,9 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
 
     def dispatch(state: dict[str, Any], config: RunnableConfig) -> Command[Any]:
         call = NodeCall.from_config(config)
+        reason = skipped_by(state, info, env.pauses)
+        if reason:
+            return Command(update=skip_update(env, call, info, reason), goto=step.name)
         digest = _digest(state, info)
         m = state.get(cursor)
         if not m or m.get("digest") != digest:

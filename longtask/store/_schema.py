@@ -81,6 +81,17 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (thread_id, step, digest, idx)
         )""",
     ],
+    # 3: pauses: what a paused thread waits for, and the deadlines `tick` acts on
+    [
+        "ALTER TABLE longtask_threads ADD COLUMN waiting TEXT",
+        """CREATE TABLE longtask_timers (
+            thread_id TEXT NOT NULL,
+            step TEXT NOT NULL,
+            due_at {real} NOT NULL,
+            PRIMARY KEY (thread_id, step)
+        )""",
+        "CREATE INDEX longtask_timers_due ON longtask_timers (due_at)",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -56,6 +56,8 @@ class ThreadRecord:
     runs: int = 0
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    #: what a paused thread waits for: [{"step", "kind", ...}]
+    waiting: list[dict[str, Any]] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +71,7 @@ class ThreadRecord:
             "runs": self.runs,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
+            "waiting": self.waiting,
         }
 
 
@@ -130,7 +133,7 @@ _EVENT_ROW = "(?,?,?,?,?,?,?,?)"
 
 _THREAD_COLS = (
     "thread_id, task_ref, task_name, task_version, definition_hash, definition, inputs, "
-    "status, error, runs, created_at, updated_at"
+    "status, error, runs, created_at, updated_at, waiting"
 )
 
 
@@ -196,7 +199,7 @@ class Store(MapTables, ABC):
 
     def create_thread(self, rec: ThreadRecord) -> None:
         rows = self._run(
-            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
             (
                 rec.thread_id,
@@ -211,6 +214,7 @@ class Store(MapTables, ABC):
                 rec.runs,
                 rec.created_at.timestamp(),
                 rec.updated_at.timestamp(),
+                json.dumps(rec.waiting) if rec.waiting else None,
             ),
         )
         if not rows:
@@ -236,22 +240,44 @@ class Store(MapTables, ABC):
         status: str,
         *,
         error: dict[str, Any] | None = None,
+        waiting: list[dict[str, Any]] | None = None,
         new_run: bool = False,
     ) -> int:
-        """Set the status summary (and error); with ``new_run`` count one more run.
-        Returns the thread's run number."""
+        """Set the status summary (with the error, or what a paused thread waits for); with
+        ``new_run`` count one more run. Returns the thread's run number."""
         rows = self._run(
-            "UPDATE longtask_threads SET status = ?, error = ?, updated_at = ?, "
+            "UPDATE longtask_threads SET status = ?, error = ?, waiting = ?, updated_at = ?, "
             "runs = runs + ? WHERE thread_id = ? RETURNING runs",
             (
                 status,
                 json.dumps(error) if error else None,
+                json.dumps(waiting, default=str) if waiting else None,
                 time.time(),
                 1 if new_run else 0,
                 thread_id,
             ),
         )
         return int(rows[0][0]) if rows else 0
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def timer_set(self, thread_id: str, step: str, due_at: float) -> None:
+        self._run(
+            "INSERT INTO longtask_timers (thread_id, step, due_at) VALUES (?,?,?) "
+            "ON CONFLICT (thread_id, step) DO UPDATE SET due_at = excluded.due_at",
+            (thread_id, step, due_at),
+        )
+
+    def timer_clear(self, thread_id: str, step: str) -> None:
+        self._run("DELETE FROM longtask_timers WHERE thread_id = ? AND step = ?", (thread_id, step))
+
+    def due_timers(self, now: float, limit: int = 100) -> list[tuple[str, str, float]]:
+        rows = self._run(
+            "SELECT thread_id, step, due_at FROM longtask_timers WHERE due_at <= ? "
+            "ORDER BY due_at LIMIT ?",
+            (now, limit),
+        )
+        return [(r[0], r[1], float(r[2])) for r in rows]
 
     def update_definition(
         self, thread_id: str, definition_hash: str, definition: dict[str, Any]
@@ -374,6 +400,7 @@ def _thread(r: tuple[Any, ...]) -> ThreadRecord:
         runs=int(r[9]),
         created_at=_ts(r[10]) or datetime.now(UTC),
         updated_at=_ts(r[11]) or datetime.now(UTC),
+        waiting=json.loads(r[12]) if r[12] else None,
     )
 
 

@@ -1,0 +1,57 @@
+"""Decisions and pause requests: what a person answers and what they are asked."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def plan_hash(plan: Any) -> str:
+    """Content hash of a plan (canonical JSON): what a decision is bound to."""
+    canonical = json.dumps(plan, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class Decision(BaseModel):
+    """A person's answer to an approval request, bound to the plan hash it approves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approved: bool
+    by: str = Field(min_length=1)
+    plan_hash: str = Field(min_length=1)
+    comment: str | None = None
+    at: datetime = Field(default_factory=utcnow)
+
+
+class ApprovalRequest(BaseModel):
+    """What an approval step asks: recorded in state before the step pauses."""
+
+    kind: Literal["approval"] = "approval"
+    step: str
+    plan: Any = None
+    plan_hash: str
+    approvers: list[str] | None = None
+    requested_at: datetime
+    deadline: datetime | None = None
+    valid_for: float | None = None
+
+
+class WaitRequest(BaseModel):
+    """What a wait step waits for: an outside event named like the step."""
+
+    kind: Literal["wait"] = "wait"
+    step: str
+    schema_: Any = Field(default=None, alias="schema")
+    started_at: datetime
+    deadline: datetime | None = None
+
+    model_config = ConfigDict(populate_by_name=True)

@@ -1,0 +1,252 @@
+"""The Runner's side of pauses: what a thread waits for, and answering it.
+
+Every answer is checked here, against the pending request, before anything is handed to
+LangGraph: a wrong plan hash, an approver who may not decide, a passed deadline, a payload
+that does not match its schema or a step that is not waiting is an error, and the thread's
+state is left exactly as it was.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from langgraph.types import Command
+
+from longtask.errors import InvalidInput, LongTaskError, StepFailed, ThreadBusy
+from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
+from longtask.runtime._views import Pending
+from longtask.steps import TIMEOUT, check_decision, check_payload
+
+if TYPE_CHECKING:
+    from langgraph.types import StateSnapshot
+
+    from longtask.checkpointers import Database
+    from longtask.store import ThreadRecord
+
+
+def pending_from(snapshot: StateSnapshot) -> list[Pending]:
+    """The open interrupts of a snapshot that are ours (approval or wait requests)."""
+    out = []
+    for task in snapshot.tasks:
+        for intr in task.interrupts:
+            value = intr.value
+            if isinstance(value, dict) and value.get("kind") in ("approval", "wait"):
+                out.append(
+                    Pending(
+                        step=value["step"], kind=value["kind"], interrupt_id=intr.id, request=value
+                    )
+                )
+    return out
+
+
+@dataclass
+class TickResult:
+    thread_id: str
+    step: str
+    outcome: str  # "timed out", "failed", "busy", "not waiting"
+
+
+class PauseMixin(ABC):
+    """Runner's pause methods: pending, approve, reject, decide, signal, answer, tick."""
+
+    db: Database
+    clock: Callable[[], datetime]
+
+    @abstractmethod
+    def _thread(self, thread_id: str) -> ThreadRecord: ...
+
+    @abstractmethod
+    def _load(self, rec: ThreadRecord) -> LongTask: ...
+
+    @abstractmethod
+    def graph(self, task: LongTask) -> Any: ...
+
+    @abstractmethod
+    def resume(
+        self,
+        thread_id: str,
+        command: Command[Any] | None = None,
+        *,
+        task: LongTask | None = None,
+        allow_changed_definition: bool = False,
+        expect_interrupt: str | None = None,
+    ) -> str: ...
+
+    def pending(self, thread_id: str, *, task: LongTask | None = None) -> list[Pending]:
+        """What the thread is waiting for: approvals (with plan, hash, deadline, approvers)
+        and outside events, each with the LangGraph interrupt id it answers."""
+        rec = self._thread(thread_id)
+        task = task or self._load(rec)
+        snapshot = self.graph(task).get_state({"configurable": {"thread_id": thread_id}})
+        return pending_from(snapshot)
+
+    def _select(
+        self, thread_id: str, task: LongTask, target: str | None, kind: str | None
+    ) -> Pending:
+        rec = self._thread(thread_id)
+        items = [p for p in self.pending(thread_id, task=task) if kind is None or p.kind == kind]
+        what = {"approval": "an approval", "wait": "an outside event"}.get(kind or "", "an answer")
+        if not items:
+            raise InvalidInput(
+                f"thread {thread_id!r} is not waiting for {what} (status: {rec.status})"
+            )
+        if target is None:
+            if len(items) > 1:
+                names = ", ".join(p.step for p in items)
+                raise InvalidInput(
+                    f"thread {thread_id!r} waits for several answers ({names}); name the step"
+                )
+            return items[0]
+        for p in items:
+            if target in (p.step, p.interrupt_id):
+                return p
+        names = ", ".join(p.step for p in items)
+        raise InvalidInput(
+            f"{target!r} of thread {thread_id!r} is not waiting for {what}; waiting: {names}"
+        )
+
+    def _answer(self, thread_id: str, task: LongTask, item: Pending, value: Any) -> Any:
+        """The checked resume value for ``item`` (raises InvalidInput, changing nothing)."""
+        if item.kind == "approval":
+            request = ApprovalRequest.model_validate(item.request)
+            decision = check_decision(request, value, self.clock(), step=item.step)
+            return decision.model_dump(mode="json")
+        step = task.steps[item.step]
+        assert isinstance(step, WaitStep)
+        return check_payload(step, value)
+
+    def decide(
+        self,
+        thread_id: str,
+        step: str | None = None,
+        *,
+        approved: bool,
+        by: str,
+        comment: str | None = None,
+        plan_hash: str | None = None,
+        task: LongTask | None = None,
+    ) -> str:
+        """Approve or reject the pending approval ``step`` (the only one if None).
+
+        ``plan_hash`` binds the decision to the plan the approver saw; without it the
+        decision is for the plan pending now.
+        """
+        task = task or self._load(self._thread(thread_id))
+        item = self._select(thread_id, task, step, "approval")
+        decision = Decision(
+            approved=approved,
+            by=by,
+            plan_hash=plan_hash or item.request["plan_hash"],
+            comment=comment,
+            at=self.clock(),
+        )
+        value = self._answer(thread_id, task, item, decision)
+        return self.resume(
+            thread_id,
+            Command(resume={item.interrupt_id: value}),
+            task=task,
+            expect_interrupt=item.interrupt_id,
+        )
+
+    def approve(
+        self,
+        thread_id: str,
+        step: str | None = None,
+        *,
+        by: str,
+        comment: str | None = None,
+        plan_hash: str | None = None,
+        task: LongTask | None = None,
+    ) -> str:
+        return self.decide(
+            thread_id, step, approved=True, by=by, comment=comment, plan_hash=plan_hash, task=task
+        )
+
+    def reject(
+        self,
+        thread_id: str,
+        step: str | None = None,
+        *,
+        by: str,
+        comment: str | None = None,
+        plan_hash: str | None = None,
+        task: LongTask | None = None,
+    ) -> str:
+        return self.decide(
+            thread_id, step, approved=False, by=by, comment=comment, plan_hash=plan_hash, task=task
+        )
+
+    def signal(
+        self,
+        thread_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        task: LongTask | None = None,
+    ) -> str:
+        """Deliver the outside event ``name`` (a ``wait_for`` step) with ``payload``."""
+        task = task or self._load(self._thread(thread_id))
+        item = self._select(thread_id, task, name, "wait")
+        value = self._answer(thread_id, task, item, payload)
+        return self.resume(
+            thread_id,
+            Command(resume={item.interrupt_id: value}),
+            task=task,
+            expect_interrupt=item.interrupt_id,
+        )
+
+    def answer(
+        self,
+        thread_id: str,
+        value: Any,
+        *,
+        interrupt: str | None = None,
+        task: LongTask | None = None,
+    ) -> str:
+        """Resume a pending interrupt (by step name or interrupt id) with a raw value:
+        a decision for an approval, a payload for a wait. Checked like approve/signal."""
+        task = task or self._load(self._thread(thread_id))
+        item = self._select(thread_id, task, interrupt, None)
+        checked = self._answer(thread_id, task, item, value)
+        return self.resume(
+            thread_id,
+            Command(resume={item.interrupt_id: checked}),
+            task=task,
+            expect_interrupt=item.interrupt_id,
+        )
+
+    def tick(self, limit: int = 100) -> list[TickResult]:
+        """Act on every due deadline (approval or wait timeouts), across threads.
+
+        Safe to run from cron and from several processes at once: a thread another process
+        is advancing is left for it (``busy``), and a resolved pause is just forgotten.
+        """
+        now = self.clock()
+        results = []
+        for thread_id, step, _due in self.db.store.due_timers(now.timestamp(), limit):
+            try:
+                rec = self._thread(thread_id)
+                task = self._load(rec)
+                items = [p for p in self.pending(thread_id, task=task) if p.step == step]
+                if not items:
+                    self.db.store.timer_clear(thread_id, step)
+                    results.append(TickResult(thread_id, step, "not waiting"))
+                    continue
+                self.resume(
+                    thread_id,
+                    Command(resume={items[0].interrupt_id: TIMEOUT}),
+                    task=task,
+                    expect_interrupt=items[0].interrupt_id,
+                )
+                results.append(TickResult(thread_id, step, "timed out"))
+            except ThreadBusy:
+                results.append(TickResult(thread_id, step, "busy"))
+            except StepFailed:
+                results.append(TickResult(thread_id, step, "failed"))
+            except LongTaskError as exc:
+                results.append(TickResult(thread_id, step, f"error: {exc}"))
+        return results

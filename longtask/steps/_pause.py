@@ -1,0 +1,319 @@
+"""Approvals and waits: durable pauses that hold no process.
+
+Each compiles to two nodes:
+
+- ``<step>.request`` records the request in state (plan, plan hash, approvers, deadline,
+  request time; or the wait's schema and deadline), sets its deadline timer and emits
+  ``approval.required`` / ``wait.started``. It runs once per request, so the request is
+  stable across resumes.
+- ``<step>`` calls ``interrupt()`` with that request and checks the answer. LangGraph runs
+  it again from its first line on resume, so nothing before ``interrupt()`` has an effect
+  outside the state: it only reads the request, recomputes the plan's hash and reads the
+  clock. A plan that changed since the request (an earlier result was updated), or a
+  decision older than ``valid_for`` when execution reaches it, sends control back to
+  ``<step>.request`` for a fresh request.
+
+Answers are validated by the Runner before they are handed to LangGraph (so a bad answer
+leaves the thread untouched); the node checks them again for answers given through
+LangGraph's own API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.types import Command, interrupt
+from pydantic import BaseModel, ValidationError
+
+from longtask.errors import InvalidInput, LongTaskError, describe_validation
+from longtask.model import (
+    ApprovalRequest,
+    ApprovalStep,
+    Decision,
+    PauseStep,
+    StepInfo,
+    WaitRequest,
+    WaitStep,
+)
+from longtask.model._decision import plan_hash
+from longtask.steps._context import StepContext, result_channel
+from longtask.steps._function import (
+    NodeCall,
+    StepEnv,
+    call_step,
+    step_completed,
+    step_failed,
+    step_started,
+)
+
+Node = Callable[[dict[str, Any], RunnableConfig], Any]
+
+#: the resume value `tick` sends to a pause whose deadline has passed
+TIMEOUT = {"__longtask_timeout__": True}
+
+
+class PauseOutcome(LongTaskError):
+    """An approval was rejected or a pause timed out, and its policy is to fail."""
+
+
+def request_node_name(step: str) -> str:
+    return f"{step}.request"
+
+
+def request_channel(step: str) -> str:
+    return f"pause.{step}"
+
+
+def check_decision(request: ApprovalRequest, answer: Any, now: datetime, *, step: str) -> Decision:
+    """Parse and check an answer to ``request``; InvalidInput says what is wrong."""
+    try:
+        decision = answer if isinstance(answer, Decision) else Decision.model_validate(answer)
+    except ValidationError as exc:
+        raise InvalidInput(
+            f"the answer to approval {step!r} is not a decision "
+            f"(approved, by, plan_hash, comment, at): {exc}"
+        ) from exc
+    if decision.plan_hash != request.plan_hash:
+        raise InvalidInput(
+            f"the decision for {step!r} approves plan {decision.plan_hash}, but the plan "
+            f"waiting for approval is {request.plan_hash}; look at it with "
+            "`longtask pending THREAD` and decide again"
+        )
+    if request.approvers and decision.by not in request.approvers:
+        raise InvalidInput(
+            f"{decision.by!r} may not decide approval {step!r}; allowed: "
+            f"{', '.join(request.approvers)}"
+        )
+    if request.deadline is not None and now > request.deadline:
+        raise InvalidInput(
+            f"the deadline of approval {step!r} passed at {request.deadline.isoformat()}; "
+            "`longtask tick` applies its on_timeout policy"
+        )
+    return decision
+
+
+def check_payload(step: WaitStep, payload: Any) -> Any:
+    """Validate a wait's payload against its schema; returns the JSON value to store."""
+    schema = step.schema_
+    if schema is None:
+        return payload
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            return schema.model_validate(payload).model_dump(mode="json")
+        except ValidationError as exc:
+            raise InvalidInput(
+                f"the payload for {step.name!r} does not match {schema.__name__}: "
+                f"{describe_validation(exc)}"
+            ) from exc
+    import jsonschema  # type: ignore[import-untyped]
+
+    try:
+        jsonschema.validate(payload, schema)
+    except jsonschema.ValidationError as exc:
+        raise InvalidInput(
+            f"the payload for {step.name!r} does not match its schema: {exc.message}"
+        ) from exc
+    return payload
+
+
+def skipped_by(state: dict[str, Any], info: StepInfo, pauses: frozenset[str]) -> str | None:
+    """Why this step is skipped: an earlier pause sent execution ahead to a later step
+    that this one is not on the way to (and is not)."""
+    for pause in sorted(info.ancestors & pauses):
+        env = state.get(result_channel(pause))
+        if isinstance(env, dict) and env.get("skip_to"):
+            target = env["skip_to"]
+            if target != info.name and target not in info.ancestors:
+                return f"{pause} {env.get('reason', 'skipped ahead')} (skipping to {target!r})"
+    return None
+
+
+def skip_update(env: StepEnv, call: NodeCall, info: StepInfo, reason: str) -> dict[str, Any]:
+    env.emit(call, "step.skipped", call.key("step.skipped"), info, data={"reason": reason})
+    return {result_channel(info.name): {"v": None, "skipped": reason}}
+
+
+def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node]:
+    channel = request_channel(step.name)
+    is_approval = isinstance(step, ApprovalStep)
+    kind = "approval" if is_approval else "wait"
+
+    def context(state: dict[str, Any], call: NodeCall) -> StepContext:
+        return StepContext(
+            thread_id=call.thread_id,
+            info=info,
+            attempt=1,
+            state=state,
+            codec=env.codec,
+            inputs_model=env.inputs_model,
+        )
+
+    def current_plan(state: dict[str, Any], call: NodeCall) -> Any:
+        if not isinstance(step, ApprovalStep) or step.plan is None:
+            return None
+        plan = call_step(step.plan, (context(state, call),), None, f"plan of {step.name!r}")
+        return env.codec.decode(env.codec.encode(plan, f"the plan of approval {step.name!r}"))
+
+    def request(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        call = NodeCall.from_config(config)
+        reason = skipped_by(state, info, env.pauses)
+        if reason:
+            return skip_update(env, call, info, reason)
+        now = env.clock()
+        deadline = now + timedelta(seconds=step.timeout) if step.timeout else None
+        req: ApprovalRequest | WaitRequest
+        try:
+            if isinstance(step, ApprovalStep):
+                plan = current_plan(state, call)
+                req = ApprovalRequest(
+                    step=step.name,
+                    plan=plan,
+                    plan_hash=plan_hash(plan),
+                    approvers=list(step.approvers) if step.approvers else None,
+                    requested_at=now,
+                    deadline=deadline,
+                    valid_for=step.valid_for,
+                )
+            else:
+                assert isinstance(step, WaitStep)
+                schema = step.schema_
+                if isinstance(schema, type) and issubclass(schema, BaseModel):
+                    schema = schema.model_json_schema()
+                req = WaitRequest(step=step.name, schema=schema, started_at=now, deadline=deadline)
+        except Exception as exc:
+            step_failed(env, call, info, exc)
+            raise
+        if deadline is not None:
+            env.store.timer_set(call.thread_id, step.name, deadline.timestamp())
+        step_started(env, call, info)
+        data = req.model_dump(mode="json", by_alias=True)
+        env.emit(
+            call,
+            "approval.required" if is_approval else "wait.started",
+            call.key(kind, "requested"),
+            info,
+            data=data,
+        )
+        return {channel: data}
+
+    def timed_out(call: NodeCall, req: dict[str, Any]) -> Any:
+        env.emit(
+            call,
+            f"{kind}.expired",
+            call.key(kind, "expired"),
+            info,
+            data={"reason": "deadline", "deadline": req.get("deadline")},
+        )
+        env.store.timer_clear(call.thread_id, step.name)
+        policy = step.on_timeout
+        if policy == "fail":
+            exc = PauseOutcome(f"{kind} {step.name!r} timed out at {req.get('deadline')}")
+            step_failed(env, call, info, exc)
+            raise exc
+        if policy == "reject":
+            assert isinstance(step, ApprovalStep)
+            return rejected(call, req, None, "timed out")
+        value = env.codec.encode(None)
+        if policy != "skip":
+            value.update(skip_to=policy, reason="timed out")
+        return {result_channel(step.name): value}
+
+    def rejected(
+        call: NodeCall, req: dict[str, Any], decision: Decision | None, why: str
+    ) -> dict[str, Any]:
+        assert isinstance(step, ApprovalStep)
+        value = env.codec.encode(
+            decision.model_dump(mode="json") if decision else {"approved": False, "by": None}
+        )
+        if step.on_reject == "fail":
+            who = f" by {decision.by}" if decision else ""
+            note = f": {decision.comment}" if decision and decision.comment else ""
+            exc = PauseOutcome(f"approval {step.name!r} was {why}{who}{note}")
+            step_failed(env, call, info, exc)
+            raise exc
+        value.update(skip_to=step.on_reject, reason=why)
+        return {result_channel(step.name): value}
+
+    def ask(state: dict[str, Any], config: RunnableConfig) -> Any:
+        call = NodeCall.from_config(config)
+        done = state.get(result_channel(step.name))
+        if isinstance(done, dict) and done.get("skipped"):
+            return {result_channel(step.name): done}  # skipped by the request node
+        req = state.get(channel)
+        if not isinstance(req, dict):
+            raise LongTaskError(f"{kind} {step.name!r} has no recorded request")
+        now = env.clock()
+        if is_approval and plan_hash(current_plan(state, call)) != req["plan_hash"]:
+            env.emit(
+                call,
+                "approval.expired",
+                call.key(kind, "plan-changed"),
+                info,
+                data={"reason": "plan changed", "plan_hash": req["plan_hash"]},
+            )
+            return Command(goto=request_node_name(step.name))
+        deadline = datetime.fromisoformat(req["deadline"]) if req.get("deadline") else None
+        if deadline is not None and now > deadline:
+            return timed_out(call, req)
+        answer = interrupt(req)
+        # Resumed: from here on the node runs once per answer.
+        now = env.clock()
+        if answer == TIMEOUT:
+            if deadline is not None and now > deadline:
+                return timed_out(call, req)
+            raise InvalidInput(f"{kind} {step.name!r} has not reached its deadline")
+        if isinstance(step, WaitStep):
+            payload = check_payload(step, answer)
+            env.store.timer_clear(call.thread_id, step.name)
+            env.emit(
+                call, "wait.resolved", call.key(kind, "resolved"), info, data={"payload": payload}
+            )
+            return {result_channel(step.name): env.codec.encode(payload, f"signal {step.name!r}")}
+        assert isinstance(step, ApprovalStep)
+        request_obj = ApprovalRequest.model_validate(req)
+        decision = check_decision(request_obj, answer, now, step=step.name)
+        if step.valid_for is not None and (now - decision.at).total_seconds() > step.valid_for:
+            env.emit(
+                call,
+                "approval.expired",
+                call.key(kind, "stale"),
+                info,
+                data={"reason": "decision too old", "decided_at": decision.at.isoformat()},
+            )
+            return Command(goto=request_node_name(step.name))
+        env.store.timer_clear(call.thread_id, step.name)
+        outcome = "approved" if decision.approved else "rejected"
+        env.emit(
+            call,
+            "approval.resolved",
+            call.key(kind, "resolved"),
+            info,
+            data={
+                "outcome": outcome,
+                "by": decision.by,
+                "at": decision.at.isoformat(),
+                "plan_hash": decision.plan_hash,
+                "comment": decision.comment,
+            },
+        )
+        if not decision.approved:
+            return rejected(call, req, decision, "rejected")
+        return {
+            result_channel(step.name): env.codec.encode(
+                decision.model_dump(mode="json"), f"the decision of {step.name!r}"
+            )
+        }
+
+    def ask_node(state: dict[str, Any], config: RunnableConfig) -> Any:
+        out = ask(state, config)
+        if isinstance(out, dict) and result_channel(step.name) in out:
+            call = NodeCall.from_config(config)
+            step_completed(env, call, info, None, {})
+        return out
+
+    request.__name__ = request_node_name(step.name)
+    ask_node.__name__ = step.name
+    return request, ask_node
