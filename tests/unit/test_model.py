@@ -126,3 +126,37 @@ def test_decorator_forms() -> None:
 def test_retry_waits() -> None:
     r = Retry(max_attempts=5, initial_wait=1, backoff=2, max_wait=5)
     assert [r.wait_before(n) for n in range(2, 6)] == [1, 2, 4, 5]
+
+
+def test_pause_policies_are_checked() -> None:
+    from longtask import approval, wait_for
+
+    with pytest.raises(DefinitionError) as info:
+        LongTask(
+            "p",
+            stages=[
+                Stage("a", [step("early")]),
+                Stage(
+                    "b",
+                    [
+                        approval("ok", on_reject="early", valid_for=0, approvers=[]),
+                        approval("late", on_timeout="skip"),
+                        wait_for("hook", on_timeout="reject"),
+                        wait_for("hook2", on_timeout="nowhere"),
+                    ],
+                ),
+                Stage("c", [step("after")]),
+            ],
+        )
+    problems = "\n".join(info.value.problems)
+    assert "on_reject='early' must name a step in a later stage" in problems
+    assert "valid_for must be greater than 0" in problems
+    assert "approvers must be a non-empty list" in problems
+    assert "an approval cannot be skipped on timeout" in problems
+    assert "on_timeout='reject' is only for approvals" in problems
+    assert "on_timeout='nowhere' is neither 'fail' nor a step of this task" in problems
+    ok = LongTask(
+        "p",
+        stages=[Stage("b", [approval("ok", on_reject="after")]), Stage("c", [step("after")])],
+    )
+    assert ok.steps["ok"].kind == "approval"
