@@ -86,12 +86,16 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
             graph.add_node(step.name, NodeFn(finish), metadata=meta)
             graph.add_edge(item_node_name(step.name), entry)
         elif isinstance(step, PauseStep):
-            # Two nodes: record the request, then pause on it; see longtask.steps._pause.
-            request, ask = pause_nodes(step, info, env)
+            # Record the request, pause on it, then the step itself (which dependents wait
+            # for, so they run only after a real answer); see longtask.steps._pause.
+            request, ask, done = pause_nodes(step, info, env)
             entry = request_node_name(step.name)
             graph.add_node(entry, NodeFn(request), metadata=meta)
-            graph.add_node(step.name, NodeFn(ask), metadata=meta, destinations=(entry,))
-            graph.add_edge(entry, step.name)
+            graph.add_node(
+                f"{step.name}.ask", NodeFn(ask), metadata=meta, destinations=(entry, step.name)
+            )
+            graph.add_node(step.name, NodeFn(done), metadata=meta)
+            graph.add_edge(entry, f"{step.name}.ask")
         else:  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")
         deps = list(info.depends_on)

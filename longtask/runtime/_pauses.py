@@ -32,6 +32,8 @@ def pending_from(snapshot: StateSnapshot) -> list[Pending]:
     """The open interrupts of a snapshot that are ours (approval or wait requests)."""
     out = []
     for task in snapshot.tasks:
+        if task.error is not None:
+            continue
         for intr in task.interrupts:
             value = intr.value
             if isinstance(value, dict) and value.get("kind") in ("approval", "wait"):

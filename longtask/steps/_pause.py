@@ -1,21 +1,23 @@
 """Approvals and waits: durable pauses that hold no process.
 
-Each compiles to two nodes:
+Each compiles to three nodes:
 
 - ``<step>.request`` records the request in state (plan, plan hash, approvers, deadline,
   request time; or the wait's schema and deadline), sets its deadline timer and emits
   ``approval.required`` / ``wait.started``. It runs once per request, so the request is
   stable across resumes.
-- ``<step>`` calls ``interrupt()`` with that request and checks the answer. LangGraph runs
-  it again from its first line on resume, so nothing before ``interrupt()`` has an effect
-  outside the state: it only reads the request, recomputes the plan's hash and reads the
-  clock. A plan that changed since the request (an earlier result was updated), or a
+- ``<step>.ask`` calls ``interrupt()`` with that request and checks the answer. LangGraph
+  runs it again from its first line on resume, so nothing before ``interrupt()`` has an
+  effect outside the state: it only reads the request, recomputes the plan's hash and reads
+  the clock. A plan that changed since the request (an earlier result was updated), or a
   decision older than ``valid_for`` when execution reaches it, sends control back to
-  ``<step>.request`` for a fresh request.
+  ``<step>.request`` for a fresh request. It has no static out-edges: a ``goto`` in
+  LangGraph is added to a node's edges, so dependents wired to it would run on every pass.
+- ``<step>`` is reached only with a real outcome; dependents' edges start from it.
 
 Answers are validated by the Runner before they are handed to LangGraph (so a bad answer
-leaves the thread untouched); the node checks them again for answers given through
-LangGraph's own API.
+leaves the thread untouched); ``<step>.ask`` checks them again and refuses (and asks again
+after) an answer given through LangGraph's own API.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def check_decision(request: ApprovalRequest, answer: Any, now: datetime, *, step
     except ValidationError as exc:
         raise InvalidInput(
             f"the answer to approval {step!r} is not a decision "
-            f"(approved, by, plan_hash, comment, at): {exc}"
+            f"(approved, by, plan_hash, comment, at): {describe_validation(exc)}"
         ) from exc
     if decision.plan_hash != request.plan_hash:
         raise InvalidInput(
@@ -136,7 +138,7 @@ def skip_update(env: StepEnv, call: NodeCall, info: StepInfo, reason: str) -> di
     return {result_channel(info.name): {"v": None, "skipped": reason}}
 
 
-def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node]:
+def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, Node]:
     channel = request_channel(step.name)
     is_approval = isinstance(step, ApprovalStep)
     kind = "approval" if is_approval else "wait"
@@ -215,7 +217,7 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
             raise exc
         if policy == "reject":
             assert isinstance(step, ApprovalStep)
-            return rejected(call, req, None, "timed out")
+            return rejected(call, req, None, "rejected (timed out)")
         value = env.codec.encode(None)
         if policy != "skip":
             value.update(skip_to=policy, reason="timed out")
@@ -236,6 +238,16 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
             raise exc
         value.update(skip_to=step.on_reject, reason=why)
         return {result_channel(step.name): value}
+
+    def accept(answer: Any, req: dict[str, Any], deadline: datetime | None, now: datetime) -> Any:
+        """TIMEOUT, the checked payload of a wait, or the checked Decision of an approval."""
+        if answer == TIMEOUT:
+            if deadline is None or now <= deadline:
+                raise InvalidInput(f"{kind} {step.name!r} has not reached its deadline")
+            return TIMEOUT
+        if isinstance(step, WaitStep):
+            return check_payload(step, answer)
+        return check_decision(ApprovalRequest.model_validate(req), answer, now, step=step.name)
 
     def ask(state: dict[str, Any], config: RunnableConfig) -> Any:
         call = NodeCall.from_config(config)
@@ -258,23 +270,36 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         deadline = datetime.fromisoformat(req["deadline"]) if req.get("deadline") else None
         if deadline is not None and now > deadline:
             return timed_out(call, req)
-        answer = interrupt(req)
-        # Resumed: from here on the node runs once per answer.
-        now = env.clock()
-        if answer == TIMEOUT:
-            if deadline is not None and now > deadline:
-                return timed_out(call, req)
-            raise InvalidInput(f"{kind} {step.name!r} has not reached its deadline")
-        if isinstance(step, WaitStep):
-            payload = check_payload(step, answer)
+        refused = 0
+        while True:
+            answer = interrupt(req)
+            # Resumed: from here on the node runs once per answer.
+            now = env.clock()
+            try:
+                accepted = accept(answer, req, deadline, now)
+                break
+            except InvalidInput as exc:
+                # Answers given through the Runner were checked already; one given past it
+                # (LangGraph's own Command) is refused here and the step asks again.
+                # LangGraph hands resume values to interrupt() calls in order.
+                env.emit(
+                    call,
+                    f"{kind}.refused",
+                    call.key(kind, "refused", refused),
+                    info,
+                    data={"error": str(exc)},
+                )
+                refused += 1
+        if accepted is TIMEOUT:
+            return timed_out(call, req)
+        if not isinstance(accepted, Decision):
             env.store.timer_clear(call.thread_id, step.name)
             env.emit(
-                call, "wait.resolved", call.key(kind, "resolved"), info, data={"payload": payload}
+                call, "wait.resolved", call.key(kind, "resolved"), info, data={"payload": accepted}
             )
-            return {result_channel(step.name): env.codec.encode(payload, f"signal {step.name!r}")}
+            return {result_channel(step.name): env.codec.encode(accepted, f"signal {step.name!r}")}
         assert isinstance(step, ApprovalStep)
-        request_obj = ApprovalRequest.model_validate(req)
-        decision = check_decision(request_obj, answer, now, step=step.name)
+        decision = accepted
         if step.valid_for is not None and (now - decision.at).total_seconds() > step.valid_for:
             env.emit(
                 call,
@@ -312,8 +337,13 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         if isinstance(out, dict) and result_channel(step.name) in out:
             call = NodeCall.from_config(config)
             step_completed(env, call, info, None, {})
+            return Command(update=out, goto=step.name)
         return out
 
+    def done_node(state: dict[str, Any], config: RunnableConfig) -> Any:
+        return {result_channel(step.name): state[result_channel(step.name)]}
+
     request.__name__ = request_node_name(step.name)
-    ask_node.__name__ = step.name
-    return request, ask_node
+    ask_node.__name__ = f"{step.name}.ask"
+    done_node.__name__ = step.name
+    return request, ask_node, done_node
