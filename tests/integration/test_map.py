@@ -97,7 +97,10 @@ def test_fail_then_resume_reruns_only_failed_and_unfinished(runner: Runner) -> N
     parse = next(s for s in st.steps if s.name == "parse")
     assert st.status == "failed" and st.error and st.error["item"] == 9
     assert parse.state == "failed" and [f["index"] for f in parse.items_failed or []] == [9]
-    assert calls == Counter({i: 1 for i in range(12)})  # three waves of four ran
+    # Waves one and two finished; in the third, LangGraph may cancel siblings that had not
+    # started when item 9 failed. Nothing past the third wave ran.
+    assert {i: calls[i] for i in range(8)} == {i: 1 for i in range(8)}
+    assert calls[9] == 1 and max(calls) <= 11 and max(calls.values()) == 1
     bad.clear()
     runner.resume("t-map", task=task)
     assert [r["index"] for r in runner.result("t-map", "merge")] == list(range(20))
