@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import os
 import sqlite3
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,10 +127,16 @@ class SqliteDatabase(Database):
         self._lock_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self._lock_path(thread_id), os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError as exc:
-                raise ThreadBusy(thread_id) from exc
+            # A moment's retry: `is_locked` (status) takes the lock shared for an instant,
+            # which must not make a real writer give up.
+            for attempt in range(20):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError as exc:
+                    if attempt == 19:
+                        raise ThreadBusy(thread_id) from exc
+                    time.sleep(0.01)
             os.ftruncate(fd, 0)
             os.write(fd, str(os.getpid()).encode())
             yield

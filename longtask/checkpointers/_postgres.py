@@ -75,12 +75,16 @@ class PostgresDatabase(Database):
 
     def upgrade(self) -> list[str]:
         done = []
-        with self.pool.connection() as conn, conn.transaction():
-            # PostgresSaver.setup() is not safe to run from two processes at once.
-            conn.execute("SELECT pg_advisory_xact_lock(7428061905412)")
-        self.pg_saver.setup()
-        done.append("LangGraph checkpoint tables up to date")
-        applied = self.store.upgrade()
+        # PostgresSaver.setup() is not safe to run from two processes at once: hold a
+        # session lock on a connection of its own across both migrations.
+        with psycopg.connect(self.url.raw, autocommit=True) as lock_conn:
+            lock_conn.execute("SELECT pg_advisory_lock(7428061905412)")
+            try:
+                self.pg_saver.setup()
+                done.append("LangGraph checkpoint tables up to date")
+                applied = self.store.upgrade()
+            finally:
+                lock_conn.execute("SELECT pg_advisory_unlock(7428061905412)")
         if applied:
             done.append(f"longtask tables migrated to version {applied[-1]}")
         return done
@@ -117,6 +121,7 @@ class PostgresDatabase(Database):
         with self.pool.connection() as conn:
             row = conn.execute(
                 "SELECT count(*) AS n FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
                 "AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = %s",
                 (key,),
             ).fetchone()

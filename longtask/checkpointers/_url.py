@@ -6,7 +6,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 from longtask.errors import DatabaseError
 
@@ -58,29 +57,30 @@ def parse_url(url: str) -> DatabaseURL:
 
 
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+# scheme://user:PASSWORD@host... : everything up to the last "@" is the password, as libpq
+# reads it, even when it holds "/", "#" or "?" (common in generated passwords).
+_URL_PASSWORD = re.compile(r"^([A-Za-z][\w+.-]*://[^:/@]*:)(.*)@")
 
 
 def redact(url: str) -> str:
     """``url`` with any password replaced by ``***`` (URL or key=value form)."""
     url = _KV_PASSWORD.sub(r"\1***", url)
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if parts.password:
-        netloc = parts.netloc.rsplit("@", 1)
-        user = (parts.username or "") + ":***"
-        url = urlunsplit(parts._replace(netloc=f"{user}@{netloc[1]}"))
+    url = _URL_PASSWORD.sub(r"\1***@", url)
     return re.sub(r"([?&]password=)[^&]*", r"\1***", url, flags=re.IGNORECASE)
+
+
+def _password(url: str) -> str | None:
+    match = _URL_PASSWORD.match(url)
+    if match and match.group(2):
+        return match.group(2)
+    kv = _KV_PASSWORD.search(url)
+    return kv.group(2).strip("'") if kv else None
 
 
 def scrub(text: str, url: str) -> str:
     """Remove the password of ``url`` from ``text`` (a driver error message, say)."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None
     text = text.replace(url, redact(url))
+    password = _password(url)
     if password:
         text = text.replace(password, "***")
     return text

@@ -78,8 +78,14 @@ def _parse_json(value: str | None, option: str) -> Any:
         raise typer.BadParameter(f"not valid JSON ({exc})", param_hint=option) from None
 
 
-def _printer() -> Any:
+def _printer(header: str | None = None) -> Any:
+    # The header waits for the first finished step: a run refused up front (bad inputs, a
+    # thread id in use) prints only its error.
+    pending_header = [header] if header else []
+
     def on_update(thread_id: str, steps: list[str]) -> None:
+        while pending_header:
+            out.print(pending_header.pop())
         for step in steps:
             out.print(f"[green]✓[/green] {escape(step)}")
 
@@ -103,7 +109,10 @@ def _finish(runner: Runner, thread_id: str) -> int:
 @app.command()
 def run(
     task_ref: Annotated[
-        str, typer.Argument(help="The task: path/to/file.py:name or package.module:name.")
+        str,
+        typer.Argument(
+            metavar="TASKREF", help="The task: path/to/file.py:name or package.module:name."
+        ),
     ],
     thread: Annotated[
         str | None, typer.Option("--thread", help="Thread id to use [default: a new one].")
@@ -119,9 +128,9 @@ def run(
 
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
-    with _runner(db, on_update=_printer()) as runner:
-        thread_id = thread or _new_thread_id()
-        out.print(f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}")
+    thread_id = thread or _new_thread_id()
+    header = f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}"
+    with _runner(db, on_update=_printer(header)) as runner:
         runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -142,7 +151,7 @@ def _stable_ref(ref: str) -> str:
 
 @app.command()
 def resume(
-    thread_id: Annotated[str, typer.Argument(help="The thread to continue.")],
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread to continue.")],
     resume_value: Annotated[
         str | None,
         typer.Option("--resume", help="Value for the pending interrupt, as JSON or @file."),
@@ -152,7 +161,8 @@ def resume(
         typer.Option("--update", help='State update as JSON: {"step": result, ...} or @file.'),
     ] = None,
     goto: Annotated[
-        list[str] | None, typer.Option("--goto", help="Step(s) to run next (repeatable).")
+        list[str] | None,
+        typer.Option("--goto", metavar="STEP", help="Step(s) to run next (repeatable)."),
     ] = None,
     interrupt: Annotated[
         str | None,
@@ -198,7 +208,7 @@ def resume(
 
 @app.command()
 def status(
-    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
@@ -221,6 +231,12 @@ def list_threads(
     db: DbOpt = None,
 ) -> None:
     """List threads, most recently updated first."""
+    from longtask.store import THREAD_STATUSES
+
+    if status_filter is not None and status_filter not in THREAD_STATUSES:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(THREAD_STATUSES)}", param_hint="--status"
+        )
     with _runner(db) as runner:
         threads = runner.threads(limit=limit, status=status_filter)
     if json_:
@@ -231,7 +247,7 @@ def list_threads(
 
 @app.command()
 def history(
-    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
     limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N checkpoints.")] = 20,
     json_: JsonOpt = False,
     db: DbOpt = None,
@@ -247,9 +263,10 @@ def history(
 
 @app.command()
 def events(
-    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
     kind: Annotated[
-        list[str] | None, typer.Option("--kind", help="Only events of this kind (repeatable).")
+        list[str] | None,
+        typer.Option("--kind", metavar="KIND", help="Only events of this kind (repeatable)."),
     ] = None,
     since: Annotated[int, typer.Option("--since", min=0, help="Only events after this id.")] = 0,
     json_: Annotated[bool, typer.Option("--json", help="JSON Lines, one event a line.")] = False,
@@ -284,7 +301,7 @@ StepArg = Annotated[
 
 @app.command()
 def approve(
-    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
     step: StepArg = None,
     by: ByOpt = ...,  # type: ignore[assignment]
     comment: CommentOpt = None,
@@ -299,7 +316,7 @@ def approve(
 
 @app.command()
 def reject(
-    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
     step: StepArg = None,
     by: ByOpt = ...,  # type: ignore[assignment]
     comment: CommentOpt = None,
@@ -314,7 +331,7 @@ def reject(
 
 @app.command()
 def signal(
-    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
     name: Annotated[str, typer.Argument(help="The event: the name of a wait_for step.")],
     payload: Annotated[
         str | None, typer.Option("--payload", help="The event's payload as JSON, or @file.")
@@ -330,7 +347,7 @@ def signal(
 
 @app.command()
 def pending(
-    thread_id: Annotated[str, typer.Argument(help="The thread.")],
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:

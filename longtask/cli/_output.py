@@ -38,7 +38,8 @@ def print_status(out: Console, st: ThreadStatus) -> None:
         label = "running [yellow](no process is advancing it)[/yellow]"
     out.print(
         f"[bold]{escape(st.task_name)}[/bold] v{escape(st.task_version)}  "
-        f"{escape(st.thread_id)}  {label}  {st.progress:.0%}  ({st.done}/{len(st.steps)} steps)"
+        f"{escape(st.thread_id)}  {label}  {st.progress:.0%}  "
+        f"({st.done}/{len(st.steps)} steps done)"
     )
     stages: dict[str, list[str]] = {}
     for step in st.steps:

@@ -49,6 +49,16 @@ class NodeFn:
         return self._fn(state, config)
 
 
+def entry_node(task: LongTask, step: str) -> str:
+    """The node a step starts at (what its dependencies' edges lead to)."""
+    kind = task.steps[step]
+    if isinstance(kind, MapStep):
+        return dispatch_node_name(step)
+    if isinstance(kind, PauseStep):
+        return request_node_name(step)
+    return step
+
+
 def state_schema(task: LongTask) -> type[Any]:
     fields: dict[str, Any] = {INPUTS_CHANNEL: dict[str, Any]}
     for name, step in task.steps.items():

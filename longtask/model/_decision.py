@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 
 def utcnow() -> datetime:
@@ -29,7 +29,9 @@ class Decision(BaseModel):
     by: str = Field(min_length=1)
     plan_hash: str = Field(min_length=1)
     comment: str | None = None
-    at: datetime = Field(default_factory=utcnow)
+    #: when the decision was made (with a time zone): it is used only while younger than
+    #: the approval's valid_for
+    at: AwareDatetime = Field(default_factory=utcnow)
 
 
 class ApprovalRequest(BaseModel):

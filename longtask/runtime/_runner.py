@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import sys
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -23,7 +25,7 @@ from longtask.errors import (
     ThreadNotFound,
     describe_validation,
 )
-from longtask.graphs import build_graph
+from longtask.graphs import build_graph, entry_node
 from longtask.model import LongTask, MapStep, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._pauses import PauseMixin, pending_from
@@ -44,6 +46,8 @@ from longtask.store import (
     ThreadRecord,
     ValueCodec,
 )
+
+log = logging.getLogger("longtask.runtime")
 
 _THREAD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
 
@@ -323,6 +327,9 @@ class Runner(PauseMixin):
             raise InvalidInput(
                 f"cannot go to {', '.join(map(repr, bad))}: not a step of {task.name!r}"
             )
+        # A step name means the step from its start: a map's dispatch, a pause's request.
+        entries = [entry_node(task, g) if isinstance(g, str) else g for g in targets]
+        goto = entries[0] if isinstance(goto, str) else entries
         return Command(resume=command.resume, update=update, goto=goto, graph=command.graph)
 
     def _load(self, rec: ThreadRecord) -> LongTask:
@@ -372,7 +379,16 @@ class Runner(PauseMixin):
                 self._stream(env, graph, task, thread_id, graph_input, config, run, first)
             finally:
                 env.forget(thread_id)
-                self.events_writer.flush()
+                self._flush_events(propagating=sys.exc_info()[1] is not None)
+
+    def _flush_events(self, *, propagating: bool) -> None:
+        try:
+            self.events_writer.flush()
+        except Exception:
+            if not propagating:
+                raise
+            # The run's own error matters more than a lost event write; keep it visible.
+            log.exception("could not store events while a run was failing")
 
     def _stream(
         self,
@@ -389,12 +405,15 @@ class Runner(PauseMixin):
         events = self.events_writer
         done = self._done_steps(thread_id)
         stages = StageTracker(task, done)
+        started: list[str] = []  # steps this run started by hand (see below)
         if not first and done:
             # Events queued but not yet written when an earlier run died are repaired from
             # the checkpoint (idempotent keys make this safe to repeat).
             for event in stages.completed_events(thread_id):
                 events.put(event)
-            for name in sorted(done - store.steps_with_event(thread_id, "step.completed")):
+            recorded = store.steps_with_event(thread_id, "step.completed")
+            recorded |= store.steps_with_event(thread_id, "step.skipped")
+            for name in sorted(done - recorded):
                 info = task.layout.get(name)
                 events.put(
                     NewEvent(
@@ -437,9 +456,10 @@ class Runner(PauseMixin):
                 for name, info in task.layout.items()
                 if name not in done and all(d in done for d in info.depends_on)
             ]
-            if not ready:
-                break
-            graph_input = Command(goto=ready)
+            if not ready or ready == started:
+                break  # nothing to start, or starting them did not finish them
+            started = ready
+            graph_input = Command(goto=[entry_node(task, name) for name in ready])
         missing = [name for name in task.steps if name not in done]
         if missing:
             error = {

@@ -45,7 +45,8 @@ class ThreadStatus(BaseModel):
 
     @property
     def done(self) -> int:
-        return sum(1 for s in self.steps if s.state == "completed")
+        """Steps that need no more work: completed or skipped."""
+        return sum(1 for s in self.steps if s.state in ("completed", "skipped"))
 
 
 class Pending(BaseModel):

@@ -78,6 +78,11 @@ def check_decision(request: ApprovalRequest, answer: Any, now: datetime, *, step
             f"the answer to approval {step!r} is not a decision "
             f"(approved, by, plan_hash, comment, at): {describe_validation(exc)}"
         ) from exc
+    if decision.at > now + timedelta(minutes=5):
+        raise InvalidInput(
+            f"the decision for {step!r} is dated {decision.at.isoformat()}, in the future; "
+            "give the time it was made"
+        )
     if decision.plan_hash != request.plan_hash:
         raise InvalidInput(
             f"the decision for {step!r} approves plan {decision.plan_hash}, but the plan "

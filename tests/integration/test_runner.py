@@ -248,3 +248,73 @@ def test_event_insert_is_idempotent(runner: Runner) -> None:
     second = store.append_event(thread, "step.progress", key="k1", data={"n": 2})
     assert first is not None and second is None
     assert [e.data for e in runner.events(thread, kinds=["step.progress"])] == [{"n": 1}]
+
+
+def test_added_map_and_wait_steps_start_at_their_entry_nodes(runner: Runner) -> None:
+    from langgraph.types import Command
+
+    from longtask import map_step, wait_for
+
+    fail = [True]
+
+    @function_step
+    def first(ctx: StepContext) -> int:
+        return 1
+
+    @function_step
+    def second(ctx: StepContext) -> int:
+        if fail[0]:
+            raise RuntimeError("not yet")
+        return 2
+
+    old = LongTask("grow", stages=[Stage("one", [first]), Stage("two", [second])])
+    doubled = map_step(lambda c, i: i * 2, name="doubled", over=lambda c: [1, 2, 3])
+    new = LongTask("grow", stages=[Stage("one", [first]), Stage("two", [second, doubled])])
+    with pytest.raises(StepFailed):
+        runner.start(old, thread_id="t-grow")
+    fail[0] = False
+    runner.resume("t-grow", task=new, allow_changed_definition=True)
+    assert runner.status("t-grow").status == "completed"
+    assert runner.result("t-grow", "doubled") == [2, 4, 6]
+    # goto a map step by name starts the map, not its pass-through node
+    runner.resume("t-grow", Command(goto="doubled"), task=new)
+    assert runner.result("t-grow", "doubled") == [2, 4, 6]
+
+    fail[0] = True
+    with pytest.raises(StepFailed):
+        runner.start(old, thread_id="t-grow2")
+    fail[0] = False
+    waiting = LongTask(
+        "grow", stages=[Stage("one", [first]), Stage("two", [second, wait_for("hook")])]
+    )
+    runner.resume("t-grow2", task=waiting, allow_changed_definition=True)
+    assert runner.status("t-grow2").status == "waiting_external"
+    runner.signal("t-grow2", "hook", {"ok": True}, task=waiting)
+    assert runner.result("t-grow2", "hook") == {"ok": True}
+
+
+def test_decision_times_must_be_aware_and_not_in_the_future(runner: Runner) -> None:
+    from longtask import InvalidInput, approval
+
+    @function_step
+    def done(ctx: StepContext) -> str:
+        return "shipped"
+
+    task = LongTask(
+        "gate",
+        stages=[
+            Stage("ask", [approval("ok", plan=lambda c: {"x": 1}, valid_for=60)]),
+            Stage("go", [done]),
+        ],
+    )
+    thread = runner.start(task)
+    item = runner.pending(thread, task=task)[0]
+    before = runner.status(thread).checkpoint_id
+    base = {"approved": True, "by": "ann", "plan_hash": item.request["plan_hash"]}
+    for at in ("2030-01-01T00:00:00", "2099-01-01T00:00:00+00:00"):
+        with pytest.raises(InvalidInput) as info:
+            runner.answer(thread, {**base, "at": at}, interrupt="ok", task=task)
+        assert "\n" not in str(info.value)
+    assert runner.status(thread).checkpoint_id == before
+    runner.approve(thread, "ok", by="ann", task=task)
+    assert runner.result(thread, "done") == "shipped"

@@ -36,6 +36,10 @@ def test_parse_urls(monkeypatch: pytest.MonkeyPatch) -> None:
         "postgresql://alice@db/prod?password=s3cr3t-pw",
         "host=db user=alice password=s3cr3t-pw dbname=prod",
         "mysql://alice:s3cr3t-pw@h/db",
+        # generated passwords hold characters a URL parser reads as path, query or fragment
+        "postgresql://alice:s3cr3t-pw/x+y@db:5432/prod",
+        "postgresql://alice:s3cr3t-pw#frag@db/prod",
+        "postgresql://alice:s3cr3t-pw?q@db/prod?sslmode=require",
     ],
 )
 def test_redact_never_shows_password(url: str) -> None:
