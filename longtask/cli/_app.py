@@ -183,6 +183,11 @@ def resume(
     """Continue a failed, interrupted or paused thread from its last checkpoint."""
     command = None
     resume_v = _parse_json(resume_value, "--resume")
+    if interrupt is not None and (resume_value is None or update is not None or goto):
+        raise typer.BadParameter(
+            "answers a pause: use it with --resume only (not with --update or --goto)",
+            param_hint="--interrupt",
+        )
     if resume_value is not None and update is None and not goto:
         # An answer to a pause: checked against what the thread waits for.
         with _runner(db, on_update=_printer()) as runner:
