@@ -5,10 +5,11 @@
     python bench/overhead.py --quick              # smoke run (small sizes)
     python bench/overhead.py --backend sqlite     # one backend
     python bench/overhead.py --pg postgresql://root@127.0.0.1:5432/test
+    python bench/overhead.py --parts time --reps 21   # only the timings, more runs
 
 Three parts, all in one run and against the same saver:
 
-1. Time: median per-step wall time of ``Runner.start`` against ``graph.invoke`` of a raw
+1. Time: median per-step wall time of ``Runner.start`` against ``graph.stream`` of a raw
    ``StateGraph`` with the same nodes, edges, per-node result channels, saver set-up and
    ``durability="sync"``, for a linear task (200 stages of one step) and a wide one
    (20 stages of 8 parallel steps). Per-step time = wall time of one run / steps.
@@ -26,41 +27,42 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
-import hashlib
-import importlib.metadata
+import itertools
 import math
-import os
-import platform
-import shlex
 import shutil
 import sqlite3
 import statistics
 import sys
-import tempfile
+import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import psycopg
+from _common import (
+    MARKER_STEP,
+    PAYLOAD_CHARS,
+    Backend,
+    ResultFn,
+    Storage,
+    add_common_args,
+    backends_of,
+    human,
+    ms,
+    payload_maker,
+    print_footer,
+    print_header,
+    table,
+    timed,
+)
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.checkpoint.postgres import PostgresSaver
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import END, START, StateGraph
-from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool
 
 from longtask import LongTask, Runner, Stage, function_step
-from longtask.checkpointers import Database
 from longtask.steps import INPUTS_CHANNEL, result_channel
-
-DEFAULT_PG = os.environ.get("LONGTASK_BENCH_PG", "postgresql://root@127.0.0.1:5432/test")
-PAYLOAD_CHARS = 2000
-MARKER_STEP = 3
 
 # --------------------------------------------------------------------------------------------
 # Shapes and step results
@@ -92,28 +94,8 @@ class Shape:
         return [[f"s{j:02d}_{k}" for k in range(self.width)] for j in range(self.stages)]
 
 
-ResultFn = Callable[[int], dict[str, Any]]
-
-
 def trivial_result(i: int) -> dict[str, Any]:
     return {"i": i, "ok": True}
-
-
-def payload_maker(tag: str) -> tuple[ResultFn, bytes]:
-    """~2 KB results that differ per step; step MARKER_STEP's carries a unique marker."""
-    marker = f"@@marker-{tag}-step{MARKER_STEP}@@"
-
-    def result(i: int) -> dict[str, Any]:
-        text = "".join(
-            hashlib.sha256(f"{tag}:{i}:{k}".encode()).hexdigest()
-            for k in range(PAYLOAD_CHARS // 64 + 1)
-        )
-        text = text[:PAYLOAD_CHARS]
-        if i == MARKER_STEP:
-            text = marker + text[len(marker) :]
-        return {"step": i, "text": text}
-
-    return result, marker.encode()
 
 
 def build_longtask(shape: Shape, result: ResultFn, name: str) -> LongTask:
@@ -173,233 +155,14 @@ def raw_config(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
 
 
-# --------------------------------------------------------------------------------------------
-# Backends: a fresh database per measurement, savers set up the way longtask sets them up
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Storage:
-    """Bytes one thread stored, by table (logical sizes: what the saver wrote)."""
-
-    checkpoints: int = 0
-    checkpoint_rows: int = 0
-    checkpoint_blobs: int = 0  # PostgreSQL only
-    writes: int = 0
-    lt_blobs: int = 0
-    events: int = 0
-    event_rows: int = 0
-    thread_row: int = 0
-    marker: Counter[str] = field(default_factory=Counter)
-
-    @property
-    def total(self) -> int:
-        return self.checkpoints + self.checkpoint_blobs + self.writes + self.lt_blobs
-
-
-class Env:
-    """One fresh database."""
-
-    def runner(self) -> Runner:
-        raise NotImplementedError
-
-    def raw_saver(self) -> BaseCheckpointSaver[Any]:
-        raise NotImplementedError
-
-    def storage(self, thread_id: str, marker: bytes | None) -> Storage:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class SqliteEnv(Env):
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._closers: list[Callable[[], None]] = []
-
-    def runner(self) -> Runner:
-        r = Runner(f"sqlite:///{self.path}")
-        self._closers.append(r.close)
-        return r
-
-    def raw_saver(self) -> SqliteSaver:
-        # As longtask's SqliteDatabase does it.
-        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA busy_timeout=30000")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        saver = SqliteSaver(conn)
-        saver.setup()
-        self._closers.append(conn.close)
-        return saver
-
-    def storage(self, thread_id: str, marker: bytes | None) -> Storage:
-        s = Storage()
-        conn = sqlite3.connect(self.path)
-        try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            for cp, meta in conn.execute(
-                "SELECT checkpoint, metadata FROM checkpoints WHERE thread_id = ?", (thread_id,)
-            ):
-                s.checkpoint_rows += 1
-                s.checkpoints += len(cp or b"") + len(meta or b"")
-                if marker:
-                    s.marker["checkpoints"] += _count(cp, marker) + _count(meta, marker)
-            for (value,) in conn.execute(
-                "SELECT value FROM writes WHERE thread_id = ?", (thread_id,)
-            ):
-                s.writes += len(value or b"")
-                if marker:
-                    s.marker["writes"] += _count(value, marker)
-            if "longtask_blobs" in tables:
-                for (data,) in conn.execute("SELECT data FROM longtask_blobs"):
-                    s.lt_blobs += len(data)
-                    if marker:
-                        s.marker["longtask_blobs"] += _count(data, marker)
-                n, b = conn.execute(
-                    "SELECT count(*), coalesce(sum(length(kind) + coalesce(length(stage), 0) "
-                    "+ coalesce(length(step), 0) + length(data) + length(dedupe_key) + 24), 0) "
-                    "FROM longtask_events WHERE thread_id = ?",
-                    (thread_id,),
-                ).fetchone()
-                s.event_rows, s.events = int(n), int(b)
-                (t,) = conn.execute(
-                    "SELECT coalesce(sum(length(definition) + coalesce(length(inputs), 0)), 0) "
-                    "FROM longtask_threads WHERE thread_id = ?",
-                    (thread_id,),
-                ).fetchone()
-                s.thread_row = int(t)
-        finally:
-            conn.close()
-        return s
-
-    def close(self) -> None:
-        for close in reversed(self._closers):
-            with contextlib.suppress(Exception):
-                close()
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{self.path}{suffix}")
-        shutil.rmtree(f"{self.path}.locks", ignore_errors=True)
-
-
-class PostgresEnv(Env):
-    def __init__(self, admin_url: str, name: str) -> None:
-        self.admin_url = admin_url
-        self.name = name
-        base, _, _ = admin_url.rpartition("/")
-        self.url = f"{base}/{name}"
-        self._closers: list[Callable[[], None]] = []
-        self._admin(f'CREATE DATABASE "{name}"')
-
-    def _admin(self, sql: str) -> None:
-        with psycopg.connect(self.admin_url, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
-
-    def runner(self) -> Runner:
-        db = Database.open(self.url, upgrade=True)
-        r = Runner(db)
-        self._closers.extend([db.close, r.close])
-        return r
-
-    def raw_saver(self) -> PostgresSaver:
-        # As longtask's PostgresDatabase does it.
-        pool: ConnectionPool[Any] = ConnectionPool(
-            self.url,
-            min_size=1,
-            max_size=10,
-            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-            open=False,
-        )
-        pool.open(wait=True, timeout=15)
-        saver = PostgresSaver(pool)  # type: ignore[arg-type]
-        saver.setup()
-        self._closers.append(pool.close)
-        return saver
-
-    def storage(self, thread_id: str, marker: bytes | None) -> Storage:
-        s = Storage()
-        with psycopg.connect(self.url, autocommit=True) as conn:
-            tables = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
-                )
-            }
-            for cp, meta in conn.execute(
-                "SELECT checkpoint::text, metadata::text FROM checkpoints WHERE thread_id = %s",
-                (thread_id,),
-            ):
-                s.checkpoint_rows += 1
-                cpb, metab = cp.encode(), meta.encode()
-                s.checkpoints += len(cpb) + len(metab)
-                if marker:
-                    s.marker["checkpoints"] += _count(cpb, marker) + _count(metab, marker)
-            for (blob,) in conn.execute(
-                "SELECT blob FROM checkpoint_blobs WHERE thread_id = %s", (thread_id,)
-            ):
-                s.checkpoint_blobs += len(blob or b"")
-                if marker:
-                    s.marker["checkpoint_blobs"] += _count(blob, marker)
-            for (blob,) in conn.execute(
-                "SELECT blob FROM checkpoint_writes WHERE thread_id = %s", (thread_id,)
-            ):
-                s.writes += len(blob or b"")
-                if marker:
-                    s.marker["writes"] += _count(blob, marker)
-            if "longtask_blobs" in tables:
-                for (data,) in conn.execute("SELECT data FROM longtask_blobs"):
-                    s.lt_blobs += len(data)
-                    if marker:
-                        s.marker["longtask_blobs"] += _count(data, marker)
-                row = conn.execute(
-                    "SELECT count(*), coalesce(sum(octet_length(kind) "
-                    "+ coalesce(octet_length(stage), 0) + coalesce(octet_length(step), 0) "
-                    "+ octet_length(data) + octet_length(dedupe_key) + 24), 0) "
-                    "FROM longtask_events WHERE thread_id = %s",
-                    (thread_id,),
-                ).fetchone()
-                assert row is not None
-                s.event_rows, s.events = int(row[0]), int(row[1])
-                row = conn.execute(
-                    "SELECT coalesce(sum(octet_length(definition) "
-                    "+ coalesce(octet_length(inputs), 0)), 0) "
-                    "FROM longtask_threads WHERE thread_id = %s",
-                    (thread_id,),
-                ).fetchone()
-                s.thread_row = int(row[0]) if row else 0
-        return s
-
-    def close(self) -> None:
-        for close in reversed(self._closers):
-            with contextlib.suppress(Exception):
-                close()
-        self._admin(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-
-
-def _count(data: bytes | None, marker: bytes) -> int:
-    return bytes(data).count(marker) if data else 0
-
-
-class Backend:
-    def __init__(self, name: str, workdir: Path, pg_admin: str) -> None:
-        self.name = name
-        self.workdir = workdir
-        self.pg_admin = pg_admin
-
-    @contextlib.contextmanager
-    def fresh(self, label: str) -> Iterator[Env]:
-        tag = f"{label}_{uuid.uuid4().hex[:8]}"
-        env: Env
-        if self.name == "sqlite":
-            env = SqliteEnv(self.workdir / f"bench_{tag}.db")
-        else:
-            env = PostgresEnv(self.pg_admin, f"lt_bench_{tag}")
-        try:
-            yield env
-        finally:
-            env.close()
+def run_raw_graph(graph: Any, thread_id: str, width: int = 1) -> None:
+    """Run the raw graph to the end, driven the way longtask's Runner drives its graph:
+    ``stream_mode="updates"`` (``invoke`` would also read every channel after each step) and
+    ``max_concurrency`` = the widest stage, at least 4 (LangGraph's default thread pool is
+    cores + 4 = 6 threads here, fewer than a stage of 8)."""
+    config = {**raw_config(thread_id), "max_concurrency": max(4, min(64, width))}
+    for _ in graph.stream({INPUTS_CHANNEL: {}}, config, durability="sync", stream_mode="updates"):
+        pass
 
 
 # --------------------------------------------------------------------------------------------
@@ -413,7 +176,6 @@ class Timing:
     shape: Shape
     lt: list[float]  # seconds per step, one per repetition
     raw: list[float]
-    lt_env_note: str = ""
 
     @property
     def lt_median(self) -> float:
@@ -427,12 +189,11 @@ class Timing:
     def ratio(self) -> float:
         return self.lt_median / self.raw_median
 
-
-def _timed(fn: Callable[[], Any]) -> float:
-    gc.collect()
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    @property
+    def paired_ratio(self) -> float:
+        """Median of lt/raw over the repetitions (each pair ran back to back), which is
+        less sensitive to slow drift of the machine than the ratio of the medians."""
+        return statistics.median(a / b for a, b in zip(self.lt, self.raw, strict=True))
 
 
 def check_lt(runner: Runner, thread_id: str, steps: int) -> None:
@@ -464,7 +225,7 @@ def time_shape(backend: Backend, shape: Shape, reps: int) -> Timing:
 
         def run_raw() -> str:
             tid = f"raw-{shape.kind}-{next(counter)}"
-            graph.invoke({INPUTS_CHANNEL: {}}, raw_config(tid), durability="sync")
+            run_raw_graph(graph, tid, shape.width)
             return tid
 
         # Warm-up (imports, compiled graphs, pool connections, caches): not timed.
@@ -476,7 +237,7 @@ def time_shape(backend: Backend, shape: Shape, reps: int) -> Timing:
             # Alternate the order so that drift (caches, autovacuum, file growth) hits both.
             pair = [(run_lt, lt), (run_raw, raw)]
             for fn, out in pair if rep % 2 == 0 else reversed(pair):
-                out.append(_timed(fn) / shape.steps)
+                out.append(timed(fn) / shape.steps)
         return Timing(backend.name, shape, lt, raw)
 
 
@@ -487,7 +248,7 @@ def time_shape(backend: Backend, shape: Shape, reps: int) -> Timing:
 
 def _category(sql: str) -> str:
     s = " ".join(sql.split()).lower()
-    for table, cat in (
+    for needle, cat in (
         ("longtask_events", "events"),
         ("longtask_blobs", "lt_blobs"),
         ("longtask_threads", "lt_threads"),
@@ -499,7 +260,7 @@ def _category(sql: str) -> str:
         ("into checkpoints", "checkpoints"),
         ("from checkpoints", "cp_read"),
     ):
-        if table in s:
+        if needle in s:
             return cat
     if s.startswith(("begin", "commit", "rollback", "savepoint", "release")):
         return "tx"
@@ -512,8 +273,12 @@ class Profile:
     shape: Shape
     lt_statements: Counter[str]
     raw_statements: Counter[str]
-    lt_store_seconds: float  # wall time inside longtask's own-table SQL (Store._run)
-    lt_store_calls: int
+    # Wall time inside longtask's own-table SQL (Store._run) and number of statements, on
+    # the steps' and the Runner's threads ("inline") and on the event writer's thread.
+    lt_inline_seconds: float
+    lt_inline_calls: int
+    lt_writer_seconds: float
+    lt_writer_calls: int
 
 
 class _PgCounter:
@@ -543,9 +308,15 @@ class _PgCounter:
             cls.execute, cls.executemany = orig_execute, orig_many  # type: ignore[method-assign]
 
 
-def _sqlite_trace(conns: list[sqlite3.Connection], counts: Counter[str]) -> None:
+def _sqlite_trace(conns: list[sqlite3.Connection], counts: Counter[str] | None) -> None:
+    """Count every statement SQLite runs on ``conns`` into ``counts`` (None: stop)."""
+
+    def trace(sql: str) -> None:
+        assert counts is not None
+        counts[_category(sql)] += 1
+
     for conn in conns:
-        conn.set_trace_callback(lambda sql: counts.__setitem__(_category(sql), counts[_category(sql)] + 1))
+        conn.set_trace_callback(trace if counts is not None else None)
 
 
 def profile_shape(backend: Backend, shape: Shape) -> Profile:
@@ -556,21 +327,24 @@ def profile_shape(backend: Backend, shape: Shape) -> Profile:
         graph = build_raw(shape, trivial_result, saver)
         # warm-up, not counted
         runner.start(task, {}, thread_id="warm-lt")
-        graph.invoke({INPUTS_CHANNEL: {}}, raw_config("warm-raw"), durability="sync")
+        run_raw_graph(graph, "warm-raw", shape.width)
 
         # Time spent in longtask's own tables: wrap the store's single SQL entry point
-        # (a private method; this is instrumentation for the benchmark only).
+        # (a private method; this is instrumentation for the benchmark only), apart for the
+        # background thread that writes the events (EventWriter's "longtask-events").
         store: Any = runner.db.store
         orig_run = store._run
-        spent = [0.0, 0]
+        spent = {"inline": [0.0, 0], "writer": [0.0, 0]}
 
         def timed_run(sql: str, params: Any = ()) -> Any:
             t0 = time.perf_counter()
             try:
                 return orig_run(sql, params)
             finally:
-                spent[0] += time.perf_counter() - t0
-                spent[1] += 1
+                where = "writer" if threading.current_thread().name == "longtask-events" else ""
+                acc = spent[where or "inline"]
+                acc[0] += time.perf_counter() - t0
+                acc[1] += 1
 
         lt_counts: Counter[str] = Counter()
         raw_counts: Counter[str] = Counter()
@@ -579,22 +353,32 @@ def profile_shape(backend: Backend, shape: Shape) -> Profile:
             _sqlite_trace([db.saver.conn, store._conn], lt_counts)
             store._run = timed_run
             runner.start(task, {}, thread_id="prof-lt")
-            store._run = orig_run
-            _sqlite_trace([db.saver.conn, store._conn], Counter())
+            del store._run  # back to the class's method
+            _sqlite_trace([db.saver.conn, store._conn], None)
             _sqlite_trace([saver.conn], raw_counts)  # type: ignore[attr-defined]
-            graph.invoke({INPUTS_CHANNEL: {}}, raw_config("prof-raw"), durability="sync")
+            run_raw_graph(graph, "prof-raw", shape.width)
         else:
             pg = _PgCounter()
             with pg.active():
                 store._run = timed_run
                 runner.start(task, {}, thread_id="prof-lt")
-                store._run = orig_run
+                del store._run
             lt_counts = pg.counts
             pg = _PgCounter()
             with pg.active():
-                graph.invoke({INPUTS_CHANNEL: {}}, raw_config("prof-raw"), durability="sync")
+                run_raw_graph(graph, "prof-raw", shape.width)
             raw_counts = pg.counts
-        return Profile(backend.name, shape, lt_counts, raw_counts, spent[0], int(spent[1]))
+        (inline_s, inline_n), (writer_s, writer_n) = spent["inline"], spent["writer"]
+        return Profile(
+            backend.name,
+            shape,
+            lt_counts,
+            raw_counts,
+            inline_s,
+            int(inline_n),
+            writer_s,
+            int(writer_n),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -619,70 +403,16 @@ def storage_run(backend: Backend, impl: str, steps: int) -> StorageRun:
         if impl == "longtask":
             runner = env.runner()
             task = build_longtask(shape, result, f"bench_storage_{steps}")
+            runner.graph(task)  # compile outside the timing, as build_raw does for raw
             tid = f"lt-storage-{steps}"
-            seconds = _timed(lambda: runner.start(task, {}, thread_id=tid))
+            seconds = timed(lambda: runner.start(task, {}, thread_id=tid))
             check_lt(runner, tid, steps)
         else:
             graph = build_raw(shape, result, env.raw_saver())
             tid = f"raw-storage-{steps}"
-            seconds = _timed(
-                lambda: graph.invoke({INPUTS_CHANNEL: {}}, raw_config(tid), durability="sync")
-            )
+            seconds = timed(lambda: run_raw_graph(graph, tid))
             check_raw(graph, tid, steps)
         return StorageRun(backend.name, impl, steps, env.storage(tid, marker), seconds)
-
-
-# --------------------------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------------------------
-
-
-def table(headers: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
-
-    def line(cells: list[str]) -> str:
-        out = []
-        for i, c in enumerate(cells):
-            out.append(c.ljust(widths[i]) if i == 0 else c.rjust(widths[i]))
-        return "  ".join(out).rstrip()
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f}"
-
-
-def human(n: float) -> str:
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
-def machine_info(pg_admin: str, backends: list[str]) -> list[str]:
-    def ver(pkg: str) -> str:
-        try:
-            return importlib.metadata.version(pkg)
-        except importlib.metadata.PackageNotFoundError:
-            return "?"
-
-    lines = [
-        f"machine: {platform.machine()}, {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), "
-        f"{platform.system()} {platform.release()}",
-        f"python {platform.python_version()}, langgraph {ver('langgraph')}, "
-        f"langgraph-checkpoint {ver('langgraph-checkpoint')}, "
-        f"checkpoint-sqlite {ver('langgraph-checkpoint-sqlite')}, "
-        f"checkpoint-postgres {ver('langgraph-checkpoint-postgres')}, psycopg {ver('psycopg')}, "
-        f"longtask {ver('langgraph-longtask')}",
-        f"sqlite {sqlite3.sqlite_version}",
-    ]
-    if "postgres" in backends:
-        with psycopg.connect(pg_admin, autocommit=True, connect_timeout=10) as conn:
-            row = conn.execute("SHOW server_version").fetchone()
-            lines[-1] += f", postgresql {row[0] if row else '?'}"
-    return lines
 
 
 def print_timings(timings: list[Timing], reps: int) -> None:
@@ -697,6 +427,7 @@ def print_timings(timings: list[Timing], reps: int) -> None:
                 ms(t.lt_median),
                 ms(t.raw_median),
                 f"{t.ratio:.2f}",
+                f"{t.paired_ratio:.2f}",
                 ms(t.lt_median - t.raw_median),
                 f"{ms(min(t.lt))}-{ms(max(t.lt))}",
                 f"{ms(min(t.raw))}-{ms(max(t.raw))}",
@@ -711,6 +442,7 @@ def print_timings(timings: list[Timing], reps: int) -> None:
                 "longtask ms",
                 "raw ms",
                 "ratio",
+                "paired",
                 "extra ms",
                 "longtask range",
                 "raw range",
@@ -725,8 +457,18 @@ def print_profiles(profiles: list[Profile], timings: list[Timing]) -> None:
         "\n## 2. Where longtask's extra time goes (one instrumented run each; "
         "statements per step)\n"
     )
-    cats = ["checkpoints", "cp_blobs", "cp_writes", "cp_read", "events", "lt_threads",
-            "lt_blobs", "lock", "tx", "other"]
+    cats = [
+        "checkpoints",
+        "cp_blobs",
+        "cp_writes",
+        "cp_read",
+        "events",
+        "lt_threads",
+        "lt_blobs",
+        "lock",
+        "tx",
+        "other",
+    ]
     rows = []
     by_key = {(t.backend, t.shape): t for t in timings}
     for p in profiles:
@@ -743,15 +485,17 @@ def print_profiles(profiles: list[Profile], timings: list[Timing]) -> None:
         n = p.shape.steps
         t = by_key.get((p.backend, p.shape))
         extra = (t.lt_median - t.raw_median) if t else float("nan")
-        store = p.lt_store_seconds / n
+        inline = p.lt_inline_seconds / n
         rows.append(
             [
                 p.backend,
                 p.shape.label,
                 ms(extra),
-                f"{p.lt_store_calls / n:.2f}",
-                ms(store),
-                f"{100 * store / extra:.0f}%" if extra > 0 else "-",
+                f"{p.lt_inline_calls / n:.2f}",
+                ms(inline),
+                f"{100 * inline / extra:.0f}%" if extra > 0 else "-",
+                f"{p.lt_writer_calls / n:.2f}",
+                ms(p.lt_writer_seconds / n),
             ]
         )
     print(
@@ -760,17 +504,24 @@ def print_profiles(profiles: list[Profile], timings: list[Timing]) -> None:
                 "backend",
                 "shape",
                 "extra ms/step",
-                "own-table SQL/step",
-                "own-table ms/step",
-                "share of extra",
+                "inline SQL/step",
+                "inline ms/step",
+                "inline share of extra",
+                "writer SQL/step",
+                "writer ms/step",
             ],
             rows,
         )
     )
     print(
-        "\n(own-table SQL = longtask's events, thread record and blob statements, "
-        "timed around Store._run in the instrumented run; share = that time / the median "
-        "extra time from part 1; the rest is Python on longtask's side.)"
+        "\n(Own-table SQL = longtask's statements on its own tables (events, thread record, "
+        "blobs), timed around Store._run in the instrumented run. inline = run on the steps' "
+        "and the Runner's threads, on the path of the run; share = that time / the median "
+        "extra time from part 1. writer = the event batches, run by the background event "
+        "writer while the steps go on: off the path, but competing for the CPUs, the server "
+        "and, on SQLite, the connection the saver shares. On SQLite the times include waiting "
+        "for that connection's lock. In the wide shape the steps of a stage run on parallel "
+        "threads, so their times overlap.)"
     )
 
 
@@ -822,22 +573,30 @@ def print_storage(runs: list[StorageRun], sizes: list[int]) -> None:
     print("\nGrowth exponent k in total ~ steps^k (1 = linear, 2 = quadratic):\n")
     rows = []
     keyed = {(r.backend, r.impl, r.steps): r.storage.total for r in runs}
-    pairs = list(zip(sizes, sizes[1:], strict=False))
+    pairs = list(itertools.pairwise(sizes))
     for backend in dict.fromkeys(r.backend for r in runs):
         for impl in ("longtask", "raw"):
             row = [backend, impl]
             for a, b in pairs:
                 ta, tb = keyed.get((backend, impl, a)), keyed.get((backend, impl, b))
                 row.append(f"{math.log(tb / ta) / math.log(b / a):.2f}" if ta and tb else "-")
-            row.append(
-                f"{keyed[(backend, 'raw', sizes[-1])] / keyed[(backend, impl, sizes[-1])]:.1f}x"
-                if (backend, impl, sizes[-1]) in keyed and (backend, "raw", sizes[-1]) in keyed
-                else "-"
-            )
+            for n in sizes:
+                lt_total = keyed.get((backend, "longtask", n))
+                raw_total = keyed.get((backend, "raw", n))
+                row.append(
+                    f"{raw_total / lt_total:.1f}x"
+                    if impl == "longtask" and lt_total and raw_total
+                    else "-"
+                )
             rows.append(row)
     print(
         table(
-            ["backend", "impl", *(f"{a}->{b}" for a, b in pairs), f"raw/impl at {sizes[-1]}"],
+            [
+                "backend",
+                "impl",
+                *(f"k {a}->{b}" for a, b in pairs),
+                *(f"raw/longtask bytes @{n}" for n in sizes),
+            ],
             rows,
         )
     )
@@ -850,24 +609,18 @@ def print_storage(runs: list[StorageRun], sizes: list[int]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    add_common_args(parser)
     parser.add_argument(
-        "--pg",
-        default=DEFAULT_PG,
-        help="PostgreSQL admin URL used to create/drop one database per measurement "
-        "(default $LONGTASK_BENCH_PG or postgresql://root@127.0.0.1:5432/test)",
+        "--reps", type=int, default=None, help="timed runs per case (11; 2 with --quick)"
     )
-    parser.add_argument("--reps", type=int, default=None, help="timed runs per case (5)")
     parser.add_argument(
         "--parts",
         default="time,profile,storage",
         help="comma-separated subset of time,profile,storage",
     )
-    parser.add_argument("--workdir", default=None, help="where SQLite files go (a temp dir)")
     args = parser.parse_args(argv)
 
-    backends = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
+    backends = backends_of(args)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     if args.quick:
         shapes = [Shape("linear", 20, 1), Shape("wide", 4, 4)]
@@ -876,15 +629,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         shapes = [Shape("linear", 200, 1), Shape("wide", 20, 8)]
         sizes = [50, 200, 1000]
-        reps = args.reps or 5
+        reps = args.reps or 11
 
-    print("command: " + shlex.join(["python", *sys.argv]))
-    for line in machine_info(args.pg, backends):
-        print(line)
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="longtask-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(workdir).free
-    print(f"SQLite files in {workdir} ({human(free)} free)")
+    workdir = print_header(args, backends)
     started = time.perf_counter()
 
     timings: list[Timing] = []
@@ -897,8 +644,10 @@ def main(argv: list[str] | None = None) -> int:
                 for shape in shapes:
                     t0 = time.perf_counter()
                     timings.append(time_shape(backend, shape, reps))
-                    print(f"  [{name}] timed {shape.label} in {time.perf_counter() - t0:.1f} s",
-                          file=sys.stderr)
+                    print(
+                        f"  [{name}] timed {shape.label} in {time.perf_counter() - t0:.1f} s",
+                        file=sys.stderr,
+                    )
             if "profile" in parts:
                 for shape in shapes:
                     profiles.append(profile_shape(backend, shape))
@@ -922,7 +671,7 @@ def main(argv: list[str] | None = None) -> int:
         print_profiles(profiles, timings)
     if storage:
         print_storage(storage, sizes)
-    print(f"\ntotal benchmark time: {time.perf_counter() - started:.0f} s")
+    print_footer(started)
     return 0
 
 
