@@ -116,12 +116,12 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
             indices = list(range(start, min(total, start + step.max_parallel)))
             if start > 0:
                 _progress(env, call, info, step.name, digest, wave=start)
-            return _wave(m, indices, state, {cursor: {**m, "next": indices[-1] + 1}})
+            return _wave(m, indices, state, {cursor: {**m, "next": indices[-1] + 1}}, call.run)
         rows = store.map_items(call.thread_id, step.name, digest)
         missing = sorted(set(range(total)) - {r.index for r in rows})
         if missing:
             # Items that have no outcome (a definition change, a lost write): send them again.
-            return _wave(m, missing[: step.max_parallel], state, {})
+            return _wave(m, missing[: step.max_parallel], state, {}, call.run)
         result = _assemble(step, rows, env, m)
         progress = _progress(env, call, info, step.name, digest, wave=total)
         step_completed(
@@ -137,7 +137,11 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
         return Command(update=update, goto=step.name)
 
     def _wave(
-        m: dict[str, Any], indices: list[int], state: dict[str, Any], update: dict[str, Any]
+        m: dict[str, Any],
+        indices: list[int],
+        state: dict[str, Any],
+        update: dict[str, Any],
+        run: int,
     ) -> Command[Any]:
         items = env.codec.decode(m["items"])
         shared = context_state(state)
@@ -147,6 +151,7 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
                 {
                     "index": i,
                     "digest": m["digest"],
+                    "run": run,
                     "item": env.codec.encode(items[i], f"item {i} of map step {step.name!r}"),
                     "state": shared,
                 },
@@ -159,9 +164,13 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
         call = NodeCall.from_config(config)
         index = int(payload["index"])
         digest = str(payload["digest"])
-        done = store.map_item(call.thread_id, step.name, digest, index)
-        if done is not None and done.status == "ok":
-            return {}
+        # An item sent in this same run cannot have finished before: only an item whose
+        # wave was interrupted (a crash, a failed sibling) may already have its result.
+        # (Run 0: driven by LangGraph directly, not the Runner; always check.)
+        if payload.get("run") != call.run or call.run == 0:
+            done = store.map_item(call.thread_id, step.name, digest, index)
+            if done is not None and done.status == "ok":
+                return {}
         item = env.codec.decode(payload["item"])
 
         def attempt_fn(attempt: int) -> tuple[bytes, str | None]:
