@@ -38,6 +38,28 @@ class Inputs(BaseModel):
     n: int = 2
 
 
+def siblings_saved(thread_id: str, names: set[str], timeout: float = 10) -> None:
+    """Wait until LangGraph has saved the results of ``names`` (pending writes)."""
+    runner = _RUNNERS[-1]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if names <= runner._done_steps(thread_id):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{names} were not saved in {timeout} s")
+
+
+_RUNNERS: list[Runner] = []
+
+
+@pytest.fixture(autouse=True)
+def _current_runner(db_url: str) -> Any:
+    with Runner(db_url) as r:
+        _RUNNERS.append(r)
+        yield
+        _RUNNERS.remove(r)
+
+
 def make_task(calls: Counter[str], fail: set[str] | None = None) -> LongTask:
     fail = fail if fail is not None else set()
 
@@ -45,6 +67,10 @@ def make_task(calls: Counter[str], fail: set[str] | None = None) -> LongTask:
         def wrapper(ctx: StepContext) -> Any:
             calls[name] += 1
             if name in fail:
+                if name == "right":
+                    # Fail only once the parallel siblings have finished and been saved: a
+                    # sibling still running when a step fails may run again on resume.
+                    siblings_saved(ctx.thread_id, {"left", "big"})
                 raise RuntimeError(f"{name} exploded")
             return fn(ctx)
 
