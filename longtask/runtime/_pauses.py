@@ -121,6 +121,15 @@ class PauseMixin(ABC):
         assert isinstance(step, WaitStep)
         return check_payload(step, value)
 
+    def _resume_pending(self, thread_id: str, task: LongTask, item: Pending, value: Any) -> str:
+        """Continue the thread with ``value`` for ``item``, if it is still pending then."""
+        return self.resume(
+            thread_id,
+            Command(resume={item.interrupt_id: value}),
+            task=task,
+            expect_interrupt=item.interrupt_id,
+        )
+
     def decide(
         self,
         thread_id: str,
@@ -147,12 +156,7 @@ class PauseMixin(ABC):
             at=self.clock(),
         )
         value = self._answer(thread_id, task, item, decision)
-        return self.resume(
-            thread_id,
-            Command(resume={item.interrupt_id: value}),
-            task=task,
-            expect_interrupt=item.interrupt_id,
-        )
+        return self._resume_pending(thread_id, task, item, value)
 
     def approve(
         self,
@@ -164,6 +168,7 @@ class PauseMixin(ABC):
         plan_hash: str | None = None,
         task: LongTask | None = None,
     ) -> str:
+        """Approve the pending approval ``step``; see :meth:`decide`."""
         return self.decide(
             thread_id, step, approved=True, by=by, comment=comment, plan_hash=plan_hash, task=task
         )
@@ -178,6 +183,7 @@ class PauseMixin(ABC):
         plan_hash: str | None = None,
         task: LongTask | None = None,
     ) -> str:
+        """Reject the pending approval ``step``; its ``on_reject`` decides what follows."""
         return self.decide(
             thread_id, step, approved=False, by=by, comment=comment, plan_hash=plan_hash, task=task
         )
@@ -194,12 +200,7 @@ class PauseMixin(ABC):
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, name, "wait")
         value = self._answer(thread_id, task, item, payload)
-        return self.resume(
-            thread_id,
-            Command(resume={item.interrupt_id: value}),
-            task=task,
-            expect_interrupt=item.interrupt_id,
-        )
+        return self._resume_pending(thread_id, task, item, value)
 
     def answer(
         self,
@@ -214,12 +215,7 @@ class PauseMixin(ABC):
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, interrupt, None)
         checked = self._answer(thread_id, task, item, value)
-        return self.resume(
-            thread_id,
-            Command(resume={item.interrupt_id: checked}),
-            task=task,
-            expect_interrupt=item.interrupt_id,
-        )
+        return self._resume_pending(thread_id, task, item, checked)
 
     def tick(self, limit: int = 100) -> list[TickResult]:
         """Act on every due deadline (approval or wait timeouts), across threads.
@@ -238,12 +234,7 @@ class PauseMixin(ABC):
                     self.db.store.timer_clear(thread_id, step)
                     results.append(TickResult(thread_id, step, "not waiting"))
                     continue
-                self.resume(
-                    thread_id,
-                    Command(resume={items[0].interrupt_id: TIMEOUT}),
-                    task=task,
-                    expect_interrupt=items[0].interrupt_id,
-                )
+                self._resume_pending(thread_id, task, items[0], TIMEOUT)
                 results.append(TickResult(thread_id, step, "timed out"))
             except ThreadBusy:
                 results.append(TickResult(thread_id, step, "busy"))

@@ -9,7 +9,7 @@ import inspect
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -70,6 +70,19 @@ class StepEnv:
                 attempt=attempt,
                 data=data,
             )
+        )
+
+    def context(
+        self, call: NodeCall, info: StepInfo, state: Mapping[str, Any], attempt: int = 1
+    ) -> StepContext:
+        """The StepContext a step's function (or ``over``, or a plan) is called with."""
+        return StepContext(
+            thread_id=call.thread_id,
+            info=info,
+            attempt=attempt,
+            state=state,
+            codec=self.codec,
+            inputs_model=self.inputs_model,
         )
 
     def first_time(self, thread_id: str, key: str) -> bool:
@@ -243,14 +256,7 @@ def function_node(
         started = time.monotonic()
 
         def attempt_fn(attempt: int) -> Any:
-            ctx = StepContext(
-                thread_id=call.thread_id,
-                info=info,
-                attempt=attempt,
-                state=state,
-                codec=env.codec,
-                inputs_model=env.inputs_model,
-            )
+            ctx = env.context(call, info, state, attempt)
             value = call_step(step.fn, (ctx,), step.timeout, f"step {step.name!r}")
             return env.codec.encode(value, f"the result of step {step.name!r}")
 

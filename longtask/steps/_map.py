@@ -30,7 +30,7 @@ from pydantic_core import to_jsonable_python
 
 from longtask.errors import InvalidInput
 from longtask.model import MapStep, StepInfo
-from longtask.steps._context import INPUTS_CHANNEL, ItemContext, StepContext, result_channel
+from longtask.steps._context import INPUTS_CHANNEL, ItemContext, result_channel
 from longtask.steps._function import (
     NodeCall,
     StepEnv,
@@ -86,14 +86,7 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
         m = state.get(cursor)
         if not m or m.get("digest") != digest:
             step_started(env, call, info)
-            ctx = StepContext(
-                thread_id=call.thread_id,
-                info=info,
-                attempt=1,
-                state=state,
-                codec=env.codec,
-                inputs_model=env.inputs_model,
-            )
+            ctx = env.context(call, info, state)
             try:
                 items = call_step(step.over, (ctx,), step.timeout, f"over() of step {step.name!r}")
                 if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):

@@ -41,7 +41,7 @@ from longtask.model import (
     WaitStep,
 )
 from longtask.model._decision import plan_hash
-from longtask.steps._context import StepContext, result_channel
+from longtask.steps._context import result_channel
 from longtask.steps._function import (
     NodeCall,
     StepEnv,
@@ -148,20 +148,12 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
     is_approval = isinstance(step, ApprovalStep)
     kind = "approval" if is_approval else "wait"
 
-    def context(state: dict[str, Any], call: NodeCall) -> StepContext:
-        return StepContext(
-            thread_id=call.thread_id,
-            info=info,
-            attempt=1,
-            state=state,
-            codec=env.codec,
-            inputs_model=env.inputs_model,
-        )
-
     def current_plan(state: dict[str, Any], call: NodeCall) -> Any:
         if not isinstance(step, ApprovalStep) or step.plan is None:
             return None
-        plan = call_step(step.plan, (context(state, call),), None, f"plan of {step.name!r}")
+        plan = call_step(
+            step.plan, (env.context(call, info, state),), None, f"plan of {step.name!r}"
+        )
         return env.codec.decode(env.codec.encode(plan, f"the plan of approval {step.name!r}"))
 
     def request(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
