@@ -382,6 +382,66 @@ def tick(
         out.print(f"{len(results)} deadline(s) processed")
 
 
+@app.command()
+def effects(
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="THREAD | resolve THREAD KEY",
+            help="List a thread's side-effect ledger, or resolve one effect whose outcome is "
+            "unknown.",
+        ),
+    ],
+    succeeded: Annotated[
+        bool, typer.Option("--succeeded", help="resolve: it happened (give --result).")
+    ] = False,
+    failed: Annotated[bool, typer.Option("--failed", help="resolve: it did not happen.")] = False,
+    retry: Annotated[bool, typer.Option("--retry", help="resolve: call it again.")] = False,
+    result: Annotated[
+        str | None, typer.Option("--result", help="resolve --succeeded: its result, JSON or @file.")
+    ] = None,
+    by: Annotated[str | None, typer.Option("--by", help="resolve: who settles it.")] = None,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """The side-effect ledger: `effects THREAD` lists it; `effects resolve THREAD KEY
+    --succeeded [--result JSON] | --failed | --retry` settles an effect cut off mid-call."""
+    if args and args[0] == "resolve":
+        if len(args) != 3:
+            raise typer.BadParameter(
+                "usage: longtask effects resolve THREAD KEY --succeeded|--failed|--retry"
+            )
+        chosen = [
+            n
+            for n, flag in (("succeeded", succeeded), ("failed", failed), ("retry", retry))
+            if flag
+        ]
+        if len(chosen) != 1:
+            raise typer.BadParameter("give exactly one of --succeeded, --failed, --retry")
+        if result is not None and chosen[0] != "succeeded":
+            raise typer.BadParameter("--result goes with --succeeded", param_hint="--result")
+        value = _parse_json(result, "--result")
+        with _runner(db, on_update=_printer()) as runner:
+            runner.resolve_effect(args[1], args[2], chosen[0], result=value, by=by)  # type: ignore[arg-type]
+            raise typer.Exit(_finish(runner, args[1]))
+    if len(args) != 1:
+        raise typer.BadParameter(
+            "usage: longtask effects THREAD, or effects resolve THREAD KEY ..."
+        )
+    with _runner(db) as runner:
+        rows = runner.effects(args[0])
+    if json_:
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+        return
+    if not rows:
+        out.print("no effects")
+    for r in rows:
+        out.print(
+            f"{r.key}  {escape(r.step)}/{escape(r.name)}  {r.status}  calls={r.calls}"
+            + (f"  error={escape(r.error)}" if r.error else "")
+        )
+
+
 @db_app.command("upgrade")
 def db_upgrade(db: DbOpt = None) -> None:
     """Create or migrate longtask's tables and LangGraph's checkpoint tables."""

@@ -91,6 +91,11 @@ def continue_commands(st: ThreadStatus) -> list[str]:
         if w["kind"] == "approval":
             who = (w.get("approvers") or ["NAME"])[0]
             lines.append(f"longtask approve {st.thread_id} {w['step']} --by {who}")
+        elif w["kind"] == "effect":
+            lines.append(
+                f"longtask effects resolve {st.thread_id} {w.get('key')} "
+                "--succeeded --result JSON  (or --failed, or --retry)"
+            )
         else:
             lines.append(f"longtask signal {st.thread_id} {w['step']} --payload JSON")
     return lines or [f"longtask resume {st.thread_id} --resume JSON"]

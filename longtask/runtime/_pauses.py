@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.types import Command
 
@@ -20,6 +20,8 @@ from longtask.errors import InvalidInput, LongTaskError, StepFailed, ThreadBusy
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
+from longtask.store import Effect
+from longtask.store._values import to_json_bytes
 
 if TYPE_CHECKING:
     from langgraph.types import StateSnapshot
@@ -32,11 +34,9 @@ def pending_from(snapshot: StateSnapshot) -> list[Pending]:
     """The open interrupts of a snapshot that are ours (approval or wait requests)."""
     out = []
     for task in snapshot.tasks:
-        if task.error is not None:
-            continue
         for intr in task.interrupts:
             value = intr.value
-            if isinstance(value, dict) and value.get("kind") in ("approval", "wait"):
+            if isinstance(value, dict) and value.get("kind") in ("approval", "wait", "effect"):
                 out.append(
                     Pending(
                         step=value["step"], kind=value["kind"], interrupt_id=intr.id, request=value
@@ -82,6 +82,10 @@ class PauseMixin(ABC):
         """What the thread is waiting for: approvals (with plan, hash, deadline, approvers)
         and outside events, each with the LangGraph interrupt id it answers."""
         rec = self._thread(thread_id)
+        if rec.status in ("failed", "completed", "cancelled"):
+            # LangGraph keeps a task's last interrupt next to a later error (a rejection
+            # that failed the thread): nothing is waiting for an answer any more.
+            return []
         task = task or self._load(rec)
         snapshot = self.graph(task).get_state({"configurable": {"thread_id": thread_id}})
         return pending_from(snapshot)
@@ -113,6 +117,12 @@ class PauseMixin(ABC):
 
     def _answer(self, thread_id: str, task: LongTask, item: Pending, value: Any) -> Any:
         """The checked resume value for ``item`` (raises InvalidInput, changing nothing)."""
+        if item.kind == "effect":
+            raise InvalidInput(
+                f"step {item.step!r} waits for a person to settle effect {item.request['key']}: "
+                f"use `longtask effects resolve {thread_id} {item.request['key']} "
+                "--succeeded [--result JSON] | --failed | --retry`"
+            )
         if item.kind == "approval":
             request = ApprovalRequest.model_validate(item.request)
             decision = check_decision(request, value, self.clock(), step=item.step)
@@ -216,6 +226,64 @@ class PauseMixin(ABC):
         item = self._select(thread_id, task, interrupt, None)
         checked = self._answer(thread_id, task, item, value)
         return self._resume_pending(thread_id, task, item, checked)
+
+    def effects(self, thread_id: str) -> list[Effect]:
+        """The side-effect ledger of a thread, oldest first."""
+        self._thread(thread_id)
+        return self.db.store.effects(thread_id)
+
+    def resolve_effect(
+        self,
+        thread_id: str,
+        key: str,
+        outcome: Literal["succeeded", "failed", "retry"],
+        *,
+        result: Any = None,
+        by: str | None = None,
+        task: LongTask | None = None,
+    ) -> str:
+        """Settle an effect whose outcome is unknown (the process died during the call):
+        it ``succeeded`` (with ``result``), ``failed``, or should be tried again
+        (``retry``). Then the thread continues if it was waiting on it."""
+        rec = self._thread(thread_id)
+        row = self.db.store.effect(key)
+        if row is None or row.thread_id != thread_id:
+            raise InvalidInput(
+                f"thread {thread_id!r} has no effect {key!r}; see `longtask effects`"
+            )
+        if row.status != "started":
+            raise InvalidInput(
+                f"effect {key} is {row.status}, not unknown; only an effect whose call was "
+                "cut off can be resolved"
+            )
+        if outcome not in ("succeeded", "failed", "retry"):
+            raise InvalidInput("outcome must be succeeded, failed or retry")
+        if outcome == "succeeded":
+            to_json_bytes(result, "the result")
+        task = task or self._load(rec)
+        items = [
+            p
+            for p in self.pending(thread_id, task=task)
+            if p.kind == "effect" and p.request.get("key") == key
+        ]
+        if outcome == "succeeded":
+            self.db.store.effect_finish(key, "succeeded", result=result)
+        else:
+            self.db.store.effect_finish(
+                key,
+                "failed",
+                error="retry" if outcome == "retry" else f"resolved as failed by {by}",
+            )
+        self.db.store.append_event(
+            thread_id,
+            "manual.resolve",
+            key=f"manual.resolve/{key}",
+            step=row.step,
+            data={"key": key, "outcome": outcome, "by": by},
+        )
+        if not items:
+            return thread_id
+        return self._resume_pending(thread_id, task, items[0], {"resolved": outcome})
 
     def tick(self, limit: int = 100) -> list[TickResult]:
         """Act on every due deadline (approval or wait timeouts), across threads.

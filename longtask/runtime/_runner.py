@@ -443,7 +443,7 @@ class Runner(PauseMixin):
                 waiting = [p.summary() for p in pending_from(snapshot)]
                 status = (
                     "waiting_user"
-                    if any(w["kind"] == "approval" for w in waiting) or not waiting
+                    if any(w["kind"] in ("approval", "effect") for w in waiting) or not waiting
                     else "waiting_external"
                 )
                 store.set_status(thread_id, status, waiting=waiting)

@@ -53,13 +53,13 @@ class Pending(BaseModel):
     """One thing a paused thread waits for: an approval or an outside event."""
 
     step: str
-    kind: Literal["approval", "wait"]
+    kind: Literal["approval", "wait", "effect"]
     interrupt_id: str
     request: dict[str, Any]
 
     def summary(self) -> dict[str, Any]:
         out = {"step": self.step, "kind": self.kind, "interrupt_id": self.interrupt_id}
-        for key in ("plan_hash", "deadline", "approvers"):
+        for key in ("plan_hash", "deadline", "approvers", "key", "reason"):
             if self.request.get(key) is not None:
                 out[key] = self.request[key]
         return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, TypeAdapter
@@ -55,7 +55,9 @@ class StepContext:
         state: Mapping[str, Any],
         codec: ValueCodec,
         inputs_model: type[BaseModel] | None,
+        effects: Callable[..., Any] | None = None,
     ) -> None:
+        self._effects = effects
         self.thread_id = thread_id
         self.info = info
         self.attempt = attempt
@@ -120,6 +122,28 @@ class StepContext:
         return TypeAdapter(type).validate_python(
             value.model_dump() if isinstance(value, BaseModel) else value
         )
+
+    def effect(
+        self,
+        name: str,
+        fn: Callable[..., T],
+        *args: Any,
+        reconcile: Callable[[str], Any] | None = None,
+        **kwargs: Any,
+    ) -> T:
+        """Perform an outside effect at most once: ``fn(*args, **kwargs)``.
+
+        The idempotency key comes from the thread, this step (and map item), ``name`` and
+        the arguments; ``fn`` gets it as ``idempotency_key=`` if it takes that parameter (or
+        ``**kwargs``), so the outside system can deduplicate too. On a re-run a succeeded
+        effect returns its recorded result without calling ``fn``. If an earlier call died
+        mid-way, ``reconcile(key)`` is asked what happened (a result, or None if nothing
+        did); without a reconciler the thread pauses until a person settles it with
+        ``longtask effects resolve``. Results must be JSON values.
+        """
+        if self._effects is None:
+            raise ResultNotAvailable("ctx.effect is available only while a step runs")
+        return self._effects(name, fn, args, kwargs, reconcile)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         return (

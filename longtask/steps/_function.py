@@ -83,7 +83,18 @@ class StepEnv:
             state=state,
             codec=self.codec,
             inputs_model=self.inputs_model,
+            effects=self.effects_for(call, info),
         )
+
+    def effects_for(
+        self, call: NodeCall, info: StepInfo, item: int | None = None
+    ) -> Callable[..., Any]:
+        from longtask.steps._effects import run_effect
+
+        def effect(name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any) -> Any:
+            return run_effect(self, call, info, name, fn, args, kwargs, reconcile, item)
+
+        return effect
 
     def first_time(self, thread_id: str, key: str) -> bool:
         """True once per thread and key in this process (until ``forget``)."""

@@ -176,6 +176,7 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
                 state=payload["state"],
                 codec=env.codec,
                 inputs_model=env.inputs_model,
+                effects=env.effects_for(call, info, index),
             )
             value = call_step(step.fn, (ctx, item), step.timeout, f"item {index} of {step.name!r}")
             return to_json_bytes(value, f"the result of item {index} of step {step.name!r}")

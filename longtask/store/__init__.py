@@ -1,5 +1,6 @@
 """longtask's own tables beside the checkpoints: threads, events, blobs."""
 
+from longtask.store._effects import EFFECT_STATUSES, Effect
 from longtask.store._maps import MapItem, MapProgress
 from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
@@ -16,8 +17,10 @@ from longtask.store._writer import EventWriter
 
 __all__ = [
     "DEFAULT_INLINE_LIMIT",
+    "EFFECT_STATUSES",
     "SCHEMA_VERSION",
     "THREAD_STATUSES",
+    "Effect",
     "Event",
     "EventWriter",
     "MapItem",

@@ -92,6 +92,23 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX longtask_timers_due ON longtask_timers (due_at)",
     ],
+    # 4: the side-effect ledger: one row per idempotency key
+    [
+        """CREATE TABLE longtask_effects (
+            key TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL,
+            step TEXT NOT NULL,
+            name TEXT NOT NULL,
+            args_hash TEXT NOT NULL,
+            status TEXT NOT NULL,
+            result TEXT,
+            error TEXT,
+            calls INTEGER NOT NULL DEFAULT 0,
+            created_at {real} NOT NULL,
+            updated_at {real} NOT NULL
+        )""",
+        "CREATE INDEX longtask_effects_thread ON longtask_effects (thread_id, created_at)",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

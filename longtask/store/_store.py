@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import SchemaVersionError, ThreadExists
+from longtask.store._effects import EffectTables
 from longtask.store._maps import MapTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
 
@@ -137,7 +138,7 @@ _THREAD_COLS = (
 )
 
 
-class Store(MapTables, ABC):
+class Store(MapTables, EffectTables, ABC):
     dialect: Dialect
 
     # -- driver ------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""``ctx.effect``: outside calls at most once per idempotency key.
+
+The key is derived from the thread, the step (and map item), the effect's name and a hash
+of its arguments, so a step that runs again — after a crash, a retry or on a fork with the
+same arguments — finds its earlier outcome instead of calling again:
+
+- ``succeeded``: the recorded result is returned; the function is not called.
+- ``failed``: the function is called again (the step's retry policy decided to retry).
+- ``started`` with no outcome: the process died during the call and nobody knows whether it
+  happened. ``reconcile(key)`` asks the outside system (a result if it happened, None if
+  not); without a reconciler the thread pauses for a person (``waiting_user``, "effect
+  outcome unknown"), who settles it with ``longtask effects resolve``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+from langgraph.types import interrupt
+
+from longtask.errors import LongTaskError
+from longtask.model import StepInfo
+from longtask.store._values import to_json_bytes
+
+
+class EffectFailed(LongTaskError):
+    """A person resolved an effect whose outcome was unknown as failed."""
+
+
+def effect_key(thread_id: str, step: str, name: str, args_hash: str, item: int | None) -> str:
+    where = f"{step}[{item}]" if item is not None else step
+    raw = f"{thread_id}\x1f{where}\x1f{name}\x1f{args_hash}"
+    return "eff-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def args_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+    canonical = json.dumps([list(args), kwargs], sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _accepts_key(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.name == "idempotency_key" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params
+    )
+
+
+def run_effect(
+    env: Any,
+    call: Any,
+    info: StepInfo,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    reconcile: Callable[[str], Any] | None,
+    item: int | None = None,
+) -> Any:
+    store = env.store
+    digest = args_digest(args, kwargs)
+    key = effect_key(call.thread_id, info.name, name, digest, item)
+    data = {"key": key, "name": name}
+    row = store.effect(key)
+    if row is not None and row.status == "succeeded":
+        return row.result
+    if row is not None and row.status == "started":
+        # The process died during the call: find out before acting again.
+        if reconcile is not None:
+            found = reconcile(key)
+            if found is not None:
+                to_json_bytes(found, f"the reconciled result of effect {name!r}")
+                store.effect_finish(key, "succeeded", result=found)
+                env.emit(
+                    call,
+                    "effect.succeeded",
+                    call.key("effect", key, "reconciled"),
+                    info,
+                    data={**data, "reconciled": True},
+                )
+                return found
+            store.effect_forget(key)
+        else:
+            env.emit(call, "effect.unknown", f"effect.unknown/{key}", info, data=data)
+            # Pauses the thread; `longtask effects resolve` settles the row, then resumes.
+            interrupt(
+                {
+                    "kind": "effect",
+                    "step": info.name,
+                    "key": key,
+                    "name": name,
+                    "reason": "effect outcome unknown",
+                }
+            )
+            row = store.effect(key)
+            if row is not None and row.status == "succeeded":
+                return row.result
+            if row is not None and row.status == "failed" and row.error != "retry":
+                raise EffectFailed(f"effect {name!r} ({key}) was resolved as failed")
+    if not store.effect_start(key, call.thread_id, info.name, name, digest):
+        row = store.effect(key)
+        if row is not None and row.status == "succeeded":
+            return row.result
+        raise LongTaskError(f"effect {name!r} ({key}) is being performed by another process")
+    env.emit(call, "effect.started", call.key("effect", key, "started"), info, data=data)
+    try:
+        extra = {"idempotency_key": key} if _accepts_key(fn) else {}
+        result = fn(*args, **kwargs, **extra)
+        to_json_bytes(result, f"the result of effect {name!r}")
+    except Exception as exc:
+        store.effect_finish(key, "failed", error=f"{type(exc).__name__}: {exc}"[:2000])
+        env.emit(
+            call,
+            "effect.failed",
+            call.key("effect", key, "failed"),
+            info,
+            data={**data, "error": f"{type(exc).__name__}: {exc}"[:500]},
+        )
+        raise
+    store.effect_finish(key, "succeeded", result=result)
+    env.emit(call, "effect.succeeded", call.key("effect", key, "succeeded"), info, data=data)
+    return result

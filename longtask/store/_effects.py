@@ -1,0 +1,124 @@
+"""The side-effect ledger: what happened to each effect, by idempotency key.
+
+A row is written ``started`` (and committed) before the outside call, and ``succeeded`` or
+``failed`` after it. A row left ``started`` means the process died during the call: its
+outcome is unknown until a reconciler or a person says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+EFFECT_STATUSES = ("started", "succeeded", "failed")
+
+
+@dataclass(frozen=True)
+class Effect:
+    key: str
+    thread_id: str
+    step: str
+    name: str
+    args_hash: str
+    status: str
+    result: Any
+    error: str | None
+    calls: int
+    created_at: datetime
+    updated_at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "thread_id": self.thread_id,
+            "step": self.step,
+            "name": self.name,
+            "args_hash": self.args_hash,
+            "status": self.status,
+            "result": self.result,
+            "error": self.error,
+            "calls": self.calls,
+            "created_at": self.created_at.isoformat(),
+            "updated_at": self.updated_at.isoformat(),
+        }
+
+
+_COLS = (
+    "key, thread_id, step, name, args_hash, status, result, error, calls, created_at, updated_at"
+)
+
+
+def _effect(r: tuple[Any, ...]) -> Effect:
+    return Effect(
+        key=r[0],
+        thread_id=r[1],
+        step=r[2],
+        name=r[3],
+        args_hash=r[4],
+        status=r[5],
+        result=json.loads(r[6]) if r[6] is not None else None,
+        error=r[7],
+        calls=int(r[8]),
+        created_at=datetime.fromtimestamp(r[9], UTC),
+        updated_at=datetime.fromtimestamp(r[10], UTC),
+    )
+
+
+class EffectTables:
+    """Mixed into Store."""
+
+    def _run(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def effect(self, key: str) -> Effect | None:
+        rows = self._run(f"SELECT {_COLS} FROM longtask_effects WHERE key = ?", (key,))
+        return _effect(rows[0]) if rows else None
+
+    def effects(self, thread_id: str, limit: int = 1000) -> list[Effect]:
+        rows = self._run(
+            f"SELECT {_COLS} FROM longtask_effects WHERE thread_id = ? "
+            "ORDER BY created_at, key LIMIT ?",
+            (thread_id, limit),
+        )
+        return [_effect(r) for r in rows]
+
+    def effect_start(self, key: str, thread_id: str, step: str, name: str, args_hash: str) -> bool:
+        """Mark ``key`` started before its call. Returns False if it is already started or
+        succeeded (so the caller must not call), True if the call may go ahead."""
+        now = time.time()
+        rows = self._run(
+            "INSERT INTO longtask_effects (key, thread_id, step, name, args_hash, status, "
+            "calls, created_at, updated_at) VALUES (?,?,?,?,?,'started',1,?,?) "
+            "ON CONFLICT (key) DO UPDATE SET status = 'started', error = NULL, "
+            "calls = longtask_effects.calls + 1, updated_at = excluded.updated_at "
+            "WHERE longtask_effects.status = 'failed' RETURNING key",
+            (key, thread_id, step, name, args_hash, now, now),
+        )
+        return bool(rows)
+
+    def effect_finish(
+        self, key: str, status: str, *, result: Any = None, error: str | None = None
+    ) -> None:
+        self._run(
+            "UPDATE longtask_effects SET status = ?, result = ?, error = ?, updated_at = ? "
+            "WHERE key = ?",
+            (
+                status,
+                json.dumps(result) if status == "succeeded" else None,
+                error,
+                time.time(),
+                key,
+            ),
+        )
+
+    def effect_forget(self, key: str) -> None:
+        """Clear an unknown outcome so the effect may be called again (a person said it
+        did not happen)."""
+        self._run(
+            "UPDATE longtask_effects SET status = 'failed', error = ?, updated_at = ? "
+            "WHERE key = ? AND status = 'started'",
+            ("outcome unknown; retried by a person", time.time(), key),
+        )
