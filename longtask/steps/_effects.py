@@ -66,7 +66,7 @@ def run_effect(
     store = env.store
     digest = args_digest(args, kwargs)
     key = effect_key(call.thread_id, info.name, name, digest, item)
-    data = {"key": key, "name": name}
+    data: dict[str, Any] = {"key": key, "name": name}
     row = store.effect(key)
     if row is not None and row.status == "succeeded":
         return row.result
@@ -103,12 +103,13 @@ def run_effect(
                 return row.result
             if row is not None and row.status == "failed" and row.error != "retry":
                 raise EffectFailed(f"effect {name!r} ({key}) was resolved as failed")
-    if not store.effect_start(key, call.thread_id, info.name, name, digest):
+    number = store.effect_start(key, call.thread_id, info.name, name, digest)
+    if not number:
         row = store.effect(key)
         if row is not None and row.status == "succeeded":
             return row.result
         raise LongTaskError(f"effect {name!r} ({key}) is being performed by another process")
-    env.emit(call, "effect.started", call.key("effect", key, "started"), info, data=data)
+    env.emit(call, "effect.started", call.key("effect", key, number, "started"), info, data=data)
     try:
         extra = {"idempotency_key": key} if _accepts_key(fn) else {}
         result = fn(*args, **kwargs, **extra)
@@ -118,11 +119,13 @@ def run_effect(
         env.emit(
             call,
             "effect.failed",
-            call.key("effect", key, "failed"),
+            call.key("effect", key, number, "failed"),
             info,
             data={**data, "error": f"{type(exc).__name__}: {exc}"[:500]},
         )
         raise
     store.effect_finish(key, "succeeded", result=result)
-    env.emit(call, "effect.succeeded", call.key("effect", key, "succeeded"), info, data=data)
+    env.emit(
+        call, "effect.succeeded", call.key("effect", key, number, "succeeded"), info, data=data
+    )
     return result

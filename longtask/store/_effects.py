@@ -85,19 +85,19 @@ class EffectTables:
         )
         return [_effect(r) for r in rows]
 
-    def effect_start(self, key: str, thread_id: str, step: str, name: str, args_hash: str) -> bool:
-        """Mark ``key`` started before its call. Returns False if it is already started or
-        succeeded (so the caller must not call), True if the call may go ahead."""
+    def effect_start(self, key: str, thread_id: str, step: str, name: str, args_hash: str) -> int:
+        """Mark ``key`` started before its call. Returns the number of this call (1 for the
+        first), or 0 if it is already started or succeeded: then the caller must not call."""
         now = time.time()
         rows = self._run(
             "INSERT INTO longtask_effects (key, thread_id, step, name, args_hash, status, "
             "calls, created_at, updated_at) VALUES (?,?,?,?,?,'started',1,?,?) "
             "ON CONFLICT (key) DO UPDATE SET status = 'started', error = NULL, "
             "calls = longtask_effects.calls + 1, updated_at = excluded.updated_at "
-            "WHERE longtask_effects.status = 'failed' RETURNING key",
+            "WHERE longtask_effects.status = 'failed' RETURNING calls",
             (key, thread_id, step, name, args_hash, now, now),
         )
-        return bool(rows)
+        return int(rows[0][0]) if rows else 0
 
     def effect_finish(
         self, key: str, status: str, *, result: Any = None, error: str | None = None
