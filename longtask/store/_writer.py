@@ -2,10 +2,9 @@
 
 Steps must not wait for the event log: with one autocommitted insert per event, a step on
 PostgreSQL paid ~0.45 ms per event (round trip plus WAL flush), several times per step.
-Events are queued here and a single writer thread inserts whatever has accumulated (for up
-to ``LINGER`` seconds, or until someone flushes) in one statement, so the inserts overlap
-with the step's own work and with the checkpoint writes, and ids keep the order events were
-queued in.
+Events are queued here and a single writer thread inserts whatever has accumulated in one
+statement, so the inserts overlap with the step's own work and with the checkpoint writes,
+and ids keep the order events were queued in.
 
 Events are a record, not the state: the Runner flushes the queue before it reports an
 outcome, and on the next run repairs the ``step.completed`` events that a crash may have
@@ -16,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -26,9 +24,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("longtask.events")
 
 _BATCH = 500
-#: how long the writer lets events gather before a batch, unless someone waits for them:
-#: fewer, larger inserts, and less work competing with the steps for the CPU
-LINGER = 0.05
 
 
 class EventWriter:
@@ -38,7 +33,6 @@ class EventWriter:
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
-        self._flushing = 0
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
@@ -46,26 +40,19 @@ class EventWriter:
         with self._cond:
             if self._closed:
                 raise RuntimeError("the event writer is closed")
-            was_empty = not self._queue
             self._queue.append(event)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="longtask-events", daemon=True
                 )
                 self._thread.start()
-            if was_empty:  # the writer lingers on a non-empty queue without being woken
-                self._cond.notify_all()
+            self._cond.notify_all()
 
     def flush(self) -> None:
         """Wait until every queued event is stored; re-raise a write error if one happened."""
         with self._cond:
-            self._flushing += 1
-            self._cond.notify_all()
-            try:
-                while self._queue or self._busy:
-                    self._cond.wait()
-            finally:
-                self._flushing -= 1
+            while self._queue or self._busy:
+                self._cond.wait()
             error, self._error = self._error, None
         if error is not None:
             raise error
@@ -87,12 +74,6 @@ class EventWriter:
                     self._cond.wait()
                 if not self._queue and self._closed:
                     return
-                deadline = time.monotonic() + LINGER
-                while not (self._closed or self._flushing) and len(self._queue) < _BATCH:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
                 batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
                 self._busy = True
             try:
