@@ -20,6 +20,7 @@ from longtask.errors import InvalidInput, LongTaskError, StepFailed, ThreadBusy
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
+from longtask.steps._effects import RESOLVED_AS_FAILED
 from longtask.store import Effect
 from longtask.store._values import to_json_bytes
 
@@ -272,7 +273,9 @@ class PauseMixin(ABC):
             self.db.store.effect_finish(
                 key,
                 "failed",
-                error="retry" if outcome == "retry" else f"resolved as failed by {by}",
+                error="retry"
+                if outcome == "retry"
+                else f"{RESOLVED_AS_FAILED} by {by or 'a person'}",
             )
         self.db.store.append_event(
             thread_id,
@@ -281,9 +284,12 @@ class PauseMixin(ABC):
             step=row.step,
             data={"key": key, "outcome": outcome, "by": by},
         )
-        if not items:
-            return thread_id
-        return self._resume_pending(thread_id, task, items[0], {"resolved": outcome})
+        if items:
+            return self._resume_pending(thread_id, task, items[0], {"resolved": outcome})
+        if rec.status == "running" and not self.db.is_locked(thread_id):
+            # Settled right after a crash, before any resume: continue the thread now.
+            return self.resume(thread_id, task=task)
+        return thread_id
 
     def tick(self, limit: int = 100) -> list[TickResult]:
         """Act on every due deadline (approval or wait timeouts), across threads.

@@ -30,6 +30,13 @@ from longtask.store._values import to_json_bytes
 class EffectFailed(LongTaskError):
     """A person resolved an effect whose outcome was unknown as failed."""
 
+    #: the person's answer, not a passing fault: the retry policy does not call it again
+    retryable = False
+
+
+#: ledger error text of an effect a person resolved as failed, not yet reported to its step
+RESOLVED_AS_FAILED = "resolved as failed"
+
 
 def effect_key(thread_id: str, step: str, name: str, args_hash: str, item: int | None) -> str:
     where = f"{step}[{item}]" if item is not None else step
@@ -101,8 +108,14 @@ def run_effect(
             row = store.effect(key)
             if row is not None and row.status == "succeeded":
                 return row.result
-            if row is not None and row.status == "failed" and row.error != "retry":
-                raise EffectFailed(f"effect {name!r} ({key}) was resolved as failed")
+    if (
+        row is not None
+        and row.status == "failed"
+        and (row.error or "").startswith(RESOLVED_AS_FAILED)
+    ):
+        # Reported once: the step fails now; a later resume may call the effect again.
+        store.effect_finish(key, "failed", error=f"reported to the step: {row.error}")
+        raise EffectFailed(f"effect {name!r} ({key}) was {row.error}")
     number = store.effect_start(key, call.thread_id, info.name, name, digest)
     if not number:
         row = store.effect(key)

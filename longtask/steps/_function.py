@@ -196,7 +196,7 @@ def with_retries(
             # interrupt() and friends are control flow, not failures.
             raise
         except Exception as exc:
-            if retry is None or attempt >= max_attempts:
+            if retry is None or attempt >= max_attempts or not getattr(exc, "retryable", True):
                 exc.__longtask_attempt__ = attempt  # type: ignore[attr-defined]
                 raise
             wait = retry.wait_before(attempt + 1)

@@ -60,6 +60,8 @@ TIMEOUT = {"__longtask_timeout__": True}
 class PauseOutcome(LongTaskError):
     """An approval was rejected or a pause timed out, and its policy is to fail."""
 
+    retryable = False
+
 
 def request_node_name(step: str) -> str:
     return f"{step}.request"
