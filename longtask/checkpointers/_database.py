@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from longtask.checkpointers._url import DatabaseURL, parse_url, resolve_url, scrub
+from longtask.checkpointers._url import DatabaseURL, parse_url, resolve_url
 from longtask.errors import DatabaseError, ThreadBusy
 
 if TYPE_CHECKING:
@@ -158,7 +158,3 @@ class SqliteDatabase(Database):
 
     def close(self) -> None:
         self.store.close()
-
-
-def describe_error(exc: BaseException, url: str) -> str:
-    return scrub(str(exc), url)

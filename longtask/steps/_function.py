@@ -255,9 +255,12 @@ def function_node(
 ) -> Callable[[dict[str, Any], RunnableConfig], dict[str, Any]]:
     channel = result_channel(step.name)
 
+    # Only a step after an approval or wait can be skipped by one.
+    after_pause = bool(env.pauses & info.ancestors)
+
     def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         call = NodeCall.from_config(config)
-        if env.pauses & info.ancestors:
+        if after_pause:
             from longtask.steps._pause import skip_update, skipped_by
 
             reason = skipped_by(state, info, env.pauses)
