@@ -304,6 +304,22 @@ StepArg = Annotated[
 ]
 
 
+def _decide(
+    db: str | None,
+    thread_id: str,
+    step: str | None,
+    approved: bool,
+    by: str,
+    comment: str | None,
+    plan_hash: str | None,
+) -> None:
+    with _runner(db, on_update=_printer()) as runner:
+        runner.decide(
+            thread_id, step, approved=approved, by=by, comment=comment, plan_hash=plan_hash
+        )
+        raise typer.Exit(_finish(runner, thread_id))
+
+
 @app.command()
 def approve(
     thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
@@ -314,9 +330,7 @@ def approve(
     db: DbOpt = None,
 ) -> None:
     """Approve a pending approval and continue the thread."""
-    with _runner(db, on_update=_printer()) as runner:
-        runner.approve(thread_id, step, by=by, comment=comment, plan_hash=plan_hash)
-        raise typer.Exit(_finish(runner, thread_id))
+    _decide(db, thread_id, step, True, by, comment, plan_hash)
 
 
 @app.command()
@@ -329,9 +343,7 @@ def reject(
     db: DbOpt = None,
 ) -> None:
     """Reject a pending approval; the step's on_reject policy decides what follows."""
-    with _runner(db, on_update=_printer()) as runner:
-        runner.reject(thread_id, step, by=by, comment=comment, plan_hash=plan_hash)
-        raise typer.Exit(_finish(runner, thread_id))
+    _decide(db, thread_id, step, False, by, comment, plan_hash)
 
 
 @app.command()
