@@ -30,7 +30,12 @@ class DefinitionError(LongTaskError):
 
 
 class InvalidInput(LongTaskError):
-    """A value given by the caller (inputs, a resume value, a CLI argument) is malformed."""
+    """A value given by the caller (inputs, a resume value, a CLI argument) is malformed.
+
+    Raised by a step, it fails the step without a retry: the same input fails the same way.
+    """
+
+    retryable = False
 
 
 def describe_validation(exc: Exception) -> str:
@@ -131,3 +136,32 @@ class StepTimeout(LongTaskError):
 
 class ResultNotAvailable(LongTaskError):
     """A step asked for the result of a step that is not one of its dependencies."""
+
+
+# -- error classes of a step's failure (see longtask.classify) -------------------------------
+
+
+class Transient(LongTaskError):
+    """A passing fault (a dropped connection, a timeout, a 5xx): retried with backoff."""
+
+
+class RateLimited(Transient):
+    """The outside system asked to slow down: retried after ``retry_after`` seconds (the
+    server's ``Retry-After``), or with backoff when it named no time."""
+
+    def __init__(self, message: str = "rate limited", retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermissionDenied(LongTaskError):
+    """Credentials are missing, wrong or not allowed: retrying cannot help, a person must fix
+    it. The thread pauses (``waiting_user``); ``longtask retry THREAD`` tries again."""
+
+    retryable = False
+
+
+class OutcomeUnknown(LongTaskError):
+    """A call may or may not have happened (cut off mid-way): reconcile before acting again."""
+
+    retryable = False
