@@ -15,6 +15,9 @@ from longtask.errors import (
     InvalidInput,
     LongTaskError,
     NothingToResume,
+    OutcomeUnknown,
+    PermissionDenied,
+    RateLimited,
     ResultNotAvailable,
     SchemaVersionError,
     StepFailed,
@@ -23,8 +26,10 @@ from longtask.errors import (
     ThreadBusy,
     ThreadExists,
     ThreadNotFound,
+    Transient,
 )
 from longtask.model import (
+    Budget,
     Decision,
     LongTask,
     Retry,
@@ -37,7 +42,7 @@ from longtask.model import (
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner, ThreadStatus
-    from longtask.steps import ItemContext, StepContext
+    from longtask.steps import Classified, ItemContext, StepContext, classify
 
 __version__ = "0.1.0"
 
@@ -48,6 +53,8 @@ _LAZY = {
     "ThreadStatus": "longtask.runtime",
     "StepContext": "longtask.steps",
     "ItemContext": "longtask.steps",
+    "classify": "longtask.steps",
+    "Classified": "longtask.steps",
     "Command": "langgraph.types",
 }
 
@@ -61,6 +68,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Budget",
+    "Classified",
     "Command",
     "DatabaseError",
     "Decision",
@@ -71,6 +80,9 @@ __all__ = [
     "LongTask",
     "LongTaskError",
     "NothingToResume",
+    "OutcomeUnknown",
+    "PermissionDenied",
+    "RateLimited",
     "ResultNotAvailable",
     "Retry",
     "Runner",
@@ -84,8 +96,10 @@ __all__ = [
     "ThreadExists",
     "ThreadNotFound",
     "ThreadStatus",
+    "Transient",
     "__version__",
     "approval",
+    "classify",
     "function_step",
     "map_step",
     "wait_for",

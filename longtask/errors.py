@@ -165,3 +165,47 @@ class OutcomeUnknown(LongTaskError):
     """A call may or may not have happened (cut off mid-way): reconcile before acting again."""
 
     retryable = False
+
+
+# -- a step stopping for a person, or because the thread was cancelled -----------------------
+
+
+class NeedsPerson(LongTaskError):
+    """A step cannot go on until a person acts: the thread pauses (``waiting_user``) with
+    ``reason``. ``kind`` is what it waits for: ``permission``, ``budget`` or ``deadline``."""
+
+    retryable = False
+    exit_code = 3
+
+    def __init__(self, kind: str, reason: str, command: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+        #: the command that continues the thread once the person has acted
+        self.command = command
+
+
+class LimitReached(LongTaskError):
+    """The thread's budget or deadline is used up and the task says to fail (``on_limit``)."""
+
+    retryable = False
+
+
+class Cancelled(LongTaskError):
+    """The thread was cancelled: raised where a step would have started, so that the run
+    stops at the next step boundary and the Runner runs the compensations."""
+
+    retryable = False
+
+
+class CompensationFailed(LongTaskError):
+    """A step's ``compensate`` raised; the thread stays ``cancelling`` until it succeeds."""
+
+    def __init__(self, thread_id: str, step: str, error: str) -> None:
+        self.thread_id = thread_id
+        self.step = step
+        self.error = error
+        super().__init__(
+            f"compensation of step {step!r} failed: {error}\nFix the cause, then run "
+            f"`longtask cancel {thread_id}` again (finished compensations are not repeated)."
+        )

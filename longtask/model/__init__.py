@@ -3,6 +3,7 @@
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
 from longtask.model._steps import (
     ApprovalStep,
+    Budget,
     FunctionStep,
     MapStep,
     PauseStep,
@@ -20,6 +21,7 @@ from longtask.model._task import LongTask, StepInfo, name_problem
 __all__ = [
     "ApprovalRequest",
     "ApprovalStep",
+    "Budget",
     "Decision",
     "FunctionStep",
     "LongTask",

@@ -45,6 +45,40 @@ class Retry(BaseModel):
         return float(min(self.max_wait, self.initial_wait * self.backoff ** max(0, attempt - 2)))
 
 
+class Budget(BaseModel):
+    """Limits on what a thread may use: LLM ``tokens``, ``cost`` (in the price table's
+    currency), ``tool_calls`` and ``wall_time`` (seconds spent running steps, waits for
+    people not counted). None means unlimited. Checked before every step starts (and, for
+    agents, before every model call); steps report usage with ``ctx.charge``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tokens: int | None = None
+    cost: float | None = None
+    tool_calls: int | None = None
+    wall_time: float | None = None
+
+    @field_validator("wall_time", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any) -> Any:
+        return v.total_seconds() if isinstance(v, timedelta) else v
+
+    def problems(self) -> list[str]:
+        return [
+            f"budget {name} must be greater than 0 (got {value})"
+            for name, value in self.limits().items()
+            if value is not None and value <= 0
+        ]
+
+    def limits(self) -> dict[str, float | None]:
+        return {
+            "tokens": self.tokens,
+            "cost": self.cost,
+            "tool_calls": self.tool_calls,
+            "wall_time": self.wall_time,
+        }
+
+
 def _qualname(fn: Callable[..., Any]) -> str:
     return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", repr(fn)))
 
@@ -59,6 +93,9 @@ class Step(BaseModel):
     after: tuple[str, ...] = ()
     retry: Retry | None = None
     timeout: float | None = None
+    #: ``fn(ctx, result)`` undoes the step; run when the thread is cancelled (or fails, if
+    #: the task says so), newest step first, at most once (through the effect ledger)
+    compensate: Callable[..., Any] | None = None
 
     @field_validator("after", mode="before")
     @classmethod
@@ -88,13 +125,17 @@ class Step(BaseModel):
         thread is the normal way to recover from a failure. Names, kinds, dependencies and
         policies are what a checkpoint depends on.
         """
-        return {
+        out = {
             "kind": self.kind,
             "name": self.name,
             "after": sorted(self.after),
             "retry": self.retry.model_dump() if self.retry else None,
             "timeout": self.timeout,
         }
+        if self.compensate is not None:
+            # Only when set, so that definitions from before compensations keep their hash.
+            out["compensate"] = _qualname(self.compensate)
+        return out
 
 
 class FunctionStep(Step):
@@ -121,6 +162,7 @@ def function_step(
     after: Sequence[str] | str = ...,
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
+    compensate: Callable[..., Any] | None = ...,
 ) -> FunctionStep: ...
 
 
@@ -132,6 +174,7 @@ def function_step(
     after: Sequence[str] | str = ...,
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
+    compensate: Callable[..., Any] | None = ...,
 ) -> Callable[[Callable[..., Any]], FunctionStep]: ...
 
 
@@ -142,12 +185,15 @@ def function_step(
     after: Sequence[str] | str = (),
     retry: Retry | int | None = None,
     timeout: float | timedelta | None = None,
+    compensate: Callable[..., Any] | None = None,
 ) -> FunctionStep | Callable[[Callable[..., Any]], FunctionStep]:
     """A step that runs ``fn(ctx)`` and stores what it returns as the step's result.
 
     Use it as a call, ``function_step(fetch, name="fetch", after=["plan"])``, or as a
     decorator, ``@function_step(after=["plan"])``. ``name`` defaults to the function's name.
-    ``retry`` is a :class:`Retry` or a number of attempts; ``timeout`` is in seconds.
+    ``retry`` is a :class:`Retry` or a number of attempts (default: the task's ``retry``);
+    ``timeout`` is in seconds. ``compensate(ctx, result)`` undoes the step when the thread
+    is cancelled.
     """
 
     def build(f: Callable[..., Any]) -> FunctionStep:
@@ -159,6 +205,7 @@ def function_step(
             after=after,  # type: ignore[arg-type]  # normalised by the validator
             retry=_as_retry(retry),
             timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
+            compensate=compensate,
         )
 
     return build if fn is None else build(fn)
@@ -214,6 +261,7 @@ def map_step(
     on_item_error: ItemErrorPolicy = ...,
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
+    compensate: Callable[..., Any] | None = ...,
 ) -> MapStep: ...
 
 
@@ -228,6 +276,7 @@ def map_step(
     on_item_error: ItemErrorPolicy = ...,
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
+    compensate: Callable[..., Any] | None = ...,
 ) -> Callable[[Callable[..., Any]], MapStep]: ...
 
 
@@ -241,6 +290,7 @@ def map_step(
     on_item_error: ItemErrorPolicy = "fail",
     retry: Retry | int | None = None,
     timeout: float | timedelta | None = None,
+    compensate: Callable[..., Any] | None = None,
 ) -> MapStep | Callable[[Callable[..., Any]], MapStep]:
     """A step that runs ``fn(ctx, item)`` for every item of ``over(ctx)``.
 
@@ -261,6 +311,7 @@ def map_step(
             after=after,  # type: ignore[arg-type]  # normalised by the validator
             retry=_as_retry(retry),
             timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
+            compensate=compensate,
         )
 
     return build if fn is None else build(fn)

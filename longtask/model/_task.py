@@ -7,13 +7,14 @@ import json
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from longtask.errors import DefinitionError
-from longtask.model._steps import PauseStep, Stage, Step
+from longtask.model._steps import Budget, PauseStep, Retry, Stage, Step
 
 #: Step and stage names become LangGraph node names, state channel names and keys in our
 #: tables, so they are kept to a small, safe alphabet.
@@ -64,8 +65,28 @@ class LongTask(BaseModel):
     stages: tuple[Stage, ...]
     inputs: type[BaseModel] | None = None
     description: str = ""
+    #: retry policy of every step that does not set its own
+    retry: Retry | None = None
+    #: limits on tokens, cost, tool calls and running time of one thread
+    budget: Budget | None = None
+    #: no step starts later than this long after the thread started (waits included)
+    deadline: float | None = None
+    #: what reaching the budget or the deadline does: pause for a person, or fail
+    on_limit: Literal["pause", "fail"] = "pause"
+    #: when a step fails for good, undo the completed steps (their ``compensate``)
+    compensate_on_failure: bool = False
 
     _module: str | None = PrivateAttr(default=None)
+
+    @field_validator("retry", mode="before")
+    @classmethod
+    def _retry(cls, v: Any) -> Any:
+        return Retry(max_attempts=v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @field_validator("deadline", mode="before")
+    @classmethod
+    def _deadline(cls, v: Any) -> Any:
+        return v.total_seconds() if isinstance(v, timedelta) else v
 
     def __init__(self, name: str, stages: Sequence[Stage] = (), **kw: Any) -> None:
         super().__init__(name=name, stages=tuple(stages), **kw)
@@ -125,7 +146,16 @@ class LongTask(BaseModel):
 
     def spec(self) -> dict[str, Any]:
         """The JSON-able structure the definition hash is computed from."""
+        # Policies enter only when set, so that older definitions keep their hash.
+        policies = {
+            "retry": self.retry.model_dump() if self.retry else None,
+            "budget": self.budget.model_dump() if self.budget else None,
+            "deadline": self.deadline,
+            "on_limit": self.on_limit if self.on_limit != "pause" else None,
+            "compensate_on_failure": self.compensate_on_failure or None,
+        }
         return {
+            **{k: v for k, v in policies.items() if v is not None},
             "name": self.name,
             "version": self.version,
             "inputs": (
@@ -169,6 +199,12 @@ def _problems(task: LongTask) -> Iterator[str]:
         yield "task version must not be empty"
     if not task.stages:
         yield "a task needs at least one stage"
+    if task.retry is not None:
+        yield from (f"task retry {p}" for p in task.retry.problems())
+    if task.budget is not None:
+        yield from task.budget.problems()
+    if task.deadline is not None and task.deadline <= 0:
+        yield f"deadline must be greater than 0 (got {task.deadline})"
     stage_of: dict[str, int] = {}
     seen_stages: set[str] = set()
     for index, stage in enumerate(task.stages):

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
@@ -17,8 +18,11 @@ from pydantic import BaseModel, ValidationError
 
 from longtask.checkpointers import Database
 from longtask.errors import (
+    Cancelled,
     DefinitionChanged,
     InvalidInput,
+    LimitReached,
+    NeedsPerson,
     NothingToResume,
     StepFailed,
     TaskRefError,
@@ -28,6 +32,7 @@ from longtask.errors import (
 from longtask.graphs import build_graph, entry_node
 from longtask.model import LongTask, MapStep, PauseStep
 from longtask.model._decision import utcnow
+from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._pauses import PauseMixin, pending_from
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
@@ -133,7 +138,7 @@ class StageTracker:
         return events
 
 
-class Runner(PauseMixin):
+class Runner(PauseMixin, ControlMixin):
     """Starts, resumes and inspects LongTask threads in one database.
 
     ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
@@ -148,6 +153,8 @@ class Runner(PauseMixin):
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         on_update: UpdateHook | None = None,
         clock: Callable[[], datetime] | None = None,
+        sleep: Callable[[float], None] | None = None,
+        cancel_poll: float = 0.5,
     ) -> None:
         self._owns_db = not isinstance(db, Database)
         self.db = db if isinstance(db, Database) else Database.open(db)
@@ -156,6 +163,10 @@ class Runner(PauseMixin):
         self.on_update = on_update
         #: the time, for deadlines and decision validity (inject one to test)
         self.clock: Callable[[], datetime] = clock or utcnow
+        #: how steps wait between attempts (inject one to test back-offs without waiting)
+        self.sleep: Callable[[float], None] = sleep or time.sleep
+        #: seconds between checks, while a run advances a thread, for a cancel request
+        self.cancel_poll = cancel_poll
         self._graphs: dict[
             int, tuple[LongTask, StepEnv, CompiledStateGraph[Any, Any, Any, Any]]
         ] = {}
@@ -191,6 +202,11 @@ class Runner(PauseMixin):
                 events=self.events_writer,
                 inputs_model=task.inputs,
                 clock=self.clock,
+                sleep=self.sleep,
+                default_retry=task.retry,
+                has_limits=task.budget is not None or task.deadline is not None,
+                counts_time=task.budget is not None and task.budget.wall_time is not None,
+                on_limit=task.on_limit,
                 pauses=frozenset(n for n, s in task.steps.items() if isinstance(s, PauseStep)),
             )
             compiled = build_graph(task, env).compile(checkpointer=self.db.saver, name=task.name)
@@ -231,6 +247,12 @@ class Runner(PauseMixin):
             status="pending",
         )
         self.db.store.create_thread(rec)
+        if task.budget is not None or task.deadline is not None:
+            self.db.store.budget_init(
+                thread_id,
+                task.budget.limits() if task.budget else {},
+                self.clock().timestamp() + task.deadline if task.deadline else None,
+            )
         self._advance(rec, task, {INPUTS_CHANNEL: encoded}, first=True)
         return thread_id
 
@@ -255,6 +277,9 @@ class Runner(PauseMixin):
         def check(current: ThreadRecord) -> None:
             # Runs under the thread's lock, on a fresh read: another process may have
             # finished the thread while this one was loading the task.
+            if (current.error or {}).get("compensated"):
+                # Its completed steps were undone: going forward would build on nothing.
+                raise NothingToResume(thread_id, "failed and compensated")
             if (
                 command is None
                 and current.status in ("completed", "cancelled")
@@ -356,6 +381,16 @@ class Runner(PauseMixin):
             if check is not None:
                 rec = self._thread(thread_id)
                 check(rec)
+            cancel = store.cancel_request(thread_id)
+            if cancel is not None:
+                # Cancelled (or failed with compensation) before: finish undoing, never
+                # advance.
+                run = store.set_status(thread_id, "cancelling", new_run=True)
+                try:
+                    self._compensate(task, thread_id, run, cancel)
+                finally:
+                    self._flush_events(propagating=sys.exc_info()[1] is not None)
+                return
             run = store.set_status(thread_id, "running", new_run=True)
             config = _config(thread_id, run)
             config["max_concurrency"] = _concurrency(task)
@@ -376,7 +411,8 @@ class Runner(PauseMixin):
                 # The first run died before LangGraph stored its input checkpoint.
                 graph_input = {INPUTS_CHANNEL: rec.inputs}
             try:
-                self._stream(env, graph, task, thread_id, graph_input, config, run, first)
+                with CancelWatch(self.db, env, thread_id, self.cancel_poll):
+                    self._stream(env, graph, task, thread_id, graph_input, config, run, first)
             finally:
                 env.forget(thread_id)
                 self._flush_events(propagating=sys.exc_info()[1] is not None)
@@ -437,7 +473,8 @@ class Runner(PauseMixin):
                     if finished and self.on_update:
                         self.on_update(thread_id, finished)
             except Exception as exc:
-                self._failed(thread_id, run, exc)
+                self._stopped(task, thread_id, run, exc)
+                return
             snapshot = graph.get_state(_config(thread_id))
             if snapshot.next:
                 waiting = [p.summary() for p in pending_from(snapshot)]
@@ -473,20 +510,44 @@ class Runner(PauseMixin):
         events.flush()
         store.set_status(thread_id, "completed")
 
-    def _failed(self, thread_id: str, run: int, exc: Exception) -> NoReturn:
+    def _stopped(self, task: LongTask, thread_id: str, run: int, exc: Exception) -> None:
+        """A run ended with ``exc``: cancelled (compensate), paused for a person (record what
+        for), or failed (record it, compensate if the task says so, and raise)."""
+        store = self.db.store
+        if isinstance(exc, Cancelled):
+            request = store.cancel_request(thread_id) or {"reason": "cancelled"}
+            self._compensate(task, thread_id, run, request)
+            return
+        if isinstance(exc, NeedsPerson):
+            step = getattr(exc, STEP_ATTR, None)
+            waiting = [
+                {"step": step, "kind": exc.kind, "reason": exc.reason, "command": exc.command}
+            ]
+            self.events_writer.flush()
+            store.set_status(thread_id, "waiting_user", waiting=waiting)
+            return
         step = getattr(exc, STEP_ATTR, None)
         error = {"step": step, "type": type(exc).__name__, "message": str(exc)[:4000]}
         if hasattr(exc, "__longtask_item__"):
             error["item"] = exc.__longtask_item__
+        error_class = getattr(exc, "__longtask_error_class__", None)
+        if error_class:
+            error["error_class"] = error_class
         self.events_writer.put(
             NewEvent(thread_id, "longtask.failed", f"{run}/longtask.failed", data=error)
         )
         self.events_writer.flush()
-        self.db.store.set_status(thread_id, "failed", error=error)
-        if step is None:
+        store.set_status(thread_id, "failed", error=error)
+        if step is None and not isinstance(exc, LimitReached):
             raise exc
+        if task.compensate_on_failure:
+            request = {"reason": f"step {step!r} failed", "by": "longtask", "failure": error}
+            store.request_cancel(thread_id, request)
+            self._compensate(task, thread_id, run, store.cancel_request(thread_id) or request)
         where = f" (item {error['item']})" if "item" in error else ""
-        raise StepFailed(thread_id, step, f"{error['type']}: {error['message']}{where}") from exc
+        raise StepFailed(
+            thread_id, step or "?", f"{error['type']}: {error['message']}{where}"
+        ) from exc
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Node runtime per step kind, and the StepContext handed to step functions."""
 
+from longtask.steps._classify import Classified, classify
 from longtask.steps._context import INPUTS_CHANNEL, ItemContext, StepContext, result_channel
 from longtask.steps._function import RUN_KEY, STEP_ATTR, NodeCall, StepEnv, function_node
 from longtask.steps._map import dispatch_node_name, item_node_name, map_channel, map_nodes
@@ -18,6 +19,7 @@ __all__ = [
     "RUN_KEY",
     "STEP_ATTR",
     "TIMEOUT",
+    "Classified",
     "ItemContext",
     "NodeCall",
     "PauseOutcome",
@@ -25,6 +27,7 @@ __all__ = [
     "StepEnv",
     "check_decision",
     "check_payload",
+    "classify",
     "dispatch_node_name",
     "function_node",
     "item_node_name",

@@ -56,8 +56,11 @@ class StepContext:
         codec: ValueCodec,
         inputs_model: type[BaseModel] | None,
         effects: Callable[..., Any] | None = None,
+        runtime: Any = None,
     ) -> None:
         self._effects = effects
+        #: the runtime's hooks (StepRuntime): budget charges, limit checks, cancel
+        self._runtime = runtime
         self.thread_id = thread_id
         self.info = info
         self.attempt = attempt
@@ -144,6 +147,27 @@ class StepContext:
         if self._effects is None:
             raise ResultNotAvailable("ctx.effect is available only while a step runs")
         return self._effects(name, fn, args, kwargs, reconcile)  # type: ignore[no-any-return]
+
+    def charge(self, *, tokens: int = 0, cost: float = 0.0, tool_calls: int = 0) -> None:
+        """Add to the thread's budget counters (LLM tokens, cost, tool calls). Charges are
+        durable at once; the limits are checked before the next step or model call."""
+        if min(tokens, cost, tool_calls) < 0:
+            raise ValueError("charges must not be negative")
+        if self._runtime is None:
+            raise ResultNotAvailable("ctx.charge is available only while a step runs")
+        self._runtime.charge(int(tokens), float(cost), int(tool_calls))
+
+    def check_budget(self) -> None:
+        """Stop here if the thread's budget or deadline is used up or it was cancelled (as
+        before every step): call it before an expensive call such as a model request."""
+        if self._runtime is not None:
+            self._runtime.check()
+
+    @property
+    def cancel_requested(self) -> bool:
+        """True once someone asked to cancel the thread: a long step may stop early (the
+        run stops at the next step boundary either way)."""
+        return bool(self._runtime is not None and self._runtime.cancelled())
 
     def __repr__(self) -> str:
         return (

@@ -22,7 +22,7 @@ from typing import Any
 
 from langgraph.types import interrupt
 
-from longtask.errors import LongTaskError
+from longtask.errors import LongTaskError, OutcomeUnknown
 from longtask.model import StepInfo
 from longtask.store._values import to_json_bytes
 
@@ -69,6 +69,7 @@ def run_effect(
     kwargs: dict[str, Any],
     reconcile: Callable[[str], Any] | None,
     item: int | None = None,
+    in_graph: bool = True,
 ) -> Any:
     store = env.store
     digest = args_digest(args, kwargs)
@@ -95,6 +96,13 @@ def run_effect(
             store.effect_forget(key)
         else:
             env.emit(call, "effect.unknown", f"effect.unknown/{key}", info, data=data)
+            if not in_graph:
+                # A compensation runs outside the graph: nothing to interrupt, stop here.
+                raise OutcomeUnknown(
+                    f"effect {name!r} ({key}) was cut off mid-call and has no reconciler; "
+                    f"settle it with `longtask effects resolve {call.thread_id} {key} "
+                    "--succeeded|--failed|--retry`"
+                )
             # Pauses the thread; `longtask effects resolve` settles the row, then resumes.
             interrupt(
                 {

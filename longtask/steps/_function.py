@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
-import random
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -21,8 +20,19 @@ from pydantic import BaseModel
 from longtask.errors import StepTimeout
 from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.model._decision import utcnow
+from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
 from longtask.steps._context import StepContext, result_channel
-from longtask.store import EventWriter, NewEvent, Store, ValueCodec
+from longtask.store import Attempts, EventWriter, NewEvent, Store, ValueCodec
+
+__all__ = [
+    "CONTROL",
+    "NodeCall",
+    "StepEnv",
+    "check_limits",
+    "describe",
+    "function_node",
+    "with_retries",
+]
 
 #: attribute set on an exception raised by a step, naming the step (read by the Runner)
 STEP_ATTR = "__longtask_step__"
@@ -44,8 +54,19 @@ class StepEnv:
     #: names of the task's approval and wait steps (a step checks them to see if it is
     #: skipped because one of them sent execution ahead)
     pauses: frozenset[str] = frozenset()
+    #: the task's retry policy, for steps without their own
+    default_retry: Retry | None = None
+    #: whether the task has a budget or a deadline to check before each attempt
+    has_limits: bool = False
+    #: whether running time counts against the budget (``Budget.wall_time``)
+    counts_time: bool = False
+    on_limit: str = "pause"
     #: once-per-thread event keys this process has queued (stage.started of each sibling)
     _emitted: dict[str, set[str]] = field(default_factory=dict)
+    #: durable attempt counts, read once per thread per run (only failures write them)
+    _attempts: dict[str, dict[tuple[str, int], Attempts]] = field(default_factory=dict)
+    #: threads a cancel request was seen for (set by the Runner's watcher)
+    _cancelled: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def emit(
@@ -84,17 +105,61 @@ class StepEnv:
             codec=self.codec,
             inputs_model=self.inputs_model,
             effects=self.effects_for(call, info),
+            runtime=self.runtime_for(call, info),
         )
 
     def effects_for(
-        self, call: NodeCall, info: StepInfo, item: int | None = None
+        self, call: NodeCall, info: StepInfo, item: int | None = None, *, prefix: str = ""
     ) -> Callable[..., Any]:
         from longtask.steps._effects import run_effect
 
+        in_graph = not prefix
+
         def effect(name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any) -> Any:
-            return run_effect(self, call, info, name, fn, args, kwargs, reconcile, item)
+            return run_effect(
+                self, call, info, prefix + name, fn, args, kwargs, reconcile, item, in_graph
+            )
 
         return effect
+
+    def runtime_for(self, call: NodeCall, info: StepInfo) -> StepRuntime:
+        return StepRuntime(self, call, info)
+
+    # -- attempts, budget, cancel ------------------------------------------------------------
+
+    def attempts_of(self, thread_id: str, where: tuple[str, int]) -> Attempts | None:
+        with self._lock:
+            cached = self._attempts.get(thread_id)
+        if cached is None:
+            cached = self.store.attempts(thread_id)
+            with self._lock:
+                self._attempts[thread_id] = cached
+        return cached.get(where)
+
+    def record_attempt(
+        self, thread_id: str, where: tuple[str, int], record: Attempts | None
+    ) -> None:
+        if record is None:
+            self.store.attempts_clear(thread_id, *where)
+        else:
+            self.store.attempt_failed(thread_id, where[0], where[1], record)
+        with self._lock:
+            cached = self._attempts.setdefault(thread_id, {})
+            if record is None:
+                cached.pop(where, None)
+            else:
+                cached[where] = record
+
+    def charge_time(self, thread_id: str, seconds: float) -> None:
+        if self.counts_time:
+            self.store.charge(thread_id, wall_time=seconds)
+
+    def cancel(self, thread_id: str) -> None:
+        with self._lock:
+            self._cancelled.add(thread_id)
+
+    def is_cancelled(self, thread_id: str) -> bool:
+        return thread_id in self._cancelled
 
     def first_time(self, thread_id: str, key: str) -> bool:
         """True once per thread and key in this process (until ``forget``)."""
@@ -108,6 +173,26 @@ class StepEnv:
     def forget(self, thread_id: str) -> None:
         with self._lock:
             self._emitted.pop(thread_id, None)
+            self._attempts.pop(thread_id, None)
+            self._cancelled.discard(thread_id)
+
+
+@dataclass(frozen=True)
+class StepRuntime:
+    """What a StepContext may ask of the runtime: charge the budget, check the limits."""
+
+    env: StepEnv
+    call: NodeCall
+    info: StepInfo
+
+    def charge(self, tokens: int, cost: float, tool_calls: int) -> None:
+        self.env.store.charge(self.call.thread_id, tokens=tokens, cost=cost, tool_calls=tool_calls)
+
+    def check(self) -> None:
+        check_limits(self.env, self.call, self.info)
+
+    def cancelled(self) -> bool:
+        return self.env.is_cancelled(self.call.thread_id)
 
 
 @dataclass(frozen=True)
@@ -130,11 +215,6 @@ class NodeCall:
 
     def key(self, *parts: object) -> str:
         return "/".join(str(p) for p in (self.run, self.task_id, *parts))
-
-
-def describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def call_step(
@@ -171,54 +251,6 @@ def call_step(
     if "error" in box:
         raise box["error"]
     return box.get("value")
-
-
-def with_retries(
-    env: StepEnv,
-    call: NodeCall,
-    info: StepInfo,
-    retry: Retry | None,
-    attempt_fn: Callable[[int], Any],
-    *,
-    item: int | None = None,
-) -> tuple[Any, int]:
-    """Run ``attempt_fn(attempt)`` until it returns or the retry policy gives up.
-
-    Returns the value and the attempt that produced it. The last error is re-raised with
-    ``__longtask_attempt__`` set. LangGraph's control-flow exceptions pass straight through.
-    """
-    max_attempts = retry.max_attempts if retry else 1
-    attempt = 1
-    while True:
-        try:
-            return attempt_fn(attempt), attempt
-        except GraphBubbleUp:
-            # interrupt() and friends are control flow, not failures.
-            raise
-        except Exception as exc:
-            if retry is None or attempt >= max_attempts or not getattr(exc, "retryable", True):
-                exc.__longtask_attempt__ = attempt  # type: ignore[attr-defined]
-                raise
-            wait = retry.wait_before(attempt + 1)
-            if retry.jitter:
-                wait += random.uniform(0, wait * 0.1)
-            data: dict[str, Any] = {
-                "error": describe(exc),
-                "wait": round(wait, 3),
-                "next_attempt": attempt + 1,
-            }
-            if item is not None:
-                data["item"] = item
-            env.emit(
-                call,
-                "step.retry",
-                call.key("step.retry", item, attempt),
-                info,
-                attempt=attempt,
-                data=data,
-            )
-            env.sleep(wait)
-            attempt += 1
 
 
 def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **extra: Any) -> None:
@@ -276,7 +308,7 @@ def function_node(
 
         try:
             encoded, attempt = with_retries(env, call, info, step.retry, attempt_fn)
-        except GraphBubbleUp:
+        except (GraphBubbleUp, *CONTROL):
             raise
         except Exception as exc:
             step_failed(env, call, info, exc)

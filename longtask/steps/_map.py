@@ -32,9 +32,11 @@ from longtask.errors import InvalidInput
 from longtask.model import MapStep, StepInfo
 from longtask.steps._context import INPUTS_CHANNEL, ItemContext, result_channel
 from longtask.steps._function import (
+    CONTROL,
     NodeCall,
     StepEnv,
     call_step,
+    check_limits,
     describe,
     step_completed,
     step_failed,
@@ -85,6 +87,7 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
         digest = _digest(state, info)
         m = state.get(cursor)
         if not m or m.get("digest") != digest:
+            check_limits(env, call, info)
             step_started(env, call, info)
             ctx = env.context(call, info, state)
             try:
@@ -96,7 +99,7 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
                     )
                 items = to_jsonable_python(list(items))
                 items_env = env.codec.encode(items, f"the items of map step {step.name!r}")
-            except GraphBubbleUp:
+            except (GraphBubbleUp, *CONTROL):
                 raise
             except Exception as exc:
                 step_failed(env, call, info, exc)
@@ -106,6 +109,8 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
         total = int(m["total"])
         start = int(m["next"])
         if start < total:
+            if start > 0:
+                check_limits(env, call, info)  # between waves: a cancel stops the map here
             indices = list(range(start, min(total, start + step.max_parallel)))
             if start > 0:
                 _progress(env, call, info, step.name, digest, wave=start)
@@ -177,6 +182,7 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
                 codec=env.codec,
                 inputs_model=env.inputs_model,
                 effects=env.effects_for(call, info, index),
+                runtime=env.runtime_for(call, info),
             )
             value = call_step(step.fn, (ctx, item), step.timeout, f"item {index} of {step.name!r}")
             return to_json_bytes(value, f"the result of item {index} of step {step.name!r}")
@@ -185,7 +191,7 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
             (data, model), _attempt = with_retries(
                 env, call, info, step.retry, attempt_fn, item=index
             )
-        except GraphBubbleUp:
+        except (GraphBubbleUp, *CONTROL):
             raise
         except Exception as exc:
             error = {

@@ -1,6 +1,7 @@
 """longtask's own tables beside the checkpoints: threads, events, blobs."""
 
 from longtask.store._effects import EFFECT_STATUSES, Effect
+from longtask.store._limits import BUDGET_LIMITS, NO_ITEM, Attempts, BudgetState
 from longtask.store._maps import MapItem, MapProgress
 from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
@@ -16,10 +17,14 @@ from longtask.store._values import DEFAULT_INLINE_LIMIT, ValueCodec
 from longtask.store._writer import EventWriter
 
 __all__ = [
+    "BUDGET_LIMITS",
     "DEFAULT_INLINE_LIMIT",
     "EFFECT_STATUSES",
+    "NO_ITEM",
     "SCHEMA_VERSION",
     "THREAD_STATUSES",
+    "Attempts",
+    "BudgetState",
     "Effect",
     "Event",
     "EventWriter",

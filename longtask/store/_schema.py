@@ -109,6 +109,33 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "CREATE INDEX longtask_effects_thread ON longtask_effects (thread_id, created_at)",
     ],
+    # 5: durable attempt counts, budgets and deadlines, cancel requests
+    [
+        """CREATE TABLE longtask_attempts (
+            thread_id TEXT NOT NULL,
+            step TEXT NOT NULL,
+            item INTEGER NOT NULL,
+            failed INTEGER NOT NULL,
+            window_start INTEGER NOT NULL,
+            retry_at {real},
+            updated_at {real} NOT NULL,
+            PRIMARY KEY (thread_id, step, item)
+        )""",
+        """CREATE TABLE longtask_budgets (
+            thread_id TEXT PRIMARY KEY,
+            tokens_limit INTEGER,
+            cost_limit {real},
+            tool_calls_limit INTEGER,
+            wall_time_limit {real},
+            deadline_at {real},
+            tokens INTEGER NOT NULL DEFAULT 0,
+            cost {real} NOT NULL DEFAULT 0,
+            tool_calls INTEGER NOT NULL DEFAULT 0,
+            wall_time {real} NOT NULL DEFAULT 0,
+            updated_at {real} NOT NULL
+        )""",
+        "ALTER TABLE longtask_threads ADD COLUMN cancel TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

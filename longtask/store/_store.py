@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from longtask.errors import SchemaVersionError, ThreadExists
 from longtask.store._effects import EffectTables
+from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
 
@@ -33,6 +34,7 @@ THREAD_STATUSES = (
     "waiting_external",
     "failed",
     "completed",
+    "cancelling",
     "cancelled",
 )
 
@@ -138,7 +140,7 @@ _THREAD_COLS = (
 )
 
 
-class Store(MapTables, EffectTables, ABC):
+class Store(MapTables, EffectTables, LimitTables, ABC):
     dialect: Dialect
 
     # -- driver ------------------------------------------------------------------------------

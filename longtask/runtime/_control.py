@@ -1,0 +1,390 @@
+"""The Runner's control of a thread by a person: cancel (with compensations), retry a failed
+step, skip a step with a given result, and raise a budget."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import logging
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from longtask.errors import CompensationFailed, InvalidInput, NothingToResume, ThreadBusy
+from longtask.model import LongTask, PauseStep
+from longtask.steps import STEP_ATTR, NodeCall, StepContext, StepEnv, result_channel
+from longtask.steps._attempts import describe
+from longtask.steps._effects import effect_key
+from longtask.store import BudgetState, EventWriter, NewEvent, ThreadRecord
+
+if TYPE_CHECKING:
+    from langgraph.types import Command
+
+    from longtask.checkpointers import Database
+    from longtask.store import ValueCodec
+
+log = logging.getLogger("longtask.runtime")
+
+#: waiting kinds that a failing step caused (``retry`` re-runs the step)
+STEP_PAUSES = ("permission", "budget", "deadline")
+
+
+def whoami() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # no login name (a container): still say who acted, vaguely
+        return "unknown"
+
+
+def _state_of(tup: Any) -> dict[str, Any]:
+    """Channel values of a checkpoint with its pending writes applied (results of steps
+    that finished in a super-step that failed as a whole)."""
+    if tup is None:
+        return {}
+    values = dict(tup.checkpoint.get("channel_values", {}))
+    values.update({c: v for _, c, v in tup.pending_writes or () if c.startswith("out.")})
+    return values
+
+
+class CancelWatch:
+    """Polls the thread's cancel request while a run advances it, so that a cancel given in
+    another process stops the run at its next step boundary."""
+
+    def __init__(self, db: Database, env: StepEnv, thread_id: str, interval: float) -> None:
+        self._db, self._env, self._thread_id, self._interval = db, env, thread_id, interval
+        self._stop = threading.Event()
+        self._worker = threading.Thread(
+            target=self._loop, name=f"longtask-cancel-{thread_id}", daemon=True
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                if self._db.store.cancel_request(self._thread_id) is not None:
+                    self._env.cancel(self._thread_id)
+                    return
+            except Exception:  # a failed poll must not break the run; try again
+                log.debug("cancel poll failed", exc_info=True)
+
+    def __enter__(self) -> CancelWatch:
+        self._worker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._worker.join()
+
+
+class ControlMixin(ABC):
+    db: Database
+    codec: ValueCodec
+    events_writer: EventWriter
+    clock: Callable[[], datetime]
+
+    @abstractmethod
+    def _thread(self, thread_id: str) -> ThreadRecord: ...
+
+    @abstractmethod
+    def _load(self, rec: ThreadRecord) -> LongTask: ...
+
+    @abstractmethod
+    def _compiled(self, task: LongTask) -> tuple[StepEnv, Any]: ...
+
+    @abstractmethod
+    def _done_steps(self, thread_id: str) -> set[str]: ...
+
+    @abstractmethod
+    def resume(
+        self,
+        thread_id: str,
+        command: Command[Any] | None = None,
+        *,
+        task: LongTask | None = None,
+        allow_changed_definition: bool = False,
+        expect_interrupt: str | None = None,
+    ) -> str: ...
+
+    @abstractmethod
+    def _advance(
+        self,
+        rec: ThreadRecord,
+        task: LongTask,
+        graph_input: Any,
+        *,
+        first: bool,
+        check: Callable[[ThreadRecord], None] | None = None,
+    ) -> None: ...
+
+    def _manual(self, thread_id: str, kind: str, step: str | None, data: dict[str, Any]) -> None:
+        self.db.store.append_event(
+            thread_id, kind, key=f"{kind}/{uuid.uuid4().hex}", step=step, data=data
+        )
+
+    # -- cancel ------------------------------------------------------------------------------
+
+    def cancel(
+        self,
+        thread_id: str,
+        *,
+        reason: str | None = None,
+        by: str | None = None,
+        task: LongTask | None = None,
+    ) -> bool:
+        """Cancel a thread: no further step starts, and the ``compensate`` functions of its
+        completed steps run newest first, each at most once.
+
+        Returns True when the cancel is done (status ``cancelled``), False when another
+        process is advancing the thread: it stops at its next step boundary and compensates.
+        Running it again after a crash or a failed compensation continues where it stopped.
+        """
+        rec = self._thread(thread_id)
+        _refuse_closed(rec, "cancel")
+        task = task or self._load(rec)
+        request = {"reason": reason or "cancelled", "by": by or whoami(), "at": self.clock()}
+        self.db.store.request_cancel(thread_id, request)
+        self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
+        try:
+            self._advance(rec, task, None, first=False, check=lambda r: _refuse_closed(r, "cancel"))
+        except ThreadBusy:
+            return False
+        return True
+
+    def _compensate(
+        self, task: LongTask, thread_id: str, run: int, request: dict[str, Any]
+    ) -> list[str]:
+        """Run the compensations of every completed step, newest first; each is recorded
+        in the effect ledger so that a repeated cancel never runs one twice."""
+        store = self.db.store
+        env, _graph = self._compiled(task)
+        store.set_status(thread_id, "cancelling")
+        tup = self.db.saver.get_tuple(
+            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        )
+        state = _state_of(tup)
+        done = [
+            name
+            for name in reversed(list(task.layout))
+            if result_channel(name) in state
+            and not _skipped(state[result_channel(name)])
+            and task.steps[name].compensate is not None
+        ]
+        call = NodeCall(thread_id, run, "compensate")
+        for name in done:
+            compensate = task.steps[name].compensate
+            assert compensate is not None
+            info = task.layout[name]
+            key = effect_key(thread_id, name, "compensate", "", None)
+            if not store.effect_start(key, thread_id, name, "compensate", ""):
+                row = store.effect(key)
+                if row is not None and row.status == "succeeded":
+                    continue
+                # "started": the process died during this compensation; it runs again and
+                # its own effects (through ctx.effect) are not repeated.
+            env.emit(call, "compensation.started", call.key("compensation.started", name), info)
+            ctx = StepContext(
+                thread_id=thread_id,
+                info=info,
+                attempt=1,
+                state=state,
+                codec=self.codec,
+                inputs_model=task.inputs,
+                effects=env.effects_for(call, info, prefix="compensate:"),
+            )
+            try:
+                value = self.codec.decode(state[result_channel(name)], strict=False)
+                out = compensate(ctx, value)
+                try:
+                    json.dumps(out)
+                except (TypeError, ValueError):
+                    out = None
+            except Exception as exc:
+                error = describe(exc)[:2000]
+                store.effect_finish(key, "failed", error=error)
+                env.emit(
+                    call,
+                    "compensation.failed",
+                    call.key("compensation.failed", name),
+                    info,
+                    data={"error": error},
+                )
+                self.events_writer.flush()
+                store.set_status(
+                    thread_id,
+                    "cancelling",
+                    error={"step": name, "type": type(exc).__name__, "message": error},
+                )
+                setattr(exc, STEP_ATTR, name)
+                raise CompensationFailed(thread_id, name, error) from exc
+            store.effect_finish(key, "succeeded", result=out)
+            env.emit(call, "compensation.completed", call.key("compensation.completed", name), info)
+        failure = request.get("failure")
+        if failure:
+            self.events_writer.flush()
+            store.set_status(thread_id, "failed", error={**failure, "compensated": done})
+        else:
+            self.events_writer.put(
+                NewEvent(
+                    thread_id,
+                    "longtask.cancelled",
+                    "longtask.cancelled",
+                    data={
+                        "reason": request.get("reason"),
+                        "by": request.get("by"),
+                        "compensated": done,
+                    },
+                )
+            )
+            self.events_writer.flush()
+            store.set_status(thread_id, "cancelled")
+        return done
+
+    # -- retry and skip ----------------------------------------------------------------------
+
+    def retry(
+        self,
+        thread_id: str,
+        step: str | None = None,
+        *,
+        by: str | None = None,
+        task: LongTask | None = None,
+    ) -> str:
+        """Run a failed step again (or one that paused for permission or budget), with a
+        fresh set of attempts numbered on from the last, then continue the thread."""
+        rec = self._thread(thread_id)
+        failing = _failing_step(rec)
+        if failing is None:
+            raise InvalidInput(
+                f"thread {thread_id!r} is {rec.status}: `retry` runs a failed step again (or one "
+                "paused for permission or budget); see `longtask status "
+                f"{thread_id}`"
+            )
+        if step is not None and step != failing:
+            raise InvalidInput(
+                f"step {step!r} of thread {thread_id!r} has not failed; the failed step is "
+                f"{failing!r}"
+            )
+        self._manual(thread_id, "manual.retry", failing, {"by": by or whoami()})
+        return self.resume(thread_id, task=task)
+
+    def skip(
+        self,
+        thread_id: str,
+        step: str,
+        result: Any = None,
+        *,
+        by: str | None = None,
+        task: LongTask | None = None,
+    ) -> str:
+        """Mark ``step`` done with ``result`` (as if it had returned it) and continue the
+        thread. For a step that failed or cannot run; approvals and waits are answered with
+        approve, reject or signal instead."""
+        rec = self._thread(thread_id)
+        _refuse_closed(rec, "skip a step of")
+        task = task or self._load(rec)
+        target = task.steps.get(step)
+        if target is None:
+            raise InvalidInput(
+                f"task {task.name!r} has no step {step!r} (steps: {', '.join(task.steps)})"
+            )
+        if isinstance(target, PauseStep):
+            raise InvalidInput(
+                f"step {step!r} is {'an approval' if target.kind == 'approval' else 'a wait'}: "
+                f"answer it with `longtask {'approve' if target.kind == 'approval' else 'signal'}`"
+            )
+        done = self._done_steps(thread_id)
+        if step in done:
+            raise InvalidInput(f"step {step!r} of thread {thread_id!r} already has a result")
+        missing = [d for d in task.layout[step].depends_on if d not in done]
+        if missing:
+            raise InvalidInput(
+                f"step {step!r} cannot be skipped yet: it waits for {', '.join(missing)}"
+            )
+        encoded = self.codec.encode(result, f"the result given for step {step!r}")
+        _env, graph = self._compiled(task)
+        config = {"configurable": {"thread_id": thread_id}}
+        with self.db.lock(thread_id):
+            _refuse_closed(self._thread(thread_id), "skip a step of")
+            if rec.status == "running" and step in self._done_steps(thread_id):
+                raise InvalidInput(f"step {step!r} of thread {thread_id!r} already has a result")
+            graph.update_state(config, {result_channel(step): encoded}, as_node=step)
+            who = by or whoami()
+            self._manual(thread_id, "manual.skip", step, {"by": who})
+            self.db.store.append_event(
+                thread_id,
+                "step.completed",
+                key=f"manual/step.completed/{step}/{uuid.uuid4().hex[:8]}",
+                stage=task.layout[step].stage,
+                step=step,
+                data={"manual": True, "by": who},
+            )
+        return self.resume(thread_id, task=task)
+
+    # -- budget ------------------------------------------------------------------------------
+
+    def budget(self, thread_id: str) -> BudgetState | None:
+        """The thread's budget limits and usage (None if it has neither)."""
+        self._thread(thread_id)
+        return self.db.store.budget(thread_id)
+
+    def raise_budget(
+        self,
+        thread_id: str,
+        *,
+        tokens: int | None = None,
+        cost: float | None = None,
+        tool_calls: int | None = None,
+        wall_time: float | None = None,
+        deadline: float | None = None,
+        by: str | None = None,
+    ) -> BudgetState:
+        """Raise the thread's limits by the given amounts (``deadline``: seconds later).
+        A thread paused by its budget continues with ``resume`` (or ``retry``)."""
+        self._thread(thread_id)
+        adds = {"tokens": tokens, "cost": cost, "tool_calls": tool_calls, "wall_time": wall_time}
+        given = {k: float(v) for k, v in adds.items() if v is not None}
+        if not given and deadline is None:
+            raise InvalidInput("say what to raise: tokens, cost, tool_calls, wall_time or deadline")
+        bad = [k for k, v in {**given, "deadline": deadline or 1}.items() if v <= 0]
+        if bad:
+            raise InvalidInput(f"amounts must be greater than 0 ({', '.join(bad)})")
+        current = self.db.store.budget(thread_id)
+        unlimited = [k for k in given if current is None or current.limits.get(k) is None]
+        if deadline is not None and (current is None or current.deadline_at is None):
+            unlimited.append("deadline")
+        if unlimited:
+            raise InvalidInput(
+                f"thread {thread_id!r} has no {' / '.join(unlimited)} limit to raise (its "
+                "task sets none)"
+            )
+        self.db.store.budget_raise(thread_id, given, deadline)
+        self._manual(
+            thread_id, "manual.budget", None, {"by": by or whoami(), **given, "deadline": deadline}
+        )
+        after = self.db.store.budget(thread_id)
+        assert after is not None
+        return after
+
+
+def _skipped(value: Any) -> bool:
+    return isinstance(value, dict) and bool(value.get("skipped"))
+
+
+def _refuse_closed(rec: ThreadRecord, what: str) -> None:
+    if rec.status in ("completed", "cancelled") or (rec.error or {}).get("compensated"):
+        raise NothingToResume(rec.thread_id, rec.status)
+
+
+def _failing_step(rec: ThreadRecord) -> str | None:
+    if (rec.error or {}).get("compensated"):
+        return None
+    if rec.status == "failed":
+        step = (rec.error or {}).get("step")
+        return str(step) if step else None
+    if rec.status == "waiting_user":
+        for w in rec.waiting or ():
+            if w.get("kind") in STEP_PAUSES:
+                return str(w["step"])
+    return None
