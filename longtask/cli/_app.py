@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from longtask.cli._output import (
     continue_commands,
+    print_budget,
     print_history,
     print_pending,
     print_status,
@@ -23,6 +24,7 @@ from longtask.cli._output import (
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner
+    from longtask.store import BudgetState
 
 app = typer.Typer(
     name="longtask",
@@ -452,6 +454,122 @@ def effects(
             f"{r.key}  {escape(r.step)}/{escape(r.name)}  {r.status}  calls={r.calls}"
             + (f"  error={escape(r.error)}" if r.error else "")
         )
+
+
+ThreadArg = Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")]
+WhoOpt = Annotated[
+    str | None, typer.Option("--by", help="Who acts (recorded in the event) [default: you].")
+]
+
+
+@app.command()
+def cancel(
+    thread_id: ThreadArg,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (recorded).")] = None,
+    by: WhoOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Cancel a thread: no further step starts, and the compensations of its completed
+    steps run newest first, each at most once. Run it again to finish an interrupted
+    cancel. A thread another process is advancing stops at its next step."""
+    with _runner(db) as runner:
+        done = runner.cancel(thread_id, reason=reason, by=by)
+        if not done:
+            out.print(
+                f"cancel of {escape(thread_id)} requested: the process advancing it stops at "
+                "its next step and runs the compensations (see `longtask status`)"
+            )
+            raise typer.Exit(0)
+        status = runner.status(thread_id)
+        out.print(f"thread {escape(thread_id)} is {status.status}")
+        if status.error:
+            out.print(f"[red]error[/red]: {escape(str(status.error.get('message')))}")
+        raise typer.Exit(0 if status.status == "cancelled" else 1)
+
+
+@app.command()
+def retry(
+    thread_id: ThreadArg,
+    step: Annotated[
+        str | None, typer.Argument(help="The failed step [default: the one that failed].")
+    ] = None,
+    by: WhoOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Run a failed step again (or one paused for permission or budget) with a fresh set
+    of attempts, then continue the thread."""
+    with _runner(db, on_update=_printer()) as runner:
+        runner.retry(thread_id, step, by=by)
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+@app.command()
+def skip(
+    thread_id: ThreadArg,
+    step: Annotated[str, typer.Argument(help="The step to mark done.")],
+    result: Annotated[
+        str, typer.Option("--result", help="The step's result, as JSON or @file.")
+    ] = "null",
+    by: WhoOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Mark a step done with the given result (as if it had returned it) and continue."""
+    value = _parse_json(result, "--result")
+    with _runner(db, on_update=_printer()) as runner:
+        runner.skip(thread_id, step, value, by=by)
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+@app.command()
+def budget(
+    thread_id: ThreadArg,
+    add_tokens: Annotated[
+        int | None, typer.Option("--add-tokens", min=1, help="Raise the token limit.")
+    ] = None,
+    add_cost: Annotated[
+        float | None, typer.Option("--add-cost", min=0, help="Raise the cost limit.")
+    ] = None,
+    add_tool_calls: Annotated[
+        int | None, typer.Option("--add-tool-calls", min=1, help="Raise the tool-call limit.")
+    ] = None,
+    add_time: Annotated[
+        float | None,
+        typer.Option("--add-time", min=0, help="Raise the running-time limit (seconds)."),
+    ] = None,
+    extend_deadline: Annotated[
+        float | None,
+        typer.Option("--extend-deadline", min=0, help="Move the deadline later (seconds)."),
+    ] = None,
+    by: WhoOpt = None,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Show a thread's budget (limits and usage), or raise it. A thread paused by its
+    budget continues with `longtask resume THREAD` afterwards."""
+    raising = any(
+        v is not None for v in (add_tokens, add_cost, add_tool_calls, add_time, extend_deadline)
+    )
+    state: BudgetState | None
+    with _runner(db) as runner:
+        if raising:
+            state = runner.raise_budget(
+                thread_id,
+                tokens=add_tokens,
+                cost=add_cost,
+                tool_calls=add_tool_calls,
+                wall_time=add_time,
+                deadline=extend_deadline,
+                by=by,
+            )
+        else:
+            state = runner.budget(thread_id)
+        paused = runner.status(thread_id).status == "waiting_user"
+    if json_:
+        print(json.dumps(state.to_json() if state else None, indent=2))
+        return
+    print_budget(out, state, thread_id)
+    if raising and paused:
+        out.print(f"continue with: longtask resume {escape(thread_id)}")
 
 
 @db_app.command("upgrade")

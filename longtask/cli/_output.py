@@ -13,7 +13,7 @@ from rich.table import Table
 if TYPE_CHECKING:
     from longtask.runtime import CheckpointView, ThreadStatus
     from longtask.runtime._views import Pending
-    from longtask.store import ThreadRecord
+    from longtask.store import BudgetState, ThreadRecord
 
 MARKS = {
     "completed": "[green]✓[/green]",
@@ -26,6 +26,14 @@ MARKS = {
 
 #: exit code of a command that leaves a thread in this status
 _EXIT = {"completed": 0, "waiting_user": 3, "waiting_external": 3, "cancelled": 1, "failed": 1}
+
+#: budget counters as people read them
+_BUDGET_NAMES = {
+    "tokens": "tokens",
+    "cost": "cost",
+    "tool_calls": "tool calls",
+    "wall_time": "running time (s)",
+}
 
 
 def status_exit_code(status: str) -> int:
@@ -76,8 +84,18 @@ def print_status(out: Console, st: ThreadStatus) -> None:
                 f"  {escape(step.name)} item {failed['index']} failed: "
                 f"{escape(str(failed.get('error')))}"
             )
-    if st.status == "failed" or (st.status == "running" and not st.active):
+    if st.status == "cancelling":
+        out.print(f"finish cancelling with: longtask cancel {escape(st.thread_id)}")
+    elif st.status == "failed" and (st.error or {}).get("compensated") is not None:
+        done = ", ".join(st.error["compensated"]) if st.error else ""
+        out.print(f"compensated (undone): {escape(done) or 'nothing to undo'}")
+    elif st.status == "failed" or (st.status == "running" and not st.active):
         out.print(f"continue with: longtask resume {escape(st.thread_id)}")
+        if st.status == "failed" and st.error and st.error.get("step"):
+            out.print(
+                f"  or: longtask retry {escape(st.thread_id)}   |   longtask skip "
+                f"{escape(st.thread_id)} {escape(str(st.error['step']))} --result JSON"
+            )
     elif st.waiting:
         out.print("waiting for:")
         for line in continue_commands(st):
@@ -91,6 +109,9 @@ def continue_commands(st: ThreadStatus) -> list[str]:
         if w["kind"] == "approval":
             who = (w.get("approvers") or ["NAME"])[0]
             lines.append(f"longtask approve {st.thread_id} {w['step']} --by {who}")
+        elif w.get("command"):
+            # a step that stopped for a person (permission, budget, deadline) says how
+            lines.append(f"{w.get('reason')}: {w['command']}")
         elif w["kind"] == "effect":
             lines.append(
                 f"longtask effects resolve {st.thread_id} {w.get('key')} "
@@ -151,3 +172,20 @@ def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
             escape(", ".join(v.completed)),
         )
     out.print(table)
+
+
+def print_budget(out: Console, budget: BudgetState | None, thread_id: str) -> None:
+    if budget is None:
+        out.print(f"thread {escape(thread_id)} has no budget and has charged nothing")
+        return
+    for name, label in _BUDGET_NAMES.items():
+        limit = budget.limits.get(name)
+        used = budget.used.get(name, 0)
+        shown = f"{used:g}" + (f" of {limit:g}" if limit is not None else " (no limit)")
+        warn = " [red]exceeded[/red]" if limit is not None and used >= limit else ""
+        out.print(f"{label:<18} {shown}{warn}")
+    if budget.deadline_at is not None:
+        from datetime import UTC, datetime
+
+        at = datetime.fromtimestamp(budget.deadline_at, UTC)
+        out.print(f"{'deadline':<18} {at:%Y-%m-%d %H:%M:%S} UTC")

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from langgraph.types import StateUpdate
+
 from longtask.errors import CompensationFailed, InvalidInput, NothingToResume, ThreadBusy
 from longtask.model import LongTask, PauseStep
 from longtask.steps import STEP_ATTR, NodeCall, StepContext, StepEnv, result_channel
@@ -21,6 +23,7 @@ from longtask.steps._effects import effect_key
 from longtask.store import BudgetState, EventWriter, NewEvent, ThreadRecord
 
 if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
     from langgraph.types import Command
 
     from longtask.checkpointers import Database
@@ -146,10 +149,18 @@ class ControlMixin(ABC):
         request = {"reason": reason or "cancelled", "by": by or whoami(), "at": self.clock()}
         self.db.store.request_cancel(thread_id, request)
         self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
+
+        def check(current: ThreadRecord) -> None:
+            if current.status == "cancelled":
+                raise _AlreadyCancelled  # the process that held the thread finished it
+            _refuse_closed(current, "cancel")
+
         try:
-            self._advance(rec, task, None, first=False, check=lambda r: _refuse_closed(r, "cancel"))
+            self._advance(rec, task, None, first=False, check=check)
         except ThreadBusy:
             return False
+        except _AlreadyCancelled:
+            pass
         return True
 
     def _compensate(
@@ -304,12 +315,28 @@ class ControlMixin(ABC):
             )
         encoded = self.codec.encode(result, f"the result given for step {step!r}")
         _env, graph = self._compiled(task)
-        config = {"configurable": {"thread_id": thread_id}}
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         with self.db.lock(thread_id):
             _refuse_closed(self._thread(thread_id), "skip a step of")
             if rec.status == "running" and step in self._done_steps(thread_id):
                 raise InvalidInput(f"step {step!r} of thread {thread_id!r} already has a result")
-            graph.update_state(config, {result_channel(step): encoded}, as_node=step)
+            # Siblings that finished in the failed super-step have their results only as
+            # pending writes, which update_state alone would drop (they would run again):
+            # apply them in the same update.
+            tup = self.db.saver.get_tuple(config)
+            saved = dict(tup.checkpoint.get("channel_values", {})) if tup else {}
+            siblings = {
+                c: v
+                for _, c, v in (tup.pending_writes or () if tup else ())
+                if c.startswith("out.") and c not in saved and c != result_channel(step)
+            }
+            updates = [
+                StateUpdate({c: v}, as_node=c[4:])
+                for c, v in siblings.items()
+                if c[4:] in task.steps
+            ]
+            updates.append(StateUpdate({result_channel(step): encoded}, as_node=step))
+            graph.bulk_update_state(config, [updates])
             who = by or whoami()
             self._manual(thread_id, "manual.skip", step, {"by": who})
             self.db.store.append_event(
@@ -366,6 +393,10 @@ class ControlMixin(ABC):
         after = self.db.store.budget(thread_id)
         assert after is not None
         return after
+
+
+class _AlreadyCancelled(Exception):
+    pass
 
 
 def _skipped(value: Any) -> bool:

@@ -277,6 +277,8 @@ class Runner(PauseMixin, ControlMixin):
         def check(current: ThreadRecord) -> None:
             # Runs under the thread's lock, on a fresh read: another process may have
             # finished the thread while this one was loading the task.
+            if current.status == "cancelled":
+                raise NothingToResume(thread_id, current.status)
             if (current.error or {}).get("compensated"):
                 # Its completed steps were undone: going forward would build on nothing.
                 raise NothingToResume(thread_id, "failed and compensated")

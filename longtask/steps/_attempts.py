@@ -70,12 +70,16 @@ def check_limits(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
         data={"reason": reason, "limits": budget.limits, "used": budget.used},
     )
     if env.on_limit == "fail":
-        raise LimitReached(f"{reason} (the task's on_limit is 'fail')")
+        raise _tagged(LimitReached(f"{reason} (the task's on_limit is 'fail')"), info)
     thread = call.thread_id
-    raise NeedsPerson(
-        kind,
-        reason,
-        f"longtask budget {thread} --add-... (or --extend-deadline), then longtask resume {thread}",
+    raise _tagged(
+        NeedsPerson(
+            kind,
+            reason,
+            f"longtask budget {thread} --add-tokens N (or --add-cost, --add-tool-calls, "
+            f"--add-time, --extend-deadline), then longtask resume {thread}",
+        ),
+        info,
     )
 
 

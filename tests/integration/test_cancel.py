@@ -1,0 +1,246 @@
+"""Cancel with compensations, and a person's retry and skip, against every backend."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from longtask import (
+    InvalidInput,
+    LongTask,
+    NothingToResume,
+    Runner,
+    Stage,
+    StepContext,
+    StepFailed,
+    approval,
+    function_step,
+)
+from longtask.errors import CompensationFailed
+
+
+@pytest.fixture
+def runner(db_url: str) -> Iterator[Runner]:
+    r = Runner(db_url, cancel_poll=0.05)
+    yield r
+    r.close()
+
+
+class Service:
+    """An outside system: records every call by idempotency key, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.fail_undo: set[str] = set()
+
+    def do(self, what: str, idempotency_key: str) -> str:
+        self.calls.append((what, idempotency_key))
+        return what
+
+    def undo(self, what: str, idempotency_key: str) -> str:
+        if what in self.fail_undo:
+            raise RuntimeError(f"cannot undo {what} right now")
+        self.calls.append((f"undo {what}", idempotency_key))
+        return f"undone {what}"
+
+
+def saga(service: Service, ran: Counter[str], *, extra: list[Any] = (), **task: Any) -> LongTask:  # type: ignore[assignment]
+    def step(name: str) -> Any:
+        def run(ctx: StepContext) -> str:
+            ran[name] += 1
+            return str(ctx.effect("do", service.do, name))
+
+        def compensate(ctx: StepContext, result: Any) -> str:
+            ran[f"undo {name}"] += 1
+            assert result == name
+            return str(ctx.effect("undo", service.undo, name))
+
+        return function_step(run, name=name, compensate=compensate)
+
+    return LongTask(
+        "saga",
+        stages=[
+            Stage("book", [step("flight"), step("hotel")]),
+            Stage("pay", [step("charge"), function_step(lambda ctx: "no undo", name="note")]),
+            *extra,
+        ],
+        **task,
+    )
+
+
+def undo_order(service: Service) -> list[str]:
+    return [what for what, _ in service.calls if what.startswith("undo")]
+
+
+def test_cancel_a_paused_thread_runs_compensations_newest_first(runner: Runner) -> None:
+    service, ran = Service(), Counter[str]()
+    gate = approval("confirm", plan=lambda ctx: {"total": 3})
+    task = saga(
+        service,
+        ran,
+        extra=[
+            Stage("confirm", [gate]),
+            Stage("wrap", [function_step(lambda ctx: "done", name="finish")]),
+        ],
+    )
+    thread = runner.start(task, thread_id="t-cancel")
+    assert runner.status(thread).status == "waiting_user"
+    assert runner.cancel(thread, reason="customer changed plans", by="ops", task=task) is True
+    status = runner.status(thread)
+    assert status.status == "cancelled"
+    # Reverse definition order: the later stage first, and within a stage the later step.
+    assert undo_order(service) == ["undo charge", "undo hotel", "undo flight"]
+    assert ran["finish"] == 0
+    (cancelled,) = runner.events(thread, kinds=["longtask.cancelled"])
+    assert cancelled.data["compensated"] == ["charge", "hotel", "flight"]
+    assert cancelled.data["reason"] == "customer changed plans"
+    (manual,) = runner.events(thread, kinds=["manual.cancel"])
+    assert manual.data["by"] == "ops"
+    done = runner.events(thread, kinds=["compensation.completed"])
+    assert [e.step for e in done] == ["charge", "hotel", "flight"]
+    ledger = {(e.step, e.name): e.status for e in runner.effects(thread)}
+    assert ledger[("charge", "compensate")] == "succeeded"
+    assert ledger[("charge", "compensate:undo")] == "succeeded"
+    with pytest.raises(NothingToResume):
+        runner.resume(thread, task=task)
+    with pytest.raises(NothingToResume):
+        runner.cancel(thread, task=task)
+    assert len(undo_order(service)) == 3
+
+
+def test_a_failed_compensation_is_continued_by_cancelling_again(runner: Runner) -> None:
+    service, ran = Service(), Counter[str]()
+    gate = approval("confirm", plan=lambda ctx: {"total": 3})
+    task = saga(service, ran, extra=[Stage("confirm", [gate])])
+    thread = runner.start(task, thread_id="t-undo-fails")
+    service.fail_undo = {"hotel"}
+    with pytest.raises(CompensationFailed, match="cannot undo hotel"):
+        runner.cancel(thread, task=task)
+    status = runner.status(thread)
+    assert status.status == "cancelling"
+    assert status.error is not None and status.error["step"] == "hotel"
+    # Resuming does not go forward: it continues the cancel, which still fails.
+    with pytest.raises(CompensationFailed):
+        runner.resume(thread, task=task)
+    service.fail_undo = set()
+    assert runner.cancel(thread, task=task) is True
+    assert runner.status(thread).status == "cancelled"
+    assert undo_order(service) == ["undo charge", "undo hotel", "undo flight"]
+    assert ran["undo charge"] == 1  # finished before the failure: not run again
+
+
+def test_cancel_stops_a_running_thread_at_its_next_step(runner: Runner, db_url: str) -> None:
+    service, ran = Service(), Counter[str]()
+    started = threading.Event()
+
+    def slow(ctx: StepContext) -> str:
+        started.set()
+        deadline = time.monotonic() + 20
+        while not ctx.cancel_requested and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # hold the thread past the other runner's lock attempt
+        return "stopped early" if ctx.cancel_requested else "ran out"
+
+    task = saga(
+        service,
+        ran,
+        extra=[
+            Stage("slow", [function_step(slow, name="slow")]),
+            Stage("later", [function_step(lambda ctx: ran.update(["later"]), name="later")]),
+        ],
+    )
+    worker = threading.Thread(target=runner.start, args=(task,), kwargs={"thread_id": "t-live"})
+    worker.start()
+    assert started.wait(20)
+    with Runner(db_url) as other:
+        assert other.cancel("t-live", by="ops", task=task) is False  # the runner holds it
+    worker.join(30)
+    assert not worker.is_alive()
+    assert runner.result("t-live", "slow") == "stopped early"
+    assert ran["later"] == 0
+    assert runner.status("t-live").status == "cancelled"
+    assert undo_order(service) == ["undo charge", "undo hotel", "undo flight"]
+
+
+def test_compensate_on_failure(runner: Runner) -> None:
+    service, ran = Service(), Counter[str]()
+
+    def broken(ctx: StepContext) -> None:
+        raise ValueError("ledger mismatch")
+
+    task = saga(
+        service,
+        ran,
+        extra=[Stage("check", [function_step(broken, name="check")])],
+        compensate_on_failure=True,
+    )
+    with pytest.raises(StepFailed, match="ledger mismatch"):
+        runner.start(task, thread_id="t-undo-on-fail")
+    status = runner.status("t-undo-on-fail")
+    assert status.status == "failed"
+    assert status.error is not None
+    assert status.error["compensated"] == ["charge", "hotel", "flight"]
+    assert undo_order(service) == ["undo charge", "undo hotel", "undo flight"]
+    with pytest.raises(NothingToResume):
+        runner.resume("t-undo-on-fail", task=task)
+    with pytest.raises(InvalidInput):
+        runner.retry("t-undo-on-fail", task=task)
+
+
+def test_skip_a_failed_step_with_a_given_result(runner: Runner) -> None:
+    ran: Counter[str] = Counter()
+
+    def fine(ctx: StepContext) -> str:
+        ran["fine"] += 1
+        return "fine"
+
+    def broken(ctx: StepContext) -> None:
+        ran["broken"] += 1
+        raise ValueError("upstream is down for the week")
+
+    def report(ctx: StepContext) -> dict[str, Any]:
+        ran["report"] += 1
+        return {"fine": ctx.result("fine"), "broken": ctx.result("broken")}
+
+    task = LongTask(
+        "skippy",
+        stages=[
+            Stage("work", [function_step(fine, name="fine"), function_step(broken, name="broken")]),
+            Stage("wrap", [function_step(report, name="report")]),
+        ],
+    )
+    with pytest.raises(StepFailed):
+        runner.start(task, thread_id="t-skip")
+    # Wait for the sibling's write: LangGraph may still be saving it (see test_runner).
+    with pytest.raises(InvalidInput, match="has no step"):
+        runner.skip("t-skip", "nope", 1, task=task)
+    with pytest.raises(InvalidInput, match="waits for"):
+        runner.skip("t-skip", "report", 1, task=task)
+    with pytest.raises(InvalidInput, match="JSON"):
+        runner.skip("t-skip", "broken", object(), task=task)
+    runner.skip("t-skip", "broken", {"manual": "data from the wiki"}, by="ops", task=task)
+    assert runner.status("t-skip").status == "completed"
+    assert runner.result("t-skip", "report") == {
+        "fine": "fine",
+        "broken": {"manual": "data from the wiki"},
+    }
+    assert ran == Counter({"fine": 1, "broken": 1, "report": 1})
+    (manual,) = runner.events("t-skip", kinds=["manual.skip"])
+    assert (manual.step, manual.data["by"]) == ("broken", "ops")
+    with pytest.raises(NothingToResume):
+        runner.skip("t-skip", "fine", 2, task=task)
+
+
+def test_skip_refuses_approvals(runner: Runner) -> None:
+    gate = approval("gate", plan=lambda ctx: {"x": 1})
+    task = LongTask(
+        "g", stages=[Stage("a", [function_step(lambda ctx: 1, name="one")]), Stage("b", [gate])]
+    )
+    runner.start(task, thread_id="t-gate")
+    with pytest.raises(InvalidInput, match="longtask approve"):
+        runner.skip("t-gate", "gate", True, task=task)
