@@ -106,3 +106,18 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the figures tests recorded with ``record_property("figures", ...)`` (chaos
+    runs): captured output of passing tests is hidden, and under xdist print() is lost."""
+    lines = [
+        f"{report.nodeid}: {value}"
+        for report in terminalreporter.stats.get("passed", [])
+        for name, value in getattr(report, "user_properties", [])
+        if name == "figures"
+    ]
+    if lines:
+        terminalreporter.section("figures")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -147,8 +147,9 @@ class ControlMixin(ABC):
         _refuse_closed(rec, "cancel")
         task = task or self._load(rec)
         request = {"reason": reason or "cancelled", "by": by or whoami(), "at": self.clock()}
-        self.db.store.request_cancel(thread_id, request)
+        # The event first, so that a crash cannot leave a cancel without its record.
         self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
+        self.db.store.request_cancel(thread_id, request)
 
         def check(current: ThreadRecord) -> None:
             if current.status == "cancelled":
@@ -336,9 +337,9 @@ class ControlMixin(ABC):
                 if c[4:] in task.steps
             ]
             updates.append(StateUpdate({result_channel(step): encoded}, as_node=step))
-            graph.bulk_update_state(config, [updates])
             who = by or whoami()
             self._manual(thread_id, "manual.skip", step, {"by": who})
+            graph.bulk_update_state(config, [updates])
             self.db.store.append_event(
                 thread_id,
                 "step.completed",
@@ -386,10 +387,10 @@ class ControlMixin(ABC):
                 f"thread {thread_id!r} has no {' / '.join(unlimited)} limit to raise (its "
                 "task sets none)"
             )
-        self.db.store.budget_raise(thread_id, given, deadline)
         self._manual(
             thread_id, "manual.budget", None, {"by": by or whoami(), **given, "deadline": deadline}
         )
+        self.db.store.budget_raise(thread_id, given, deadline)
         after = self.db.store.budget(thread_id)
         assert after is not None
         return after

@@ -267,6 +267,15 @@ class PauseMixin(ABC):
             for p in self.pending(thread_id, task=task)
             if p.kind == "effect" and p.request.get("key") == key
         ]
+        # The record of who settled it first: a crash right after the settle would otherwise
+        # lose it for good (the key makes a repeated resolve write it once).
+        self.db.store.append_event(
+            thread_id,
+            "manual.resolve",
+            key=f"manual.resolve/{key}",
+            step=row.step,
+            data={"key": key, "outcome": outcome, "by": by},
+        )
         if outcome == "succeeded":
             self.db.store.effect_finish(key, "succeeded", result=result)
         else:
@@ -277,13 +286,6 @@ class PauseMixin(ABC):
                 if outcome == "retry"
                 else f"{RESOLVED_AS_FAILED} by {by or 'a person'}",
             )
-        self.db.store.append_event(
-            thread_id,
-            "manual.resolve",
-            key=f"manual.resolve/{key}",
-            step=row.step,
-            data={"key": key, "outcome": outcome, "by": by},
-        )
         if items:
             return self._resume_pending(thread_id, task, items[0], {"resolved": outcome})
         if rec.status == "running" and not self.db.is_locked(thread_id):
