@@ -165,10 +165,12 @@ def test_crash_inside_an_item_then_resume(db_url: str, tmp_path: Path, case: str
         assert done == sorted(done), done
         assert done[-1] == COUNT
         assert all(e.data["failed"] == 0 for e in progress)
-        # one event per wave after the first, and one at the end (a wave may be announced
-        # by both runs when the crash hit it)
+        # at most one event per wave after the first, and one at the end (a wave may be
+        # announced by both runs when the crash hit it). Fewer is possible: the crashed
+        # process may die with its last events still queued for the writer (the log is
+        # repaired for completions, not for progress), so only the bound above is exact.
         waves = -(-COUNT // max_parallel)
-        assert waves <= len(progress) <= waves + 1, done
+        assert len(progress) <= waves + 1, done
 
         kinds = [e.kind for e in runner.events(thread)]
         assert kinds.count("longtask.started") == 1
