@@ -29,12 +29,17 @@ from longtask.errors import (
     Transient,
 )
 from longtask.model import (
+    AgentStep,
     Budget,
     Decision,
     LongTask,
+    Prompt,
     Retry,
     Stage,
+    ToolApproval,
+    agent_step,
     approval,
+    fix_with,
     function_step,
     map_step,
     wait_for,
@@ -68,6 +73,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AgentStep",
     "Budget",
     "Classified",
     "Command",
@@ -82,6 +88,7 @@ __all__ = [
     "NothingToResume",
     "OutcomeUnknown",
     "PermissionDenied",
+    "Prompt",
     "RateLimited",
     "ResultNotAvailable",
     "Retry",
@@ -96,10 +103,13 @@ __all__ = [
     "ThreadExists",
     "ThreadNotFound",
     "ThreadStatus",
+    "ToolApproval",
     "Transient",
     "__version__",
+    "agent_step",
     "approval",
     "classify",
+    "fix_with",
     "function_step",
     "map_step",
     "wait_for",

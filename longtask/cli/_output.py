@@ -52,6 +52,8 @@ def print_status(out: Console, st: ThreadStatus) -> None:
     stages: dict[str, list[str]] = {}
     for step in st.steps:
         label = f"{MARKS[step.state]} {escape(step.name)}"
+        if step.fix_rounds:
+            label += f" [yellow](fix round {step.fix_rounds})[/yellow]"
         if step.items_total is not None:
             label += f" {step.items_done}/{step.items_total}"
             if step.items_failed:

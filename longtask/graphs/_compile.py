@@ -16,11 +16,14 @@ from typing import Any, TypedDict
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 
-from longtask.model import FunctionStep, LongTask, MapStep, PauseStep
+from longtask.model import AgentStep, FunctionStep, LongTask, MapStep, PauseStep, StepInfo
 from longtask.steps import (
     INPUTS_CHANNEL,
     StepEnv,
+    agent_node,
     dispatch_node_name,
+    fix_agent_node,
+    fix_channel,
     function_node,
     item_node_name,
     map_channel,
@@ -49,6 +52,10 @@ class NodeFn:
         return self._fn(state, config)
 
 
+def _pass(state: Any, config: RunnableConfig) -> dict[str, Any]:
+    return {}
+
+
 def entry_node(task: LongTask, step: str) -> str:
     """The node a step starts at (what its dependencies' edges lead to)."""
     kind = task.steps[step]
@@ -56,6 +63,8 @@ def entry_node(task: LongTask, step: str) -> str:
         return dispatch_node_name(step)
     if isinstance(kind, PauseStep):
         return request_node_name(step)
+    if isinstance(kind, FunctionStep) and kind.on_failure is not None:
+        return f"{step}.run"
     return step
 
 
@@ -67,6 +76,8 @@ def state_schema(task: LongTask) -> type[Any]:
             fields[map_channel(name)] = dict[str, Any]
         if isinstance(step, PauseStep):
             fields[request_channel(name)] = dict[str, Any]
+        if isinstance(step, FunctionStep) and step.on_failure is not None:
+            fields[fix_channel(name)] = dict[str, Any]
     schema: type[Any] = TypedDict(f"{task.name}State", fields, total=False)  # type: ignore[misc]
     return schema
 
@@ -80,8 +91,40 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
         info = layout[step.name]
         meta = {"longtask_stage": info.stage, "longtask_kind": info.kind}
         entry = step.name
-        if isinstance(step, FunctionStep):
+        if isinstance(step, FunctionStep) and step.on_failure is not None:
+            # The step, its fixing agent and the step's own node (which dependents wait
+            # for): run -> fix -> run ... -> step.
+            entry = f"{step.name}.run"
+            fixer = step.on_failure.agent
+            fix_info = StepInfo(
+                name=fixer.name,
+                stage=info.stage,
+                stage_index=info.stage_index,
+                kind="agent",
+                depends_on=info.depends_on,
+                ancestors=info.ancestors,
+            )
+            graph.add_node(
+                entry,
+                NodeFn(function_node(step, info, env)),
+                metadata=meta,
+                destinations=(step.name, f"{step.name}.fix"),
+            )
+            graph.add_node(
+                f"{step.name}.fix",
+                NodeFn(fix_agent_node(fixer, fix_info, env, task.model, step.name)),
+                metadata={**meta, "longtask_kind": "agent"},
+                destinations=(entry,),
+            )
+            graph.add_node(step.name, NodeFn(_pass), metadata=meta)
+        elif isinstance(step, FunctionStep):
             graph.add_node(step.name, NodeFn(function_node(step, info, env)), metadata=meta)
+        elif isinstance(step, AgentStep):
+            # The agent graph is built when the node runs and invoked with the node's config:
+            # LangGraph checkpoints it as this node's subgraph (see longtask.steps._agent).
+            graph.add_node(
+                step.name, NodeFn(agent_node(step, info, env, task.model)), metadata=meta
+            )
         elif isinstance(step, MapStep):
             # Three nodes whatever the number of items; see longtask.steps._map.
             dispatch, item, finish = map_nodes(step, info, env)

@@ -1,5 +1,6 @@
 """The domain model: LongTask, Stage, step kinds and policies. Never imports LangGraph."""
 
+from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agent_step, fix_with
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
 from longtask.model._steps import (
     ApprovalStep,
@@ -19,21 +20,27 @@ from longtask.model._steps import (
 from longtask.model._task import LongTask, StepInfo, name_problem
 
 __all__ = [
+    "AgentStep",
     "ApprovalRequest",
     "ApprovalStep",
     "Budget",
     "Decision",
+    "FixLoop",
     "FunctionStep",
     "LongTask",
     "MapStep",
     "PauseStep",
+    "Prompt",
     "Retry",
     "Stage",
     "Step",
     "StepInfo",
+    "ToolApproval",
     "WaitRequest",
     "WaitStep",
+    "agent_step",
     "approval",
+    "fix_with",
     "function_step",
     "map_step",
     "name_problem",

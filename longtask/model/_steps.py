@@ -143,9 +143,14 @@ class FunctionStep(Step):
 
     kind: Literal["function"] = "function"
     fn: Callable[..., Any]
+    #: a fix loop (``fix_with(agent)``) run when the step fails for good
+    on_failure: Any = None
 
     def spec(self) -> dict[str, Any]:
-        return {**super().spec(), "fn": _qualname(self.fn)}
+        out = {**super().spec(), "fn": _qualname(self.fn)}
+        if self.on_failure is not None and hasattr(self.on_failure, "spec"):
+            out["on_failure"] = self.on_failure.spec()
+        return out
 
 
 def _as_retry(retry: Retry | int | None) -> Retry | None:
@@ -163,6 +168,7 @@ def function_step(
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
     compensate: Callable[..., Any] | None = ...,
+    on_failure: Any = ...,
 ) -> FunctionStep: ...
 
 
@@ -175,6 +181,7 @@ def function_step(
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
     compensate: Callable[..., Any] | None = ...,
+    on_failure: Any = ...,
 ) -> Callable[[Callable[..., Any]], FunctionStep]: ...
 
 
@@ -186,6 +193,7 @@ def function_step(
     retry: Retry | int | None = None,
     timeout: float | timedelta | None = None,
     compensate: Callable[..., Any] | None = None,
+    on_failure: Any = None,
 ) -> FunctionStep | Callable[[Callable[..., Any]], FunctionStep]:
     """A step that runs ``fn(ctx)`` and stores what it returns as the step's result.
 
@@ -193,7 +201,8 @@ def function_step(
     decorator, ``@function_step(after=["plan"])``. ``name`` defaults to the function's name.
     ``retry`` is a :class:`Retry` or a number of attempts (default: the task's ``retry``);
     ``timeout`` is in seconds. ``compensate(ctx, result)`` undoes the step when the thread
-    is cancelled.
+    is cancelled. ``on_failure=fix_with(agent_step(...), max_rounds=3)`` lets an agent fix
+    the cause of a failure, then runs the step again.
     """
 
     def build(f: Callable[..., Any]) -> FunctionStep:
@@ -206,6 +215,7 @@ def function_step(
             retry=_as_retry(retry),
             timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
             compensate=compensate,
+            on_failure=on_failure,
         )
 
     return build if fn is None else build(fn)

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_validator
 
 from longtask.errors import DefinitionError
+from longtask.model._agent import FixLoop
 from longtask.model._steps import Budget, PauseStep, Retry, Stage, Step
 
 #: Step and stage names become LangGraph node names, state channel names and keys in our
@@ -75,6 +76,8 @@ class LongTask(BaseModel):
     on_limit: Literal["pause", "fail"] = "pause"
     #: when a step fails for good, undo the completed steps (their ``compensate``)
     compensate_on_failure: bool = False
+    #: model of agent steps that do not name one (else ``$LONGTASK_MODEL``, ``gpt-4o-mini``)
+    model: str | None = None
 
     _module: str | None = PrivateAttr(default=None)
 
@@ -153,6 +156,7 @@ class LongTask(BaseModel):
             "deadline": self.deadline,
             "on_limit": self.on_limit if self.on_limit != "pause" else None,
             "compensate_on_failure": self.compensate_on_failure or None,
+            "model": self.model,
         }
         return {
             **{k: v for k, v in policies.items() if v is not None},
@@ -226,6 +230,7 @@ def _problems(task: LongTask) -> Iterator[str]:
             else:
                 stage_of[step.name] = index
             yield from step.problems()
+            yield from _fix_problems(step, stage_of)
     # Dependencies are checked against the first step of each name, so one typo produces
     # one problem rather than a cascade.
     graph: dict[str, list[str]] = {}
@@ -262,6 +267,23 @@ def _problems(task: LongTask) -> Iterator[str]:
                         f"step {step.name!r}: {policy}={target!r} must name a step in a later "
                         "stage (execution skips ahead to it)"
                     )
+
+
+def _fix_problems(step: Step, names: dict[str, int]) -> Iterator[str]:
+    fix = getattr(step, "on_failure", None)
+    if fix is None:
+        return
+    if not isinstance(fix, FixLoop):
+        yield f"step {step.name!r}: on_failure must be fix_with(agent_step(...)), got {fix!r}"
+        return
+    yield from fix.problems(step.name)
+    if (p := name_problem("step", fix.agent.name)) is not None:
+        yield p
+    if fix.agent.name in names:
+        yield (
+            f"step {step.name!r}: its fix agent {fix.agent.name!r} has the name of a step; "
+            "a fix agent runs only inside the loop, so give it a name of its own"
+        )
 
 
 def _cycles(graph: dict[str, list[str]]) -> Iterator[str]:

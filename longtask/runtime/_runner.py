@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -30,7 +31,7 @@ from longtask.errors import (
     describe_validation,
 )
 from longtask.graphs import build_graph, entry_node
-from longtask.model import LongTask, MapStep, PauseStep
+from longtask.model import FunctionStep, LongTask, MapStep, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._pauses import PauseMixin, pending_from
@@ -73,8 +74,8 @@ def _finished(task: LongTask, node: str, update: Any) -> bool:
     step = task.steps.get(node)
     if step is None:
         return False
-    if isinstance(step, MapStep):
-        return True  # the map's own node runs once, after every item
+    if isinstance(step, MapStep) or (isinstance(step, FunctionStep) and step.on_failure):
+        return True  # the step's own node runs once, after its helper nodes
     return isinstance(update, dict) and result_channel(node) in update
 
 
@@ -571,6 +572,7 @@ class Runner(PauseMixin, ControlMixin):
         done = _done_in(tup)
         skipped = _skipped_in(tup)
         waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
+        values: dict[str, Any] = dict(tup.checkpoint.get("channel_values", {})) if tup else {}
         active = rec.status == "running" and self.db.is_locked(thread_id)
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
         steps: list[StepState] = []
@@ -597,6 +599,9 @@ class Runner(PauseMixin, ControlMixin):
                         view.items_done = progress.done
                         view.items_total = progress.total
                         view.items_failed = progress.failed
+                loop = values.get(f"fix.{name}")
+                if isinstance(loop, dict) and loop.get("round"):
+                    view.fix_rounds = int(loop["round"])
                 steps.append(view)
                 if state not in ("completed", "skipped") and current is None:
                     current = stage["name"]
@@ -641,6 +646,19 @@ class Runner(PauseMixin, ControlMixin):
             for k, v in values.items()
             if k.startswith("out.")
         }
+
+    def transcript(self, thread_id: str, step: str) -> list[dict[str, Any]]:
+        """The messages of the latest finished run of agent step ``step`` (LangChain's
+        ``messages_to_dict`` form), kept beside the step's result."""
+        self._thread(thread_id)
+        runs = [e for e in self.events(thread_id, kinds=["agent.run.completed"]) if e.step == step]
+        if not runs:
+            raise InvalidInput(f"step {step!r} of thread {thread_id!r} has no finished agent run")
+        data = self.db.store.get_blob(str(runs[-1].data["transcript"]))
+        if data is None:
+            raise InvalidInput(f"the transcript of step {step!r} is missing from longtask_blobs")
+        messages: list[dict[str, Any]] = json.loads(data)
+        return messages
 
     def history(self, thread_id: str, limit: int = 20) -> list[CheckpointView]:
         """The latest ``limit`` checkpoints of the thread, newest first (bounded read)."""

@@ -21,6 +21,8 @@ class StepState(BaseModel):
     items_done: int | None = None
     items_total: int | None = None
     items_failed: list[dict[str, Any]] | None = None
+    #: steps with a fix loop: fix rounds so far (each one an agent run, then the step again)
+    fix_rounds: int | None = None
 
 
 class ThreadStatus(BaseModel):

@@ -1,5 +1,6 @@
 """Node runtime per step kind, and the StepContext handed to step functions."""
 
+from longtask.steps._agent import agent_node, fix_agent_node, fix_channel
 from longtask.steps._classify import Classified, classify
 from longtask.steps._context import INPUTS_CHANNEL, ItemContext, StepContext, result_channel
 from longtask.steps._function import RUN_KEY, STEP_ATTR, NodeCall, StepEnv, function_node
@@ -25,10 +26,13 @@ __all__ = [
     "PauseOutcome",
     "StepContext",
     "StepEnv",
+    "agent_node",
     "check_decision",
     "check_payload",
     "classify",
     "dispatch_node_name",
+    "fix_agent_node",
+    "fix_channel",
     "function_node",
     "item_node_name",
     "map_channel",

@@ -114,6 +114,7 @@ def with_retries(
     attempt_fn: Callable[[int], Any],
     *,
     item: int | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[Any, int]:
     """Run ``attempt_fn(attempt)`` until it returns or the retry policy gives up.
 
@@ -164,8 +165,9 @@ def with_retries(
                 data["status_code"] = verdict.status_code
             if outcome == "retry":
                 data["next_attempt"] = attempt + 1
-            if item is not None:
+            if item is not None and item >= 0:
                 data["item"] = item
+            data.update(extra or {})
             env.emit(
                 call,
                 "step.retry",

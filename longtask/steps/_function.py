@@ -15,6 +15,7 @@ from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
+from langgraph.types import Command
 from pydantic import BaseModel
 
 from longtask.errors import StepTimeout
@@ -30,6 +31,7 @@ __all__ = [
     "StepEnv",
     "check_limits",
     "describe",
+    "fix_loop_failure",
     "function_node",
     "with_retries",
 ]
@@ -284,20 +286,25 @@ def step_completed(
 
 def function_node(
     step: FunctionStep, info: StepInfo, env: StepEnv
-) -> Callable[[dict[str, Any], RunnableConfig], dict[str, Any]]:
+) -> Callable[[dict[str, Any], RunnableConfig], Any]:
+    """The node of a function step. With a fix loop (``on_failure``) it is the step's
+    ``.run`` node: success goes on to the step's own node, a failure to the fix agent while
+    rounds are left (see ``fix_loop_failure``)."""
     channel = result_channel(step.name)
+    loop = step.on_failure
 
     # Only a step after an approval or wait can be skipped by one.
     after_pause = bool(env.pauses & info.ancestors)
 
-    def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+    def node(state: dict[str, Any], config: RunnableConfig) -> Any:
         call = NodeCall.from_config(config)
         if after_pause:
             from longtask.steps._pause import skip_update, skipped_by
 
             reason = skipped_by(state, info, env.pauses)
             if reason:
-                return skip_update(env, call, info, reason)
+                update = skip_update(env, call, info, reason)
+                return Command(update=update, goto=step.name) if loop else update
         step_started(env, call, info)
         started = time.monotonic()
 
@@ -312,9 +319,56 @@ def function_node(
             raise
         except Exception as exc:
             step_failed(env, call, info, exc)
+            if loop is not None:
+                return fix_loop_failure(env, call, info, state, loop, exc)
             raise
         step_completed(env, call, info, attempt, {"duration": round(time.monotonic() - started, 6)})
+        if loop is not None:
+            return Command(update={channel: encoded}, goto=step.name)
         return {channel: encoded}
 
-    node.__name__ = step.name
+    node.__name__ = f"{step.name}.run" if loop else step.name
     return node
+
+
+def fix_loop_failure(
+    env: StepEnv, call: NodeCall, info: StepInfo, state: dict[str, Any], loop: Any, exc: Exception
+) -> Command[Any]:
+    """Send a failure to the fix agent, or end the loop when its rounds are used up."""
+    from longtask.errors import NeedsPerson
+
+    channel = f"fix.{info.name}"
+    current = dict(state.get(channel) or {})
+    done = int(current.get("round", 0))
+    failure = describe(exc)[:4000]
+    if done >= loop.max_rounds:
+        env.emit(
+            call,
+            "fix.exhausted",
+            call.key("fix.exhausted", done),
+            info,
+            data={"rounds": done, "failure": failure},
+        )
+        if loop.on_exhausted == "ask":
+            paused = NeedsPerson(
+                "fix",
+                f"still failing after {done} fix rounds: {failure[:300]}",
+                f"fix it by hand, then longtask retry {call.thread_id}",
+            )
+            setattr(paused, STEP_ATTR, info.name)
+            raise paused from exc
+        raise exc
+    env.emit(
+        call,
+        "fix.round",
+        call.key("fix.round", done + 1),
+        info,
+        data={
+            "round": done + 1,
+            "max_rounds": loop.max_rounds,
+            "agent": loop.agent.name,
+            "failure": failure,
+        },
+    )
+    update = {channel: {"round": done + 1, "failure": failure}}
+    return Command(update=update, goto=f"{info.name}.fix")

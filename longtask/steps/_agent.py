@@ -1,0 +1,455 @@
+"""The node of an agent step: a LangChain agent (``create_agent`` over ``ChatOpenAI``) run as
+a subgraph of the task's graph.
+
+The agent is invoked from inside the step's node with the node's config, so LangGraph
+checkpoints it in the same thread under the node's namespace: when the thread is resumed
+after a crash, the agent continues after its last completed model or tool call instead of
+starting over (a resumed parent resumes its subgraphs).
+
+A middleware wraps every model call and every tool call:
+
+- model calls: the budget and cancel are checked first; errors are classified and retried
+  like a step's attempts (429 waits for ``Retry-After``); each call is a ``model.call``
+  event (models requested and reported, prompt, usage, cost, latency, finish reason,
+  response id) and its tokens and cost are charged to the thread's budget;
+- tool calls: tools in ``tool_approvals`` wait for a person (the decision is bound to the
+  hash of the tool's name and arguments); every call goes through the effect ledger, keyed
+  by the tool call's id and arguments, so a resumed agent never repeats one; a tool that
+  raises ``InvalidInput`` hands the error back to the model (at most ``max_tool_errors``).
+
+Nothing secret passes through here: ``ChatOpenAI`` reads ``OPENAI_API_KEY`` and
+``OPENAI_BASE_URL`` from the environment itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphBubbleUp
+from langgraph.types import Command, interrupt
+
+from longtask.errors import InvalidInput, LongTaskError, PermissionDenied
+from longtask.model import AgentStep, ApprovalRequest, Retry, StepInfo
+from longtask.model._decision import plan_hash
+from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
+from longtask.steps._context import StepContext, result_channel
+from longtask.steps._effects import run_effect
+from longtask.steps._function import (
+    NodeCall,
+    StepEnv,
+    step_completed,
+    step_failed,
+    step_started,
+)
+from longtask.steps._prices import cost_of
+
+DEFAULT_MODEL = "gpt-4o-mini"
+#: model calls of a step without a retry policy: rate limits and outages are normal
+_DEFAULT_MODEL_RETRY = Retry(max_attempts=5, initial_wait=1.0, backoff=2.0, max_wait=60.0)
+
+
+def fix_channel(step: str) -> str:
+    """State of a step's fix loop: ``{"round", "failure", "fix"}``."""
+    return f"fix.{step}"
+
+
+class _Json(dict):  # type: ignore[type-arg]
+    """A dict result in a prompt: formats as JSON, indexes like a dict."""
+
+    def __format__(self, spec: str) -> str:
+        return json.dumps(self, default=str, ensure_ascii=False)
+
+
+class _JsonList(list):  # type: ignore[type-arg]
+    def __format__(self, spec: str) -> str:
+        return json.dumps(self, default=str, ensure_ascii=False)
+
+
+class PromptValues(Mapping[str, Any]):
+    """What a prompt template may name: ``inputs``, dependency results, and extras."""
+
+    def __init__(self, ctx: StepContext, extras: Mapping[str, Any]) -> None:
+        self._ctx, self._extras = ctx, extras
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "inputs":
+            return self._ctx.inputs
+        if key in self._extras:
+            return self._extras[key]
+        if key in self._ctx.info.ancestors:
+            value = self._ctx.result(key)
+            if isinstance(value, dict):
+                return _Json(value)
+            if isinstance(value, list):
+                return _JsonList(value)
+            return value
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(["inputs", *self._extras, *sorted(self._ctx.info.ancestors)])
+
+    def __len__(self) -> int:
+        return 1 + len(self._extras) + len(self._ctx.info.ancestors)
+
+
+def render_prompt(
+    step: AgentStep, ctx: StepContext, extras: Mapping[str, Any]
+) -> tuple[str | None, str]:
+    try:
+        return step.prompt.render(PromptValues(ctx, extras))
+    except (KeyError, AttributeError, IndexError) as exc:
+        names = ", ".join(["inputs", *extras, *sorted(ctx.info.ancestors)])
+        raise InvalidInput(
+            f"prompt {step.prompt.name!r} v{step.prompt.version} of step {step.name!r} uses "
+            f"{exc}, which it cannot see (it can use: {names})"
+        ) from exc
+
+
+def model_name(step: AgentStep, task_model: str | None) -> str:
+    model = step.model
+    if isinstance(model, str):
+        return model
+    if model is not None:
+        return str(getattr(model, "model_name", None) or getattr(model, "model", None) or "custom")
+    return task_model or os.environ.get("LONGTASK_MODEL") or DEFAULT_MODEL
+
+
+def chat_model(step: AgentStep, name: str) -> Any:
+    """The chat model of one run of the step, built now so the environment of this process
+    (key, base URL) applies."""
+    model = step.model
+    if model is not None and not isinstance(model, str):
+        return model() if callable(model) and not hasattr(model, "invoke") else model
+    if not os.environ.get("OPENAI_API_KEY"):
+        raise PermissionDenied(
+            f"agent step {step.name!r} needs OPENAI_API_KEY (and OPENAI_BASE_URL for an "
+            "OpenAI-compatible server such as vLLM, Ollama or LiteLLM); set it and run "
+            "`longtask retry THREAD`"
+        )
+    from langchain_openai import ChatOpenAI
+
+    # Retries are ours (by error class, with the injected clock), not the client's.
+    return ChatOpenAI(model=name, max_retries=0, timeout=step.timeout)
+
+
+def _tool_key(tool_call_id: str, args: Any) -> str:
+    raw = json.dumps([tool_call_id, args], sort_keys=True, default=str)
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+class AgentRun:
+    """One run of an agent step's node: the middleware's state and its hooks."""
+
+    def __init__(
+        self, env: StepEnv, call: NodeCall, info: StepInfo, step: AgentStep, model: str
+    ) -> None:
+        self.env, self.call, self.info, self.step, self.model = env, call, info, step, model
+        self.model_calls = 0
+        self.tool_calls = 0
+        self.tokens = 0
+        self.cost = 0.0
+
+    def middleware(self) -> Any:
+        from langchain.agents.middleware import AgentMiddleware
+
+        run = self
+
+        class LongTaskMiddleware(AgentMiddleware):
+            def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+                return run.model_call(request, handler)
+
+            def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+                return run.tool_call(request, handler)
+
+        return LongTaskMiddleware()
+
+    # -- model calls -------------------------------------------------------------------------
+
+    def model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        from langchain_core.messages import AIMessage
+
+        turn = sum(1 for m in request.messages if isinstance(m, AIMessage))
+        if turn >= self.step.max_turns:
+            raise InvalidInput(
+                f"agent step {self.step.name!r} made {turn} model calls (max_turns) without a "
+                "final answer; raise max_turns or narrow the prompt"
+            )
+
+        def attempt(n: int) -> tuple[Any, float]:
+            started = time.monotonic()
+            return handler(request), time.monotonic() - started
+
+        # Attempts of model call n are kept apart from the step's own (negative "items").
+        (response, latency), attempt_no = with_retries(
+            self.env,
+            self.call,
+            self.info,
+            self.step.retry or _DEFAULT_MODEL_RETRY,
+            attempt,
+            item=-2 - turn,
+            extra={"model_call": turn + 1},
+        )
+        self._record(turn, response, latency, attempt_no)
+        return response
+
+    def _record(self, turn: int, response: Any, latency: float, attempt: int) -> None:
+        message = next(iter(getattr(response, "result", None) or [response]), None)
+        usage = dict(getattr(message, "usage_metadata", None) or {})
+        meta = dict(getattr(message, "response_metadata", None) or {})
+        reported = meta.get("model_name") or meta.get("model")
+        tokens_in = int(usage.get("input_tokens", 0) or 0)
+        tokens_out = int(usage.get("output_tokens", 0) or 0)
+        total = int(usage.get("total_tokens", tokens_in + tokens_out) or 0)
+        cost = cost_of(reported or self.model, tokens_in, tokens_out, self.step.prices)
+        self.model_calls += 1
+        self.tokens += total
+        self.cost += cost or 0.0
+        self.env.store.charge(self.call.thread_id, tokens=total, cost=cost or 0.0)
+        self.env.emit(
+            self.call,
+            "model.call",
+            self.call.key("model.call", turn),
+            self.info,
+            attempt=attempt,
+            data={
+                "call": turn + 1,
+                "model_requested": self.model,
+                "model": reported,
+                "prompt": self.step.prompt.name,
+                "prompt_version": self.step.prompt.version,
+                "usage": {"input": tokens_in, "output": tokens_out, "total": total},
+                "cost": cost,
+                "latency": round(latency, 4),
+                "finish_reason": meta.get("finish_reason"),
+                "response_id": meta.get("id") or getattr(message, "id", None),
+                "tool_calls": len(getattr(message, "tool_calls", None) or []),
+            },
+        )
+
+    # -- tool calls --------------------------------------------------------------------------
+
+    def tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        from langchain_core.messages import ToolMessage
+
+        tc = request.tool_call
+        name, args, tool_call_id = tc["name"], tc.get("args") or {}, tc.get("id") or ""
+        check_limits(self.env, self.call, self.info)
+        policy = self.step.tool_approvals.get(name)
+        if policy is not None:
+            refusal = self._approve(name, args, tool_call_id, policy)
+            if refusal is not None:
+                return ToolMessage(refusal, tool_call_id=tool_call_id, name=name, status="error")
+
+        def perform(_id: str, _args: Any) -> dict[str, Any]:
+            # Charged when the tool really runs (a replay from the ledger costs nothing).
+            self.env.store.charge(self.call.thread_id, tool_calls=1)
+            out = handler(request)
+            if isinstance(out, ToolMessage):
+                return {"content": out.content, "status": out.status}
+            return {"content": str(out), "status": "success"}
+
+        try:
+            record = run_effect(
+                self.env,
+                self.call,
+                self.info,
+                f"tool:{name}",
+                perform,
+                (tool_call_id, args),
+                {},
+                None,
+            )
+        except (GraphBubbleUp, *CONTROL):
+            raise
+        except InvalidInput as exc:
+            # The model can correct its arguments; a bounded number of times.
+            errors = sum(
+                1
+                for m in request.state.get("messages", ())
+                if isinstance(m, ToolMessage) and m.status == "error"
+            )
+            if errors >= self.step.max_tool_errors:
+                raise
+            self.tool_calls += 1
+            return ToolMessage(
+                f"Error: {exc}. Correct the arguments and try again.",
+                tool_call_id=tool_call_id,
+                name=name,
+                status="error",
+            )
+        self.tool_calls += 1
+        if not isinstance(record, dict):  # resolved by a person with a plain value
+            record = {"content": record, "status": "success"}
+        content = record.get("content")
+        return ToolMessage(
+            content if isinstance(content, (str, list)) else json.dumps(content),
+            tool_call_id=tool_call_id,
+            name=name,
+            status=record.get("status") or "success",
+        )
+
+    def _approve(self, name: str, args: Any, tool_call_id: str, policy: Any) -> str | None:
+        """Pause for a person's decision on this exact call; None if approved, else the
+        message the model gets (or the step fails, per the policy)."""
+        from longtask.steps._pause import check_decision
+
+        plan = {"tool": name, "args": args}
+        req = ApprovalRequest(
+            step=self.info.name,
+            plan=plan,
+            plan_hash=plan_hash(plan),
+            approvers=list(policy.approvers) if policy.approvers else None,
+            requested_at=self.env.clock(),
+            valid_for=policy.valid_for,
+        )
+        value = {**req.model_dump(mode="json"), "tool": name, "tool_call_id": tool_call_id}
+        key = f"tool.approval/{self.info.name}/{tool_call_id}"
+        if self.env.first_time(self.call.thread_id, key):
+            self.env.emit(self.call, "approval.required", key, self.info, data=value)
+        answer = interrupt(value)
+        while True:
+            try:
+                decision = check_decision(req, answer, self.env.clock(), step=self.info.name)
+                break
+            except InvalidInput as exc:
+                # An answer given through LangGraph directly that does not fit: ask again.
+                self.env.emit(
+                    self.call,
+                    "approval.refused",
+                    self.call.key("approval.refused", tool_call_id, time.time_ns()),
+                    self.info,
+                    data={"error": str(exc), "tool": name},
+                )
+                answer = interrupt({**value, "refused": str(exc)})
+        self.env.emit(
+            self.call,
+            "approval.resolved",
+            f"tool.approval.resolved/{self.info.name}/{tool_call_id}",
+            self.info,
+            data={
+                "tool": name,
+                "approved": decision.approved,
+                "by": decision.by,
+                "plan_hash": decision.plan_hash,
+            },
+        )
+        if decision.approved:
+            return None
+        why = f" ({decision.comment})" if decision.comment else ""
+        if policy.on_reject == "fail":
+            raise InvalidInput(f"{decision.by} rejected the call to {name}{why}")
+        return f"The call to {name} was rejected by {decision.by}{why}. Do not retry it as is."
+
+
+def run_agent(
+    step: AgentStep,
+    info: StepInfo,
+    env: StepEnv,
+    task_model: str | None,
+    state: Mapping[str, Any],
+    config: RunnableConfig,
+    extras: Mapping[str, Any],
+) -> Any:
+    """Run (or continue) the agent and return its answer."""
+    from langchain.agents import create_agent
+    from langchain_core.messages import HumanMessage, messages_to_dict
+
+    call = NodeCall.from_config(config)
+    step_started(env, call, info)
+    started = time.monotonic()
+    name = model_name(step, task_model)
+    try:
+        check_limits(env, call, info)
+        ctx = env.context(call, info, state)
+        system, user = render_prompt(step, ctx, extras)
+        run = AgentRun(env, call, info, step, name)
+        agent = create_agent(
+            chat_model(step, name),
+            list(step.tools),
+            system_prompt=system,
+            middleware=[run.middleware()],
+            response_format=step.response_format,
+            name=step.name,
+        )
+        env.emit(
+            call,
+            "agent.run.started",
+            call.key("agent.run.started"),
+            info,
+            data={"model": name, "prompt": step.prompt.name, "version": step.prompt.version},
+        )
+        # Two super-steps per turn, plus the middleware's: a limit of the agent's own.
+        sub: RunnableConfig = {**config, "recursion_limit": 4 * step.max_turns + 10}
+        out = agent.invoke({"messages": [HumanMessage(user)]}, sub)
+    except (GraphBubbleUp, *CONTROL):
+        raise
+    except Exception as exc:
+        step_failed(env, call, info, exc)
+        raise
+    structured = out.get("structured_response")
+    if structured is not None:
+        answer: Any = (
+            structured.model_dump(mode="json") if hasattr(structured, "model_dump") else structured
+        )
+    else:
+        last = out["messages"][-1]
+        answer = last.content if isinstance(last.content, str) else last.text()
+    transcript = json.dumps(messages_to_dict(out["messages"]), default=str).encode()
+    digest = hashlib.sha256(transcript).hexdigest()
+    env.store.put_blob(digest, transcript)
+    env.emit(
+        call,
+        "agent.run.completed",
+        call.key("agent.run.completed"),
+        info,
+        data={
+            "model": name,
+            # counted in this process: calls made before a crash are in model.call events
+            "model_calls": run.model_calls,
+            "tool_calls": run.tool_calls,
+            "tokens": run.tokens,
+            "cost": round(run.cost, 6),
+            "messages": len(out["messages"]),
+            "transcript": digest,
+        },
+    )
+    step_completed(env, call, info, None, {"duration": round(time.monotonic() - started, 6)})
+    return answer
+
+
+def agent_node(
+    step: AgentStep, info: StepInfo, env: StepEnv, task_model: str | None
+) -> Callable[[dict[str, Any], RunnableConfig], dict[str, Any]]:
+    channel = result_channel(step.name)
+
+    def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        answer = run_agent(step, info, env, task_model, state, config, {})
+        return {channel: env.codec.encode(answer, f"the result of step {step.name!r}")}
+
+    node.__name__ = step.name
+    return node
+
+
+def fix_agent_node(
+    step: AgentStep, info: StepInfo, env: StepEnv, task_model: str | None, fixes: str
+) -> Callable[[dict[str, Any], RunnableConfig], Command[Any]]:
+    """The agent of ``fixes``'s fix loop: it gets the failure, then the step runs again."""
+    channel = fix_channel(fixes)
+
+    def node(state: dict[str, Any], config: RunnableConfig) -> Command[Any]:
+        loop = dict(state.get(channel) or {})
+        extras = {"failure": loop.get("failure", ""), "round": loop.get("round", 1)}
+        answer = run_agent(step, info, env, task_model, state, config, extras)
+        return Command(update={channel: {**loop, "fix": answer}}, goto=f"{fixes}.run")
+
+    node.__name__ = f"{fixes}.fix"
+    return node
+
+
+__all__ = ["LongTaskError", "agent_node", "describe", "fix_agent_node", "fix_channel"]
