@@ -75,6 +75,9 @@ class AgentStep(Step):
     max_turns: int = 25
     response_format: Any = None
     tool_approvals: dict[str, ToolApproval] = Field(default_factory=dict)
+    #: tools that change nothing outside (lookups, reads): not recorded in the effect ledger,
+    #: simply run again if a crash cut them off
+    read_only_tools: frozenset[str] = frozenset()
     #: tool errors of class InvalidInput handed back to the model before the step fails
     max_tool_errors: int = 3
     #: price per million tokens (input, output) by model name; overrides the built-in table
@@ -91,10 +94,11 @@ class AgentStep(Step):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             out.append(f"step {self.name!r}: duplicate tool names {dupes}")
-        unknown = sorted(set(self.tool_approvals) - set(names))
+        unknown = sorted((set(self.tool_approvals) | self.read_only_tools) - set(names))
         if unknown:
             out.append(
-                f"step {self.name!r}: tool_approvals names tools it does not have: {unknown} "
+                f"step {self.name!r}: tool_approvals or read_only_tools name tools it does not "
+                f"have: {unknown} "
                 f"(tools: {names})"
             )
         return out
@@ -111,6 +115,7 @@ class AgentStep(Step):
             "max_turns": self.max_turns,
             "response_format": None if fmt is None else _qualname(fmt),
             "tool_approvals": {k: v.model_dump() for k, v in sorted(self.tool_approvals.items())},
+            "read_only_tools": sorted(self.read_only_tools),
         }
 
 
@@ -124,6 +129,7 @@ def agent_step(
     max_turns: int = 25,
     response_format: Any = None,
     tool_approvals: Mapping[str, ToolApproval | bool] | None = None,
+    read_only_tools: Sequence[str] = (),
     retry: Retry | int | None = None,
     timeout: float | timedelta | None = None,
     max_tool_errors: int = 3,
@@ -136,7 +142,8 @@ def agent_step(
 
     ``retry`` governs each model call (429 waits for ``Retry-After``, 5xx and connection
     errors back off, 400 fails); ``timeout`` is the timeout of one model call in seconds.
-    Every tool call goes through the effect ledger, so a resumed agent never repeats one;
+    Every tool call goes through the effect ledger, so a resumed agent never repeats one,
+    except ``read_only_tools`` (they change nothing, so running one again is harmless);
     tools in ``tool_approvals`` wait for a person first.
     """
     if isinstance(prompt, str):
@@ -155,6 +162,7 @@ def agent_step(
         max_turns=max_turns,
         response_format=response_format,
         tool_approvals=approvals,
+        read_only_tools=frozenset(read_only_tools),
         retry=_as_retry(retry),
         timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
         max_tool_errors=max_tool_errors,

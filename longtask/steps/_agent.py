@@ -246,6 +246,11 @@ class AgentRun:
             if refusal is not None:
                 return ToolMessage(refusal, tool_call_id=tool_call_id, name=name, status="error")
 
+        if name in self.step.read_only_tools:
+            self.env.store.charge(self.call.thread_id, tool_calls=1)
+            self.tool_calls += 1
+            return handler(request)
+
         def perform(_id: str, _args: Any) -> dict[str, Any]:
             # Charged when the tool really runs (a replay from the ledger costs nothing).
             self.env.store.charge(self.call.thread_id, tool_calls=1)
