@@ -230,7 +230,8 @@ def _problems(task: LongTask) -> Iterator[str]:
             else:
                 stage_of[step.name] = index
             yield from step.problems()
-            yield from _fix_problems(step, stage_of)
+    for step in task.steps.values():
+        yield from _fix_problems(step, stage_of)
     # Dependencies are checked against the first step of each name, so one typo produces
     # one problem rather than a cascade.
     graph: dict[str, list[str]] = {}

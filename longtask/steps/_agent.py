@@ -34,13 +34,15 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
 
-from longtask.errors import InvalidInput, LongTaskError, PermissionDenied
+from longtask.errors import InvalidInput, LongTaskError, NeedsPerson, PermissionDenied
 from longtask.model import AgentStep, ApprovalRequest, Retry, StepInfo
 from longtask.model._decision import plan_hash
 from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
+from longtask.steps._classify import classify
 from longtask.steps._context import StepContext, result_channel
 from longtask.steps._effects import run_effect
 from longtask.steps._function import (
+    STEP_ATTR,
     NodeCall,
     StepEnv,
     step_completed,
@@ -289,6 +291,13 @@ class AgentRun:
                 status="error",
             )
         self.tool_calls += 1
+        self.env.emit(
+            self.call,
+            "tool.call",
+            self.call.key("tool.call", tool_call_id),
+            self.info,
+            data={"tool": name, "tool_call_id": tool_call_id, "status": "recorded"},
+        )
         if not isinstance(record, dict):  # resolved by a person with a plain value
             record = {"content": record, "status": "success"}
         content = record.get("content")
@@ -395,6 +404,15 @@ def run_agent(
     except (GraphBubbleUp, *CONTROL):
         raise
     except Exception as exc:
+        if classify(exc, env.clock()).error_class == "permission":
+            # A missing key, a revoked one, a tool without access: a person fixes it.
+            paused = NeedsPerson(
+                "permission",
+                f"permission denied: {describe(exc)[:500]}",
+                f"fix the access, then longtask retry {call.thread_id}",
+            )
+            setattr(paused, STEP_ATTR, info.name)
+            raise paused from exc
         step_failed(env, call, info, exc)
         raise
     structured = out.get("structured_response")

@@ -352,3 +352,85 @@ def _everything_stored(db_url: str) -> str:
                     )
                 )
     return "\n".join(out)
+
+
+def test_timeouts_and_server_errors_are_retried(runner: Runner, llm: Any, clock: FakeTime) -> None:
+    server = llm(
+        by_conversation(
+            {
+                "Add 5": [[Reply.slow(Reply.text("late"), 5), Reply.text("8")]],
+                "Add 6": [
+                    [Reply.error(500, "upstream exploded", type_="server_error"), Reply.text("9")]
+                ],
+            }
+        )
+    )
+    thread = runner.start(adder_task([], timeout=0.5), {"x": 5}, thread_id="t-slow")
+    assert runner.result(thread, "adder") == "8"
+    (retry,) = runner.events(thread, kinds=["step.retry"])
+    assert retry.data["error_class"] == "transient" and "Timeout" in retry.data["error"]
+    thread = runner.start(adder_task([]), {"x": 6}, thread_id="t-500")
+    assert runner.result(thread, "adder") == "9"
+    (retry,) = runner.events(thread, kinds=["step.retry"])
+    assert (retry.data["error_class"], retry.data["status_code"]) == ("transient", 500)
+    assert 1.0 <= clock.slept[-1] <= 1.1  # the default back-off of model calls, with jitter
+    assert server.request_count(lambda r: "Add 6" in r.first_text()) == 2
+
+
+def test_structured_response_format(runner: Runner, llm: Any) -> None:
+    from pydantic import BaseModel
+
+    class Verdict(BaseModel):
+        verdict: str
+        score: int
+
+    server = llm(by_turn([Reply.text('{"verdict": "ship it", "score": 4}')]))
+    task = LongTask(
+        "judge",
+        stages=[Stage("s", [agent_step("judge", prompt="Judge.", response_format=Verdict)])],
+    )
+    runner.start(task, thread_id="t-judge")
+    assert runner.result("t-judge", "judge") == {"verdict": "ship it", "score": 4}
+    assert "response_format" in server.requests[0].body or "tools" in server.requests[0].body
+
+
+def test_a_prompt_naming_what_it_cannot_see_fails_clearly(runner: Runner, llm: Any) -> None:
+    llm(by_turn([Reply.text("x")]))
+    task = LongTask(
+        "p",
+        stages=[Stage("s", [agent_step("a", prompt="Use {report} and {inputs[x]}")])],
+    )
+    with pytest.raises(
+        StepFailed, match=r"uses 'report', which it cannot see \(it can use: inputs"
+    ):
+        runner.start(task, {"x": 1}, thread_id="t-prompt")
+
+
+def test_max_turns_ends_a_runaway_agent(runner: Runner, llm: Any) -> None:
+    def ping() -> str:
+        """Ping."""
+        return "pong"
+
+    server = llm(lambda request: Reply.tool_calls([("ping", {})]))
+    task = LongTask(
+        "loop",
+        stages=[Stage("s", [agent_step("looper", prompt="Go.", tools=[ping], max_turns=3)])],
+    )
+    with pytest.raises(StepFailed, match="made 3 model calls \\(max_turns\\)"):
+        runner.start(task, thread_id="t-loop")
+    assert len(server.requests) == 3
+
+
+def test_missing_api_key_pauses_for_a_person(
+    runner: Runner, llm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    llm(by_turn([Reply.text("hello")]))
+    monkeypatch.delenv("OPENAI_API_KEY")
+    task = LongTask("k", stages=[Stage("s", [agent_step("greeter", prompt="Hi.")])])
+    runner.start(task, thread_id="t-key")
+    status = runner.status("t-key")
+    assert status.status == "waiting_user"
+    assert "needs OPENAI_API_KEY" in status.waiting[0]["reason"]
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    runner.retry("t-key", task=task)
+    assert runner.result("t-key", "greeter") == "hello"
