@@ -67,6 +67,11 @@ class Database(ABC):
     @abstractmethod
     def is_locked(self, thread_id: str) -> bool: ...
 
+    def event_waiter(self, poll: float = 0.2) -> EventWaiter:
+        """Something to block on until a thread may have new events (SQLite: a short sleep;
+        PostgreSQL: LISTEN/NOTIFY)."""
+        return EventWaiter(poll)
+
     @abstractmethod
     def close(self) -> None: ...
 
@@ -75,6 +80,19 @@ class Database(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class EventWaiter:
+    """Waits for new events by sleeping ``poll`` seconds at a time."""
+
+    def __init__(self, poll: float) -> None:
+        self.poll = poll
+
+    def wait(self, thread_id: str, timeout: float) -> None:
+        time.sleep(max(0.0, min(timeout, self.poll)))
+
+    def close(self) -> None:
+        pass
 
 
 def _lock_key(thread_id: str) -> bytes:
@@ -103,6 +121,7 @@ class SqliteDatabase(Database):
         self.saver = self.sqlite_saver
         # One connection and one lock for the saver and our tables (see SqliteStore).
         self.store = SqliteStore(conn, self.sqlite_saver.lock)
+        self.store.artifact_dir = self.path.parent / (self.path.name + ".artifacts")
         self._lock_dir = self.path.parent / (self.path.name + ".locks")
         if upgrade:
             self.upgrade()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,10 +13,31 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from longtask.checkpointers._database import Database, _lock_key
+from longtask.checkpointers._database import Database, EventWaiter, _lock_key
 from longtask.checkpointers._url import DatabaseURL, scrub
 from longtask.errors import DatabaseError, SchemaVersionError, ThreadBusy
 from longtask.store import PostgresStore
+from longtask.store._store import EVENTS_CHANNEL
+
+
+class PgEventWaiter(EventWaiter):
+    """LISTENs on its own connection (a pooled one would be handed to others while idle):
+    a follower wakes as soon as the writer has stored a thread's events."""
+
+    def __init__(self, raw_url: str, poll: float) -> None:
+        super().__init__(poll)
+        self._conn = psycopg.connect(raw_url, autocommit=True, connect_timeout=10)
+        self._conn.execute(f"LISTEN {EVENTS_CHANNEL}")
+
+    def wait(self, thread_id: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            for note in self._conn.notifies(timeout=left, stop_after=1):
+                if note.payload == thread_id:
+                    return
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 class PostgresDatabase(Database):
@@ -56,6 +78,9 @@ class PostgresDatabase(Database):
             self.upgrade()
         elif verify:
             self._check()
+
+    def event_waiter(self, poll: float = 0.2) -> EventWaiter:
+        return PgEventWaiter(self.url.raw, poll)
 
     def _check(self) -> None:
         self.store.check_schema(self.url.redacted)

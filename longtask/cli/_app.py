@@ -24,7 +24,7 @@ from longtask.cli._output import (
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner
-    from longtask.store import BudgetState
+    from longtask.store import BudgetState, Event
 
 app = typer.Typer(
     name="longtask",
@@ -276,23 +276,135 @@ def events(
         typer.Option("--kind", metavar="KIND", help="Only events of this kind (repeatable)."),
     ] = None,
     since: Annotated[int, typer.Option("--since", min=0, help="Only events after this id.")] = 0,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="Keep printing new events as they are stored, until the thread completes, "
+            "fails or is cancelled (Ctrl-C to stop earlier).",
+        ),
+    ] = False,
     json_: Annotated[bool, typer.Option("--json", help="JSON Lines, one event a line.")] = False,
     db: DbOpt = None,
 ) -> None:
     """The thread's event log, oldest first."""
+
+    def show(e: Event) -> None:
+        if json_:
+            print(json.dumps(e.to_json()), flush=True)
+            return
+        where = "/".join(p for p in (e.stage, e.step) if p)
+        attempt = f" #{e.attempt}" if e.attempt else ""
+        data = f" {json.dumps(e.data)}" if e.data else ""
+        out.print(
+            f"{e.id:>6} {e.ts:%Y-%m-%d %H:%M:%S} {escape(e.kind):<18} "
+            f"{escape(where)}{attempt}{escape(data)}"
+        )
+
     with _runner(db) as runner:
+        if follow:
+            try:
+                for e in runner.follow(thread_id, since=since, kinds=kind):
+                    show(e)
+            except KeyboardInterrupt:
+                raise typer.Exit(130) from None
+            return
         evs = runner.events(thread_id, since=since, kinds=kind)
     for e in evs:
-        if json_:
-            print(json.dumps(e.to_json()))
+        show(e)
+
+
+@app.command()
+def watch(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
+    quiet_after: Annotated[
+        float,
+        typer.Option(
+            "--quiet-after",
+            min=1,
+            help="Warn when a running step has sent no event for this many seconds.",
+        ),
+    ] = 300,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print the events as JSON Lines instead of a view.")
+    ] = False,
+    db: DbOpt = None,
+) -> None:
+    """Watch a thread live, whichever process or machine advances it: stages, steps,
+    progress, retries, what it waits for. Exits when it completes (0), fails (1) or pauses
+    (3), like `run`."""
+    from rich.live import Live
+
+    from longtask.cli._watch import WatchState, render
+
+    with _runner(db) as runner:
+        state = WatchState()
+        try:
+            if json_:
+                for e in runner.follow(thread_id, stop_when_paused=True):
+                    print(json.dumps(e.to_json()), flush=True)
+            else:
+                with Live(
+                    render(runner.status(thread_id), state, quiet_after),
+                    console=out,
+                    refresh_per_second=4,
+                    transient=False,
+                ) as live:
+                    for e in runner.follow(thread_id, stop_when_paused=True):
+                        state.add(e)
+                        live.update(render(runner.status(thread_id), state, quiet_after))
+                    live.update(render(runner.status(thread_id), state, quiet_after))
+                if not out.is_terminal:
+                    out.print()  # Live leaves its last line open when not on a terminal
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        raise typer.Exit(status_exit_code(runner.status(thread_id).status))
+
+
+@app.command()
+def artifacts(
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="THREAD | get THREAD NAME",
+            help="List a thread's artifacts, or write one's content out.",
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="get: write to this file [default: stdout]."),
+    ] = None,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Artifacts (reports, transcripts, patches): `artifacts THREAD` lists them;
+    `artifacts get THREAD NAME [-o FILE]` writes one out."""
+    if args and args[0] == "get":
+        if len(args) != 3:
+            raise typer.BadParameter("usage: longtask artifacts get THREAD NAME [-o FILE]")
+        with _runner(db) as runner:
+            data, _record = runner.artifact(args[1], args[2])
+        if output is None:
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
         else:
-            where = "/".join(p for p in (e.stage, e.step) if p)
-            attempt = f" #{e.attempt}" if e.attempt else ""
-            data = f" {json.dumps(e.data)}" if e.data else ""
-            out.print(
-                f"{e.id:>6} {e.ts:%Y-%m-%d %H:%M:%S} {escape(e.kind):<18} "
-                f"{escape(where)}{attempt}{escape(data)}"
-            )
+            output.write_bytes(data)
+        return
+    if len(args) != 1:
+        raise typer.BadParameter("usage: longtask artifacts THREAD, or artifacts get THREAD NAME")
+    with _runner(db) as runner:
+        rows = runner.artifacts(args[0])
+    if json_:
+        print(json.dumps([a.to_json() for a in rows], indent=2))
+        return
+    if not rows:
+        out.print("no artifacts")
+    for a in rows:
+        out.print(
+            f"{escape(a.name)}  {a.size} bytes  {escape(a.media_type or '')}  "
+            f"step={escape(a.step or '-')}  {a.digest[:12]}"
+        )
 
 
 ByOpt = Annotated[str, typer.Option("--by", help="Who decides (checked against approvers).")]

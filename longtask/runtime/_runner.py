@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
@@ -43,6 +42,7 @@ from longtask.runtime._views import (
     definition_changes,
     definition_summary,
 )
+from longtask.runtime._watch import WatchMixin
 from longtask.steps import INPUTS_CHANNEL, RUN_KEY, STEP_ATTR, StepEnv, result_channel
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
@@ -139,7 +139,7 @@ class StageTracker:
         return events
 
 
-class Runner(PauseMixin, ControlMixin):
+class Runner(PauseMixin, ControlMixin, WatchMixin):
     """Starts, resumes and inspects LongTask threads in one database.
 
     ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
@@ -646,19 +646,6 @@ class Runner(PauseMixin, ControlMixin):
             for k, v in values.items()
             if k.startswith("out.")
         }
-
-    def transcript(self, thread_id: str, step: str) -> list[dict[str, Any]]:
-        """The messages of the latest finished run of agent step ``step`` (LangChain's
-        ``messages_to_dict`` form), kept beside the step's result."""
-        self._thread(thread_id)
-        runs = [e for e in self.events(thread_id, kinds=["agent.run.completed"]) if e.step == step]
-        if not runs:
-            raise InvalidInput(f"step {step!r} of thread {thread_id!r} has no finished agent run")
-        data = self.db.store.get_blob(str(runs[-1].data["transcript"]))
-        if data is None:
-            raise InvalidInput(f"the transcript of step {step!r} is missing from longtask_blobs")
-        messages: list[dict[str, Any]] = json.loads(data)
-        return messages
 
     def history(self, thread_id: str, limit: int = 20) -> list[CheckpointView]:
         """The latest ``limit`` checkpoints of the thread, newest first (bounded read)."""

@@ -424,8 +424,9 @@ def run_agent(
         last = out["messages"][-1]
         answer = last.content if isinstance(last.content, str) else last.text()
     transcript = json.dumps(messages_to_dict(out["messages"]), default=str).encode()
-    digest = hashlib.sha256(transcript).hexdigest()
-    env.store.put_blob(digest, transcript)
+    artifact = env.artifact(
+        call, info, f"{step.name}.transcript.json", transcript, "application/json"
+    )
     env.emit(
         call,
         "agent.run.completed",
@@ -439,7 +440,7 @@ def run_agent(
             "tokens": run.tokens,
             "cost": round(run.cost, 6),
             "messages": len(out["messages"]),
-            "transcript": digest,
+            "transcript": artifact.name,
         },
     )
     step_completed(env, call, info, None, {"duration": round(time.monotonic() - started, 6)})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, TypeAdapter
@@ -162,6 +164,45 @@ class StepContext:
         before every step): call it before an expensive call such as a model request."""
         if self._runtime is not None:
             self._runtime.check()
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report how far the step is (``done`` of ``total``, a message): a
+        ``step.progress`` event that ``watch`` and the web page show. Rate-limited to one
+        every half second per step (the last one, done == total, always goes out)."""
+        if self._runtime is None:
+            raise ResultNotAvailable("ctx.progress is available only while a step runs")
+        self._runtime.progress(done, total, message)
+
+    def artifact(
+        self,
+        name: str,
+        data: bytes | str | None = None,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        media_type: str | None = None,
+    ) -> dict[str, Any]:
+        """Store an output too large or too binary for a result (a report, a patch, a
+        transcript): ``data`` (bytes, or text stored as UTF-8) or the file at ``path``.
+        Content-addressed, kept out of checkpoints; ``artifact.created`` is recorded. Returns
+        a small reference (name, digest, size, media type) to put in the step's result."""
+        if (data is None) == (path is None):
+            raise ValueError("ctx.artifact needs exactly one of data= or path=")
+        if self._runtime is None:
+            raise ResultNotAvailable("ctx.artifact is available only while a step runs")
+        if path is not None:
+            content = Path(path).read_bytes()
+        elif isinstance(data, str):
+            content = data.encode()
+            media_type = media_type or "text/plain; charset=utf-8"
+        else:
+            content = bytes(data)  # type: ignore[arg-type]
+        record = self._runtime.artifact(name, content, media_type)
+        return {
+            "artifact": record.name,
+            "digest": record.digest,
+            "size": record.size,
+            "media_type": record.media_type,
+        }
 
     @property
     def cancel_requested(self) -> bool:

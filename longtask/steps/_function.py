@@ -23,7 +23,7 @@ from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.model._decision import utcnow
 from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
 from longtask.steps._context import StepContext, result_channel
-from longtask.store import Attempts, EventWriter, NewEvent, Store, ValueCodec
+from longtask.store import Artifact, Attempts, EventWriter, NewEvent, Store, ValueCodec
 
 __all__ = [
     "CONTROL",
@@ -38,6 +38,8 @@ __all__ = [
 
 #: attribute set on an exception raised by a step, naming the step (read by the Runner)
 STEP_ATTR = "__longtask_step__"
+#: seconds between two step.progress events of one step
+PROGRESS_INTERVAL = 0.5
 RUN_KEY = "longtask_run"
 
 
@@ -69,6 +71,8 @@ class StepEnv:
     _attempts: dict[str, dict[tuple[str, int], Attempts]] = field(default_factory=dict)
     #: threads a cancel request was seen for (set by the Runner's watcher)
     _cancelled: set[str] = field(default_factory=set)
+    #: when each step last reported progress (monotonic seconds), for the rate limit
+    _progress_at: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def emit(
@@ -152,6 +156,44 @@ class StepEnv:
             else:
                 cached[where] = record
 
+    def artifact(
+        self, call: NodeCall, info: StepInfo, name: str, data: bytes, media_type: str | None
+    ) -> Artifact:
+        """Store an artifact of ``info``'s step and record ``artifact.created``."""
+        record = self.store.put_artifact(
+            call.thread_id, name, data, step=info.name, media_type=media_type
+        )
+        self.emit(
+            call,
+            "artifact.created",
+            call.key("artifact.created", name, record.digest[:16]),
+            info,
+            data={
+                "name": name,
+                "digest": record.digest,
+                "size": record.size,
+                "media_type": media_type,
+            },
+        )
+        return record
+
+    def progress(
+        self, call: NodeCall, info: StepInfo, done: float, total: float | None, message: str | None
+    ) -> None:
+        """A ``step.progress`` event, at most one per step every PROGRESS_INTERVAL seconds
+        (and always the last one, done == total), so a tight loop cannot flood the log."""
+        now = time.monotonic()
+        key = f"{call.thread_id}/{info.name}"
+        with self._lock:
+            last = self._progress_at.get(key)
+            if last is not None and now - last < PROGRESS_INTERVAL and done != total:
+                return
+            self._progress_at[key] = now
+        data: dict[str, Any] = {"done": done, "total": total}
+        if message:
+            data["message"] = message[:500]
+        self.emit(call, "step.progress", call.key("step.progress", time.time_ns()), info, data=data)
+
     def charge_time(self, thread_id: str, seconds: float) -> None:
         if self.counts_time:
             self.store.charge(thread_id, wall_time=seconds)
@@ -195,6 +237,12 @@ class StepRuntime:
 
     def cancelled(self) -> bool:
         return self.env.is_cancelled(self.call.thread_id)
+
+    def progress(self, done: float, total: float | None, message: str | None) -> None:
+        self.env.progress(self.call, self.info, done, total, message)
+
+    def artifact(self, name: str, data: bytes, media_type: str | None) -> Artifact:
+        return self.env.artifact(self.call, self.info, name, data, media_type)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """longtask's own tables beside the checkpoints: threads, events, blobs."""
 
+from longtask.store._artifacts import Artifact
 from longtask.store._effects import EFFECT_STATUSES, Effect
 from longtask.store._limits import BUDGET_LIMITS, NO_ITEM, Attempts, BudgetState
 from longtask.store._maps import MapItem, MapProgress
@@ -23,6 +24,7 @@ __all__ = [
     "NO_ITEM",
     "SCHEMA_VERSION",
     "THREAD_STATUSES",
+    "Artifact",
     "Attempts",
     "BudgetState",
     "Effect",

@@ -136,6 +136,20 @@ MIGRATIONS: list[list[str]] = [
         )""",
         "ALTER TABLE longtask_threads ADD COLUMN cancel TEXT",
     ],
+    # 6: artifacts (the content: files beside an SQLite database, longtask_blobs on
+    # PostgreSQL), and an index for following a thread's recent events by time
+    [
+        """CREATE TABLE longtask_artifacts (
+            thread_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            step TEXT,
+            digest TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            media_type TEXT,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (thread_id, name)
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import SchemaVersionError, ThreadExists
+from longtask.store._artifacts import ArtifactTables
 from longtask.store._effects import EffectTables
 from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
@@ -128,6 +129,9 @@ class NewEvent:
         )
 
 
+#: the LISTEN/NOTIFY channel of new events; the payload is the thread id
+EVENTS_CHANNEL = "longtask_events"
+
 _EVENT_INSERT = (
     "INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data, ts, dedupe_key) "
     "VALUES "
@@ -140,7 +144,7 @@ _THREAD_COLS = (
 )
 
 
-class Store(MapTables, EffectTables, LimitTables, ABC):
+class Store(MapTables, EffectTables, LimitTables, ArtifactTables, ABC):
     dialect: Dialect
 
     # -- driver ------------------------------------------------------------------------------
@@ -312,6 +316,7 @@ class Store(MapTables, EffectTables, LimitTables, ABC):
             f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING RETURNING id",
             event.params(),
         )
+        self.notify([thread_id])
         return int(rows[0][0]) if rows else None
 
     def append_events(self, events: Sequence[NewEvent]) -> None:
@@ -325,6 +330,11 @@ class Store(MapTables, EffectTables, LimitTables, ABC):
                 + " ON CONFLICT (dedupe_key) DO NOTHING",
                 [p for e in batch for p in e.params()],
             )
+        self.notify(sorted({e.thread_id for e in events}))
+
+    def notify(self, thread_ids: Sequence[str]) -> None:
+        """Tell followers of these threads that new events were stored (PostgreSQL: NOTIFY;
+        SQLite followers poll)."""
 
     def steps_with_event(self, thread_id: str, kind: str) -> set[str]:
         rows = self._run(
@@ -341,12 +351,18 @@ class Store(MapTables, EffectTables, LimitTables, ABC):
         since: int = 0,
         kinds: Sequence[str] | None = None,
         limit: int | None = None,
+        recent: float | None = None,
     ) -> list[Event]:
         sql = (
             "SELECT id, thread_id, kind, stage, step, attempt, data, ts FROM longtask_events "
             "WHERE thread_id = ? AND id > ?"
         )
         params: list[Any] = [thread_id, since]
+        if recent is not None:
+            # Also the last moments' events: one committed late, under a smaller id than
+            # one already read, is not skipped (callers drop the ids they have seen).
+            sql = sql.replace("AND id > ?", "AND (id > ? OR ts >= ?)")
+            params.append(recent)
         if kinds:
             sql += " AND kind IN (" + ",".join("?" for _ in kinds) + ")"
             params.extend(kinds)
@@ -481,3 +497,10 @@ class PostgresStore(Store):
 
     def _table_exists(self, name: str) -> bool:
         return bool(self._run("SELECT to_regclass(?) IS NOT NULL", (name,))[0][0])
+
+    def notify(self, thread_ids: Sequence[str]) -> None:
+        if thread_ids:
+            self._run(
+                "SELECT pg_notify(?, t) FROM unnest(?::text[]) AS t",
+                (EVENTS_CHANNEL, list(thread_ids)),
+            )

@@ -1,0 +1,119 @@
+"""``longtask watch``: a live terminal view of one thread, redrawn as its events arrive."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from rich.console import Group
+from rich.markup import escape
+from rich.text import Text
+
+from longtask.cli._output import MARKS, continue_commands
+
+if TYPE_CHECKING:
+    from longtask.runtime import ThreadStatus
+    from longtask.store import Event
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+class WatchState:
+    """What the view knows beyond the status: per-step times, progress, retries, the last
+    event of every step (to spot a step that has gone quiet)."""
+
+    def __init__(self) -> None:
+        self.started: dict[str, datetime] = {}
+        self.finished: dict[str, datetime] = {}
+        self.progress: dict[str, str] = {}
+        self.retries: dict[str, int] = {}
+        self.last_seen: dict[str, datetime] = {}
+        self.first: datetime | None = None
+        self.last: datetime | None = None
+
+    def add(self, event: Event) -> None:
+        self.first = self.first or event.ts
+        self.last = event.ts
+        step = event.step
+        if step is None:
+            return
+        self.last_seen[step] = event.ts
+        if event.kind == "step.started":
+            self.started.setdefault(step, event.ts)
+        elif event.kind in ("step.completed", "step.skipped", "step.failed"):
+            self.finished[step] = event.ts
+        elif event.kind == "step.progress":
+            done, total = event.data.get("done"), event.data.get("total")
+            text = f"{done:g}/{total:g}" if isinstance(total, (int, float)) else f"{done}"
+            if event.data.get("message"):
+                text += f" {event.data['message']}"
+            self.progress[step] = text
+        elif event.kind == "step.retry" and event.data.get("outcome") == "retry":
+            self.retries[step] = self.retries.get(step, 0) + 1
+
+
+def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
+    now = datetime.now(UTC)
+    # A thread that stopped is timed to its last event; a live one to now.
+    end = state.last if st.status not in ("running", "pending") and state.last else now
+    elapsed = _clock((end - (state.first or st.created_at)).total_seconds())
+    label = st.status if st.active or st.status != "running" else "running (no process)"
+    lines = [
+        Text.from_markup(
+            f"[bold]{escape(st.task_name)}[/bold]  {escape(st.thread_id)}   {label}  "
+            f"{st.progress:.0%}  {elapsed}"
+        )
+    ]
+    stages: dict[str, list[str]] = {}
+    for step in st.steps:
+        text = f"{MARKS[step.state]} {escape(step.name)}"
+        if step.items_total is not None and step.state != "completed":
+            text += f"  {step.items_done}/{step.items_total}"
+        elif step.name in state.progress and step.state == "running":
+            text += f"  {escape(state.progress[step.name])}"
+        if step.fix_rounds:
+            text += f" [yellow](fix round {step.fix_rounds})[/yellow]"
+        if state.retries.get(step.name):
+            text += f" [yellow]({state.retries[step.name]} retries)[/yellow]"
+        start, stop = state.started.get(step.name), state.finished.get(step.name)
+        if start and stop and step.state == "completed":
+            text += f" [dim]{_clock((stop - start).total_seconds())}[/dim]"
+        elif start and step.state == "running":
+            text += f" [dim]{_clock((now - start).total_seconds())}[/dim]"
+            quiet = (now - state.last_seen.get(step.name, start)).total_seconds()
+            if quiet >= quiet_after:
+                text += f" [red]no progress for {int(quiet // 60)} min[/red]"
+        stages.setdefault(step.stage, []).append(text)
+    for stage, items in stages.items():
+        states = {s.state for s in st.steps if s.stage == stage}
+        if states <= {"completed", "skipped"}:
+            lines.append(Text.from_markup(f"{MARKS['completed']} {escape(stage)}"))
+            continue
+        mark = (
+            "failed"
+            if "failed" in states
+            else "waiting"
+            if "waiting" in states
+            else "running"
+            if states & {"running", "completed"}
+            else "pending"
+        )
+        lines.append(Text.from_markup(f"{MARKS[mark]} {escape(stage)}"))
+        lines.append(Text.from_markup("    " + "   ".join(items)))
+    if st.error:
+        lines.append(
+            Text.from_markup(
+                f"[red]error[/red] in {escape(str(st.error.get('step')))}: "
+                f"{escape(str(st.error.get('message')))[:300]}"
+            )
+        )
+    if st.status in ("waiting_user", "waiting_external"):
+        lines.append(Text("waiting for:"))
+        lines.extend(Text(f"  {line}") for line in continue_commands(st))
+    return Group(*lines)
+

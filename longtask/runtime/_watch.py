@@ -1,0 +1,98 @@
+"""The Runner's live side: following a thread's events, and its artifacts."""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from longtask.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from longtask.checkpointers import Database
+    from longtask.store import Artifact, Event, ThreadRecord
+
+#: statuses after which a thread writes no more events until someone acts
+FINAL = ("completed", "failed", "cancelled")
+PAUSED = ("waiting_user", "waiting_external")
+#: seconds of recent events read again on every poll, so an event committed late under a
+#: smaller id than one already read is still delivered (ids seen are skipped)
+LOOKBACK = 5.0
+
+
+class WatchMixin(ABC):
+    db: Database
+
+    @abstractmethod
+    def _thread(self, thread_id: str) -> ThreadRecord: ...
+
+    def follow(
+        self,
+        thread_id: str,
+        *,
+        since: int = 0,
+        kinds: Iterable[str] | None = None,
+        stop_when_paused: bool = False,
+        poll: float = 0.2,
+        idle: float = 1.0,
+    ) -> Iterator[Event]:
+        """Yield the thread's events as they are stored, each once and in id order, until
+        the thread is completed, failed or cancelled (with ``stop_when_paused``, also when
+        it waits for a person or an outside event) and every event before that was yielded.
+
+        Works while any process, on any machine, advances the thread; PostgreSQL wakes the
+        follower with LISTEN/NOTIFY, SQLite is polled every ``poll`` seconds.
+        """
+        self._thread(thread_id)
+        wanted = list(kinds) if kinds else None
+        store = self.db.store
+        waiter = self.db.event_waiter(poll)
+        seen: dict[int, float] = {}
+        last = since
+        try:
+            while True:
+                # The status first: a thread's events are stored before its final status,
+                # so the fetch below holds all of them once the status is final.
+                status = self._thread(thread_id).status
+                now = time.time()
+                batch = store.events(
+                    thread_id, since=last, kinds=wanted, recent=now - LOOKBACK if last else None
+                )
+                for event in batch:
+                    if event.id in seen or event.id <= since:
+                        continue
+                    seen[event.id] = now
+                    last = max(last, event.id)
+                    yield event
+                for key in [k for k, t in seen.items() if t < now - 4 * LOOKBACK]:
+                    del seen[key]
+                if status in FINAL or (stop_when_paused and status in PAUSED):
+                    return
+                waiter.wait(thread_id, idle)
+        finally:
+            waiter.close()
+
+    def artifacts(self, thread_id: str) -> list[Artifact]:
+        """The thread's artifacts (newest content per name), oldest first."""
+        self._thread(thread_id)
+        return self.db.store.artifacts(thread_id)
+
+    def artifact(self, thread_id: str, name: str) -> tuple[bytes, Artifact]:
+        """The content of artifact ``name`` and its record."""
+        self._thread(thread_id)
+        record = self.db.store.artifact(thread_id, name)
+        if record is None:
+            names = ", ".join(a.name for a in self.db.store.artifacts(thread_id)) or "none"
+            raise InvalidInput(
+                f"thread {thread_id!r} has no artifact {name!r} (artifacts: {names})"
+            )
+        return self.db.store.artifact_data(record), record
+
+    def transcript(self, thread_id: str, step: str) -> list[dict[str, Any]]:
+        """The messages of the latest run of agent step ``step`` (LangChain's
+        ``messages_to_dict`` form): its artifact ``<step>.transcript.json``."""
+        data, _ = self.artifact(thread_id, f"{step}.transcript.json")
+        messages: list[dict[str, Any]] = json.loads(data)
+        return messages
