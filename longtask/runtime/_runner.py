@@ -33,10 +33,10 @@ from longtask.graphs import build_graph, entry_node
 from longtask.model import FunctionStep, LongTask, MapStep, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
+from longtask.runtime._history import HistoryMixin
 from longtask.runtime._pauses import PauseMixin, pending_from
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
-    CheckpointView,
     StepState,
     ThreadStatus,
     definition_changes,
@@ -139,7 +139,7 @@ class StageTracker:
         return events
 
 
-class Runner(PauseMixin, ControlMixin, WatchMixin):
+class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
     """Starts, resumes and inspects LongTask threads in one database.
 
     ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
@@ -646,29 +646,6 @@ class Runner(PauseMixin, ControlMixin, WatchMixin):
             for k, v in values.items()
             if k.startswith("out.")
         }
-
-    def history(self, thread_id: str, limit: int = 20) -> list[CheckpointView]:
-        """The latest ``limit`` checkpoints of the thread, newest first (bounded read)."""
-        self._thread(thread_id)
-        if limit < 1:
-            raise InvalidInput("limit must be at least 1")
-        out = []
-        for tup in self.db.saver.list(_config(thread_id), limit=limit):
-            meta = tup.metadata or {}
-            updated = tup.checkpoint.get("updated_channels") or []
-            out.append(
-                CheckpointView(
-                    checkpoint_id=tup.config["configurable"]["checkpoint_id"],
-                    parent_id=(tup.parent_config or {})
-                    .get("configurable", {})
-                    .get("checkpoint_id"),
-                    step=meta.get("step"),
-                    source=meta.get("source"),
-                    created_at=tup.checkpoint.get("ts"),
-                    completed=sorted(c[4:] for c in updated if c.startswith("out.")),
-                )
-            )
-        return out
 
     def events(
         self,

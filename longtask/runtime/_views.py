@@ -50,6 +50,11 @@ class ThreadStatus(BaseModel):
         """Steps that need no more work: completed or skipped."""
         return sum(1 for s in self.steps if s.state in ("completed", "skipped"))
 
+    def _repr_html_(self) -> str:
+        from longtask.runtime._html import status_html
+
+        return status_html(self)
+
 
 class Pending(BaseModel):
     """One thing a paused thread waits for: an approval or an outside event."""

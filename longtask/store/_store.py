@@ -384,6 +384,16 @@ class Store(MapTables, EffectTables, LimitTables, ArtifactTables, ABC):
             for r in self._run(sql, params)
         ]
 
+    def checkpoint_tree(self, thread_id: str) -> list[tuple[str, str | None]]:
+        """(checkpoint id, parent id) of every root checkpoint of the thread: ids only,
+        never the state (LangGraph's own ``checkpoints`` table)."""
+        rows = self._run(
+            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
+            "WHERE thread_id = ? AND checkpoint_ns = '' ORDER BY checkpoint_id",
+            (thread_id,),
+        )
+        return [(str(r[0]), None if r[1] is None else str(r[1])) for r in rows]
+
     # -- blobs -------------------------------------------------------------------------------
 
     def put_blob(self, digest: str, data: bytes) -> None:

@@ -1,0 +1,280 @@
+"""Time travel: the thread's checkpoints, the state at one, differences, branches and forks.
+
+Reads are bounded: ``history`` reads ``limit`` checkpoints through the saver's own ``list``
+(LangGraph's ``get_state_history`` would load every checkpoint's state); ``branches`` reads
+only the id and parent id of each checkpoint, never their state.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+from langgraph.types import StateUpdate
+from pydantic import BaseModel
+
+from longtask.errors import InvalidInput
+from longtask.runtime._html import HistoryList
+from longtask.runtime._views import CheckpointView
+from longtask.steps import INPUTS_CHANNEL, result_channel
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+    from longtask.checkpointers import Database
+    from longtask.model import LongTask
+    from longtask.store import ThreadRecord, ValueCodec
+
+
+class CheckpointState(BaseModel):
+    """The task's state at one checkpoint."""
+
+    thread_id: str
+    checkpoint_id: str
+    parent_id: str | None
+    created_at: str | None
+    #: every step result stored at this point, decoded
+    results: dict[str, Any]
+    #: the nodes that would run next from here
+    next: list[str]
+    #: interrupts pending here (approvals, waits, effects to settle)
+    interrupts: list[dict[str, Any]]
+
+    def _repr_html_(self) -> str:
+        from longtask.runtime._html import checkpoint_html
+
+        html: str = checkpoint_html(self)
+        return html
+
+
+class Branch(BaseModel):
+    """A line of checkpoints from the first one to a head (a checkpoint without children)."""
+
+    head: str
+    #: where it leaves an older branch (None for the original line)
+    forked_from: str | None
+    length: int
+    current: bool
+
+
+class StepDiff(BaseModel):
+    step: str
+    change: str  # "added", "removed", "changed"
+    before: Any = None
+    after: Any = None
+
+
+def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if checkpoint_id:
+        conf["checkpoint_id"] = checkpoint_id
+    return {"configurable": conf}
+
+
+def view_of(tup: Any) -> CheckpointView:
+    meta = tup.metadata or {}
+    updated = tup.checkpoint.get("updated_channels") or []
+    return CheckpointView(
+        checkpoint_id=tup.config["configurable"]["checkpoint_id"],
+        parent_id=(tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
+        step=meta.get("step"),
+        source=meta.get("source"),
+        created_at=tup.checkpoint.get("ts"),
+        completed=sorted(c[4:] for c in updated if c.startswith("out.")),
+    )
+
+
+class HistoryMixin(ABC):
+    db: Database
+    codec: ValueCodec
+
+    @abstractmethod
+    def _thread(self, thread_id: str) -> ThreadRecord: ...
+
+    @abstractmethod
+    def _load(self, rec: ThreadRecord) -> LongTask: ...
+
+    @abstractmethod
+    def graph(self, task: LongTask) -> Any: ...
+
+    def history(
+        self,
+        thread_id: str,
+        limit: int = 20,
+        *,
+        step: str | None = None,
+        stage: str | None = None,
+        before: str | None = None,
+    ) -> list[CheckpointView]:
+        """The latest ``limit`` checkpoints of the thread, newest first, across branches
+        (``before``: older than that checkpoint, to page back). With ``step`` or ``stage``,
+        only checkpoints that stored a result of that step (or of a step of that stage);
+        the search reads at most 50 × ``limit`` checkpoints."""
+        rec = self._thread(thread_id)
+        if limit < 1:
+            raise InvalidInput("limit must be at least 1")
+        wanted: set[str] | None = None
+        if step is not None or stage is not None:
+            names = {s["name"]: st["name"] for st in rec.definition["stages"] for s in st["steps"]}
+            if step is not None and step not in names:
+                raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
+            if stage is not None and stage not in names.values():
+                raise InvalidInput(f"task {rec.task_name!r} has no stage {stage!r}")
+            wanted = {n for n, st in names.items() if (step in (None, n)) and (stage in (None, st))}
+        scan = limit if wanted is None else 50 * limit
+        out: list[CheckpointView] = HistoryList()
+        before_cfg = _cfg(thread_id, before) if before else None
+        for tup in self.db.saver.list(_cfg(thread_id), before=before_cfg, limit=scan):
+            view = view_of(tup)
+            if wanted is None or wanted & set(view.completed):
+                out.append(view)
+                if len(out) >= limit:
+                    break
+        return out
+
+    def at(
+        self, thread_id: str, checkpoint_id: str, *, task: LongTask | None = None
+    ) -> CheckpointState:
+        """The task's state at ``checkpoint_id``: results, what runs next, interrupts."""
+        rec = self._thread(thread_id)
+        task = task or self._load(rec)
+        snapshot = self.graph(task).get_state(_cfg(thread_id, checkpoint_id))
+        if not snapshot.config or snapshot.created_at is None:
+            raise InvalidInput(
+                f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; see `longtask "
+                f"history {thread_id}`"
+            )
+        values = dict(snapshot.values or {})
+        parent = (snapshot.parent_config or {}).get("configurable", {}).get("checkpoint_id")
+        return CheckpointState(
+            thread_id=thread_id,
+            checkpoint_id=checkpoint_id,
+            parent_id=parent,
+            created_at=snapshot.created_at,
+            results={
+                k[4:]: self.codec.decode(v, strict=False)
+                for k, v in sorted(values.items())
+                if k.startswith("out.")
+            },
+            next=list(snapshot.next),
+            interrupts=[
+                {"node": t.name, "id": i.id, "value": i.value}
+                for t in snapshot.tasks
+                for i in t.interrupts
+            ],
+        )
+
+    def diff(
+        self, thread_id: str, a: str, b: str, *, task: LongTask | None = None
+    ) -> list[StepDiff]:
+        """How the step results differ from checkpoint ``a`` to checkpoint ``b``."""
+        rec = self._thread(thread_id)
+        task = task or self._load(rec)
+        left, right = self.at(thread_id, a, task=task), self.at(thread_id, b, task=task)
+        out = []
+        for name in sorted(left.results.keys() | right.results.keys()):
+            if name not in right.results:
+                out.append(StepDiff(step=name, change="removed", before=left.results[name]))
+            elif name not in left.results:
+                out.append(StepDiff(step=name, change="added", after=right.results[name]))
+            elif left.results[name] != right.results[name]:
+                out.append(
+                    StepDiff(
+                        step=name,
+                        change="changed",
+                        before=left.results[name],
+                        after=right.results[name],
+                    )
+                )
+        return out
+
+    def branches(self, thread_id: str) -> list[Branch]:
+        """Every line of the thread's checkpoints, from its first checkpoint (or the fork
+        point) to a head; ``current`` is the one ``resume`` continues (the newest head)."""
+        self._thread(thread_id)
+        rows = self.db.store.checkpoint_tree(thread_id)
+        parent = dict(rows)
+        children: dict[str | None, list[str]] = {}
+        for cid, pid in rows:
+            children.setdefault(pid, []).append(cid)
+        heads = sorted(c for c in parent if c not in children)
+        newest = max(parent) if parent else None
+        out = []
+        claimed: set[str] = set()
+        # Oldest head first: the original line claims its checkpoints before the forks.
+        for head in heads:
+            line = []
+            node: str | None = head
+            while node is not None and node not in claimed:
+                line.append(node)
+                node = parent.get(node)
+            claimed.update(line)
+            out.append(
+                Branch(head=head, forked_from=node, length=len(line), current=head == newest)
+            )
+        return out
+
+    def fork(
+        self,
+        thread_id: str,
+        checkpoint_id: str,
+        *,
+        update: dict[str, Any] | None = None,
+        inputs: Any = None,
+        by: str | None = None,
+        task: LongTask | None = None,
+    ) -> str:
+        """Start a new branch at a past checkpoint with changed step results (as if each
+        step had returned its new value) or changed inputs; returns the new branch's first
+        checkpoint. ``resume`` then runs forward from it: the steps after the change run
+        again, effects with unchanged arguments return their recorded results, and an
+        approval whose plan changed asks again."""
+        from longtask.runtime._control import whoami
+
+        rec = self._thread(thread_id)
+        task = task or self._load(rec)
+        if not update and inputs is None:
+            raise InvalidInput("say what changes on the fork: update={step: result} or inputs=")
+        unknown = [k for k in update or {} if k not in task.steps]
+        if unknown:
+            raise InvalidInput(
+                f"cannot fork with {', '.join(map(repr, unknown))}: not a step of "
+                f"{task.name!r} (steps: {', '.join(task.steps)})"
+            )
+        if self.db.saver.get_tuple(_cfg(thread_id, checkpoint_id)) is None:
+            raise InvalidInput(
+                f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; see `longtask "
+                f"history {thread_id}`"
+            )
+        updates = [
+            StateUpdate(
+                {result_channel(k): self.codec.encode(v, f"the new result of {k!r}")}, as_node=k
+            )
+            for k, v in (update or {}).items()
+        ]
+        if inputs is not None:
+            validate = getattr(self, "_validate_inputs")  # noqa: B009  (Runner's own)
+            encoded = self.codec.encode(validate(task, inputs), "the new inputs")
+            updates.append(StateUpdate({INPUTS_CHANNEL: encoded}, as_node=None))
+        graph = self.graph(task)
+        with self.db.lock(thread_id):
+            self.db.store.append_event(
+                thread_id,
+                "manual.fork",
+                key=f"manual.fork/{uuid.uuid4().hex}",
+                data={
+                    "by": by or whoami(),
+                    "checkpoint": checkpoint_id,
+                    "steps": sorted(update or {}),
+                    "inputs": inputs is not None,
+                },
+            )
+            try:
+                new = graph.bulk_update_state(_cfg(thread_id, checkpoint_id), [updates])
+            except Exception as exc:
+                if type(exc).__name__ == "InvalidUpdateError":
+                    raise InvalidInput(f"cannot fork there: {exc}") from exc
+                raise
+            self.db.store.set_status(thread_id, "pending")
+        return str(new["configurable"]["checkpoint_id"])
