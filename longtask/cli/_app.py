@@ -15,7 +15,6 @@ from rich.markup import escape
 from longtask.cli._output import (
     continue_commands,
     print_budget,
-    print_history,
     print_pending,
     print_status,
     print_threads,
@@ -250,22 +249,6 @@ def list_threads(
         print(json.dumps([t.to_json() for t in threads], indent=2))
     else:
         print_threads(out, threads)
-
-
-@app.command()
-def history(
-    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
-    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N checkpoints.")] = 20,
-    json_: JsonOpt = False,
-    db: DbOpt = None,
-) -> None:
-    """The thread's latest checkpoints, newest first."""
-    with _runner(db) as runner:
-        views = runner.history(thread_id, limit=limit)
-    if json_:
-        print(json.dumps([v.model_dump() for v in views], indent=2))
-    else:
-        print_history(out, views)
 
 
 @app.command()

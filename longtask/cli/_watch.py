@@ -116,4 +116,3 @@ def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
         lines.append(Text("waiting for:"))
         lines.extend(Text(f"  {line}") for line in continue_commands(st))
     return Group(*lines)
-

@@ -1,0 +1,136 @@
+"""Time-travel commands: history, show, diff, branches, fork."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from longtask.cli._app import DbOpt, JsonOpt, _parse_json, _runner, app, out
+from longtask.cli._output import print_history
+
+ThreadArg = Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")]
+CheckpointArg = Annotated[str, typer.Argument(metavar="CHECKPOINT", help="A checkpoint id.")]
+
+
+@app.command()
+def history(
+    thread_id: ThreadArg,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N checkpoints.")] = 20,
+    step: Annotated[
+        str | None, typer.Option("--step", help="Only checkpoints that stored this step.")
+    ] = None,
+    stage: Annotated[
+        str | None, typer.Option("--stage", help="Only checkpoints of this stage's steps.")
+    ] = None,
+    before: Annotated[
+        str | None, typer.Option("--before", help="Older than this checkpoint (paging).")
+    ] = None,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """The thread's checkpoints, newest first, across branches (bounded reads)."""
+    with _runner(db) as runner:
+        views = runner.history(thread_id, limit=limit, step=step, stage=stage, before=before)
+    if json_:
+        print(json.dumps([v.model_dump() for v in views], indent=2))
+    else:
+        print_history(out, views)
+
+
+def _show_value(value: Any) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return escape(text if len(text) <= 300 else text[:299] + "…")
+
+
+@app.command()
+def show(
+    thread_id: ThreadArg, checkpoint: CheckpointArg, json_: JsonOpt = False, db: DbOpt = None
+) -> None:
+    """The task's state at a checkpoint: every step result, what runs next, interrupts."""
+    with _runner(db) as runner:
+        state = runner.at(thread_id, checkpoint)
+    if json_:
+        print(json.dumps(state.model_dump(mode="json"), indent=2, default=str))
+        return
+    out.print(f"checkpoint {state.checkpoint_id}  (parent {state.parent_id})  {state.created_at}")
+    for name, value in state.results.items():
+        out.print(f"  {escape(name)}: {_show_value(value)}")
+    out.print(f"next: {escape(', '.join(state.next)) or 'nothing (end)'}")
+    for i in state.interrupts:
+        out.print(f"interrupt at {escape(i['node'])}: {_show_value(i['value'])}")
+
+
+@app.command()
+def diff(
+    thread_id: ThreadArg,
+    a: CheckpointArg,
+    b: CheckpointArg,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """How the step results differ from checkpoint A to checkpoint B."""
+    with _runner(db) as runner:
+        changes = runner.diff(thread_id, a, b)
+    if json_:
+        print(json.dumps([c.model_dump(mode="json") for c in changes], indent=2, default=str))
+        return
+    if not changes:
+        out.print("no differences in step results")
+    for c in changes:
+        if c.change == "changed":
+            out.print(f"~ {escape(c.step)}: {_show_value(c.before)} -> {_show_value(c.after)}")
+        elif c.change == "added":
+            out.print(f"+ {escape(c.step)}: {_show_value(c.after)}")
+        else:
+            out.print(f"- {escape(c.step)}: {_show_value(c.before)}")
+
+
+@app.command()
+def branches(thread_id: ThreadArg, json_: JsonOpt = False, db: DbOpt = None) -> None:
+    """The thread's branches: the original line and every fork (the current one marked)."""
+    with _runner(db) as runner:
+        found = runner.branches(thread_id)
+    if json_:
+        print(json.dumps([b.model_dump() for b in found], indent=2))
+        return
+    for b in found:
+        mark = "*" if b.current else " "
+        origin = f"forked from {b.forked_from}" if b.forked_from else "original"
+        out.print(f"{mark} {b.head}  {b.length} checkpoints  {origin}")
+
+
+@app.command()
+def fork(
+    thread_id: ThreadArg,
+    checkpoint: CheckpointArg,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="STEP=JSON",
+            help="A step's new result, as if it had returned it (repeatable).",
+        ),
+    ] = None,
+    inputs: Annotated[
+        str | None, typer.Option("--inputs", help="New task inputs, JSON or @file.")
+    ] = None,
+    by: Annotated[str | None, typer.Option("--by", help="Who forks (recorded).")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Start a new branch at a past checkpoint with changed results or inputs; then
+    `longtask resume THREAD` runs forward from it (effects with unchanged arguments are not
+    repeated)."""
+    update: dict[str, Any] = {}
+    for item in set_ or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise typer.BadParameter(f"{item!r} is not STEP=JSON", param_hint="--set")
+        update[name] = _parse_json(value, "--set")
+    new_inputs = _parse_json(inputs, "--inputs")
+    with _runner(db) as runner:
+        new = runner.fork(thread_id, checkpoint, update=update or None, inputs=new_inputs, by=by)
+    out.print(f"new branch starts at checkpoint {new}")
+    out.print(f"continue with: longtask resume {escape(thread_id)}")
