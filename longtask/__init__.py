@@ -47,6 +47,7 @@ from longtask.model import (
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner, ThreadStatus
+    from longtask.runtime._plots import draw_graph
     from longtask.steps import Classified, ItemContext, StepContext, classify
 
 __version__ = "0.1.0"
@@ -61,6 +62,7 @@ _LAZY = {
     "classify": "longtask.steps",
     "Classified": "longtask.steps",
     "Command": "langgraph.types",
+    "draw_graph": "longtask.runtime._plots",
 }
 
 
@@ -109,6 +111,7 @@ __all__ = [
     "agent_step",
     "approval",
     "classify",
+    "draw_graph",
     "fix_with",
     "function_step",
     "map_step",

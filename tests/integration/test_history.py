@@ -153,3 +153,22 @@ def test_history_reads_a_bounded_number_of_rows(tmp_path: Path) -> None:
         assert len(checkpoint_reads) == 1 and "LIMIT 20" in checkpoint_reads[0]
         # one read of pending writes per listed checkpoint, at most
         assert len(selects) <= 20 + 5, selects
+
+
+def test_timeline_and_graph_render_to_png(runner: Runner, tmp_path: Path) -> None:
+    from longtask import draw_graph
+
+    CALLS.clear()
+    thread = runner.start(TASK, {"base": 2}, thread_id="t-plot")
+    figure = runner.timeline(thread)
+    bars = [p for p in figure.axes[0].patches if p.get_width() > 0]
+    assert len(bars) == 4  # one run of each of the four steps
+    labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
+    assert labels == ["price", "pay", "tell", "receipt"]
+    figure.savefig(tmp_path / "timeline.png")
+    assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    picture = draw_graph(TASK)
+    texts = {t.get_text().split("\n")[0] for t in picture.axes[0].texts}
+    assert {"quote", "charge", "price", "pay", "receipt"} <= texts
+    picture.savefig(tmp_path / "graph.png")
+    assert (tmp_path / "graph.png").stat().st_size > 1000
