@@ -226,10 +226,11 @@ class HistoryMixin(ABC):
         task: LongTask | None = None,
     ) -> str:
         """Start a new branch at a past checkpoint with changed step results (as if each
-        step had returned its new value) or changed inputs; returns the new branch's first
-        checkpoint. ``resume`` then runs forward from it: the steps after the change run
-        again, effects with unchanged arguments return their recorded results, and an
-        approval whose plan changed asks again."""
+        step had just returned its new value) or changed inputs; returns the new branch's
+        first checkpoint. ``resume`` then runs forward from it: the steps after a changed
+        one run again, effects with unchanged arguments return their recorded results, and
+        an approval runs again too — keeping its earlier decision if the plan is the same,
+        asking again if the plan changed."""
         from longtask.runtime._control import whoami
 
         rec = self._thread(thread_id)
@@ -242,7 +243,8 @@ class HistoryMixin(ABC):
                 f"cannot fork with {', '.join(map(repr, unknown))}: not a step of "
                 f"{task.name!r} (steps: {', '.join(task.steps)})"
             )
-        if self.db.saver.get_tuple(_cfg(thread_id, checkpoint_id)) is None:
+        tup = self.db.saver.get_tuple(_cfg(thread_id, checkpoint_id))
+        if tup is None:
             raise InvalidInput(
                 f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; see `longtask "
                 f"history {thread_id}`"
@@ -252,6 +254,19 @@ class HistoryMixin(ABC):
                 {result_channel(k): self.codec.encode(v, f"the new result of {k!r}")}, as_node=k
             )
             for k, v in (update or {}).items()
+        ]
+        # A step after a changed one that waits for several steps (a join) runs only when
+        # all of them have written: rewrite the unchanged ones with their stored values.
+        stored = dict(tup.checkpoint.get("channel_values", {}))
+        changed = set(update or {})
+        again: set[str] = set()
+        for info in task.layout.values():
+            if changed & set(info.depends_on) and len(info.depends_on) > 1:
+                again.update(d for d in info.depends_on if d not in changed)
+        updates += [
+            StateUpdate({result_channel(d): stored[result_channel(d)]}, as_node=d)
+            for d in sorted(again)
+            if result_channel(d) in stored
         ]
         if inputs is not None:
             validate = getattr(self, "_validate_inputs")  # noqa: B009  (Runner's own)

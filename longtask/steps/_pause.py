@@ -248,6 +248,39 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
             return check_payload(step, answer)
         return check_decision(ApprovalRequest.model_validate(req), answer, now, step=step.name)
 
+    def earlier_approval(
+        call: NodeCall, state: dict[str, Any], req: dict[str, Any], now: datetime
+    ) -> dict[str, Any] | None:
+        """A decision this step already holds for exactly this plan (the step runs again on
+        a fork from before it): it still counts while younger than ``valid_for``."""
+        stored = state.get(result_channel(step.name))
+        if not isinstance(stored, dict) or stored.get("skipped"):
+            return None
+        try:
+            decision = Decision.model_validate(env.codec.decode(stored, strict=False))
+        except Exception:  # not a decision (a person set the result by hand): ask
+            return None
+        if not decision.approved or decision.plan_hash != req["plan_hash"]:
+            return None
+        valid_for = getattr(step, "valid_for", None)
+        if valid_for is not None and (now - decision.at).total_seconds() > valid_for:
+            return None
+        env.store.timer_clear(call.thread_id, step.name)
+        env.emit(
+            call,
+            "approval.resolved",
+            call.key(kind, "reused"),
+            info,
+            data={
+                "outcome": "approved",
+                "by": decision.by,
+                "at": decision.at.isoformat(),
+                "plan_hash": decision.plan_hash,
+                "reused": True,
+            },
+        )
+        return {result_channel(step.name): stored}
+
     def ask(state: dict[str, Any], config: RunnableConfig) -> Any:
         call = NodeCall.from_config(config)
         done = state.get(result_channel(step.name))
@@ -266,6 +299,10 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
                 data={"reason": "plan changed", "plan_hash": req["plan_hash"]},
             )
             return Command(goto=request_node_name(step.name))
+        if is_approval:
+            reused = earlier_approval(call, state, req, now)
+            if reused is not None:
+                return reused
         deadline = datetime.fromisoformat(req["deadline"]) if req.get("deadline") else None
         if deadline is not None and now > deadline:
             return timed_out(call, req)

@@ -172,3 +172,40 @@ def test_timeline_and_graph_render_to_png(runner: Runner, tmp_path: Path) -> Non
     assert {"quote", "charge", "price", "pay", "receipt"} <= texts
     picture.savefig(tmp_path / "graph.png")
     assert (tmp_path / "graph.png").stat().st_size > 1000
+
+
+def test_fork_asks_again_only_when_the_approved_plan_changed(runner: Runner) -> None:
+    from longtask import approval
+
+    @function_step
+    def memo(ctx: StepContext) -> str:
+        return "memo"
+
+    gate = approval("gate", plan=lambda ctx: {"amount": ctx.result("price")})
+    task = LongTask(
+        "gated",
+        stages=[
+            Stage("quote", [price, memo]),
+            Stage("ok", [gate]),
+            Stage("done", [function_step(lambda ctx: "paid", name="finish")]),
+        ],
+    )
+    thread = runner.start(task, {"base": 5}, thread_id="t-gate-fork")
+    (pending,) = runner.pending(thread, task=task)
+    runner.approve(thread, "gate", by="ana", task=task)
+    assert runner.status(thread).status == "completed"
+    # fork at the end of the approval: the steps after a changed result run again
+    after_gate = next(v for v in runner.history(thread, 50) if "gate" in v.completed)
+    # a change the plan does not depend on: the approval of the same plan still counts
+    runner.fork(thread, after_gate.checkpoint_id, update={"memo": "other"}, task=task)
+    runner.resume(thread, task=task)
+    assert runner.status(thread).status == "completed"
+    reused = runner.events(thread, kinds=["approval.resolved"])[-1]
+    assert reused.data.get("reused") is True and reused.data["by"] == "ana"
+    # a change of the plan itself: a fresh approval is requested
+    runner.fork(thread, after_gate.checkpoint_id, update={"price": 99}, task=task)
+    runner.resume(thread, task=task)
+    assert runner.status(thread).status == "waiting_user"
+    (again,) = runner.pending(thread, task=task)
+    assert again.request["plan"] == {"amount": 99}
+    assert again.request["plan_hash"] != pending.request["plan_hash"]
