@@ -24,9 +24,7 @@ COLOURS = {
 
 def _pyplot() -> Any:
     try:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
+        # The backend is left to matplotlib: inline in Jupyter, Agg without a display.
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise LongTaskError(
@@ -68,11 +66,14 @@ def timeline_figure(events: list[Event], steps: list[str], title: str) -> Any:
     fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(steps), 2) + 1.2))
     origin = events[0].ts if events else datetime.now()
     index = {name: i for i, name in enumerate(steps)}
+    total = (events[-1].ts - origin).total_seconds() if events else 0.0
+    # Instant steps still get a visible sliver, small beside the whole run.
+    least = max(total * 0.004, 1e-4)
     for step, start, end, outcome in rows:
         if step not in index:
             continue
         left = (start - origin).total_seconds()
-        width = max((end - start).total_seconds(), 0.002)
+        width = max((end - start).total_seconds(), least)
         ax.barh(
             index[step], width, left=left, color=COLOURS[outcome], edgecolor="black", linewidth=0.3
         )
@@ -81,7 +82,8 @@ def timeline_figure(events: list[Event], steps: list[str], title: str) -> Any:
     ax.set_xlabel("seconds since the thread started")
     ax.set_title(title)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-    ax.legend(handles, list(COLOURS), loc="lower right", fontsize=8)
+    # Outside the axes: inside it would cover the last bars.
+    ax.legend(handles, list(COLOURS), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     fig.tight_layout()
     return fig
 
