@@ -22,15 +22,18 @@ COLOURS = {
 }
 
 
-def _pyplot() -> Any:
+def _figure(width: float, height: float) -> tuple[Any, Any, Any]:
+    """A figure outside pyplot (so Jupyter shows it once, as the cell's value, whatever the
+    backend), its axes, and matplotlib.patches."""
     try:
-        # The backend is left to matplotlib: inline in Jupyter, Agg without a display.
-        import matplotlib.pyplot as plt
+        from matplotlib import patches
+        from matplotlib.figure import Figure
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise LongTaskError(
             "drawing needs matplotlib: pip install 'langgraph-longtask[notebook]'"
         ) from exc
-    return plt
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots(), patches
 
 
 def spans(events: list[Event]) -> list[tuple[str, datetime, datetime, str]]:
@@ -61,9 +64,8 @@ def spans(events: list[Event]) -> list[tuple[str, datetime, datetime, str]]:
 
 def timeline_figure(events: list[Event], steps: list[str], title: str) -> Any:
     """One row per step, a bar per run coloured by its outcome, pauses in blue."""
-    plt = _pyplot()
     rows = spans(events)
-    fig, ax = plt.subplots(figsize=(9, 0.45 * max(len(steps), 2) + 1.2))
+    fig, ax, patches = _figure(9, 0.45 * max(len(steps), 2) + 1.2)
     origin = events[0].ts if events else datetime.now()
     index = {name: i for i, name in enumerate(steps)}
     total = (events[-1].ts - origin).total_seconds() if events else 0.0
@@ -81,7 +83,7 @@ def timeline_figure(events: list[Event], steps: list[str], title: str) -> Any:
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the thread started")
     ax.set_title(title)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
+    handles = [patches.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     # Outside the axes: inside it would cover the last bars.
     ax.legend(handles, list(COLOURS), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
     fig.tight_layout()
@@ -91,15 +93,14 @@ def timeline_figure(events: list[Event], steps: list[str], title: str) -> Any:
 def draw_graph(task: LongTask) -> Any:
     """The task as a picture: stages as boxes left to right, steps inside, dependencies as
     arrows (``after=`` within a stage included)."""
-    plt = _pyplot()
     layout = task.layout
     width = len(task.stages)
     height = max(len(s.steps) for s in task.stages)
-    fig, ax = plt.subplots(figsize=(2.6 * width + 1, 1.1 * height + 1.4))
+    fig, ax, patches = _figure(2.6 * width + 1, 1.1 * height + 1.4)
     pos: dict[str, tuple[float, float]] = {}
     for x, stage in enumerate(task.stages):
         ax.add_patch(
-            plt.Rectangle(
+            patches.Rectangle(
                 (x * 2.6 - 1.1, -0.7),
                 2.2,
                 height * 1.1 + 0.5,
