@@ -209,3 +209,41 @@ class CompensationFailed(LongTaskError):
             f"compensation of step {step!r} failed: {error}\nFix the cause, then run "
             f"`longtask cancel {thread_id}` again (finished compensations are not repeated)."
         )
+
+
+# -- workers -----------------------------------------------------------------------------------
+
+
+class LeaseLost(LongTaskError):
+    """This worker's lease on a thread was taken over (it stalled past its heartbeat): its
+    writes are refused, and it drops the job without touching the thread."""
+
+    retryable = False
+
+    def __init__(self, thread_id: str) -> None:
+        self.thread_id = thread_id
+        super().__init__(
+            f"the lease on thread {thread_id!r} was taken over by another worker; this "
+            "worker's writes were refused and it lets the thread go"
+        )
+
+
+class Stopping(LongTaskError):
+    """The worker is shutting down: the run stops at this step boundary and the thread is
+    handed back to the queue."""
+
+    retryable = False
+
+
+class RetryLater(LongTaskError):
+    """A step waits to retry: on a worker the wait is a scheduled job, not a sleep."""
+
+    retryable = False
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        super().__init__(f"retry at {at}")
+
+
+class WorkersNeedPostgres(LongTaskError):
+    """Workers share threads through PostgreSQL; an SQLite database has no queue."""

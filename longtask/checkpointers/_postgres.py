@@ -17,7 +17,21 @@ from longtask.checkpointers._database import Database, EventWaiter, _lock_key
 from longtask.checkpointers._url import DatabaseURL, scrub
 from longtask.errors import DatabaseError, SchemaVersionError, ThreadBusy
 from longtask.store import PostgresStore
+from longtask.store._fence import Fence
 from longtask.store._store import EVENTS_CHANNEL
+
+
+class FencedPostgresSaver(PostgresSaver):
+    """LangGraph's PostgresSaver whose connections carry this process's lease epochs (see
+    longtask.store._fence); without held leases it behaves exactly like its parent."""
+
+    fence: Fence
+
+    @contextlib.contextmanager
+    def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
+        with super()._cursor(pipeline=pipeline) as cur:
+            self.fence.apply(cur.connection, cur)
+            yield cur
 
 
 class PgEventWaiter(EventWaiter):
@@ -71,9 +85,11 @@ class PostgresDatabase(Database):
                 f"cannot connect to PostgreSQL at {url.redacted}: {scrub(str(exc), url.raw)}. "
                 "Check that the server is running and the URL (--db / $LONGTASK_DB) is right."
             ) from exc
-        self.pg_saver = PostgresSaver(self.pool)
+        self.fence = Fence()
+        self.pg_saver = FencedPostgresSaver(self.pool)
+        self.pg_saver.fence = self.fence
         self.saver = self.pg_saver
-        self.store = PostgresStore(self.pool)
+        self.store = PostgresStore(self.pool, self.fence)
         if upgrade:
             self.upgrade()
         elif verify:
@@ -108,11 +124,24 @@ class PostgresDatabase(Database):
                 self.pg_saver.setup()
                 done.append("LangGraph checkpoint tables up to date")
                 applied = self.store.upgrade()
+                if self._queue_schema(lock_conn):
+                    done.append("procrastinate's job queue tables created")
             finally:
                 lock_conn.execute("SELECT pg_advisory_unlock(7428061905412)")
         if applied:
             done.append(f"longtask tables migrated to version {applied[-1]}")
         return done
+
+    @staticmethod
+    def _queue_schema(conn: psycopg.Connection[Any]) -> bool:
+        """procrastinate's tables (the workers' job queue), if they are not there yet."""
+        row = conn.execute("SELECT to_regclass('procrastinate_jobs') IS NULL").fetchone()
+        if not row or not row[0]:
+            return False
+        from procrastinate.schema import SchemaManager
+
+        conn.execute(SchemaManager.get_schema())
+        return True
 
     @staticmethod
     def _key(thread_id: str) -> int:

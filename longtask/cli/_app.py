@@ -94,6 +94,12 @@ def _printer(header: str | None = None) -> Any:
 
 
 def _finish(runner: Runner, thread_id: str) -> int:
+    if runner.worker is None and runner.db.store.mode(thread_id) == "worker":
+        out.print(
+            f"thread {escape(thread_id)} is served by workers: sent to the queue; follow it "
+            f"with `longtask watch {escape(thread_id)}`"
+        )
+        return 0
     status = runner.status(thread_id)
     code = status_exit_code(status.status)
     if status.status == "completed":

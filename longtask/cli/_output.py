@@ -86,6 +86,8 @@ def print_status(out: Console, st: ThreadStatus) -> None:
                 f"  {escape(step.name)} item {failed['index']} failed: "
                 f"{escape(str(failed.get('error')))}"
             )
+    if st.worker:
+        out.print(f"held by worker {escape(st.worker)}")
     if st.status == "cancelling":
         out.print(f"finish cancelling with: longtask cancel {escape(st.thread_id)}")
     elif st.status == "failed" and (st.error or {}).get("compensated") is not None:

@@ -150,6 +150,11 @@ class ControlMixin(ABC):
         # The event first, so that a crash cannot leave a cancel without its record.
         self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
         self.db.store.request_cancel(thread_id, request)
+        served = getattr(self, "served_by_workers", None)
+        if served is not None and served(rec):
+            # A worker stops the run (its cancel watch sees the request) and compensates.
+            self.enqueue(thread_id, {"kind": "cancel", "reason": reason, "by": by})  # type: ignore[attr-defined]
+            return False
 
         def check(current: ThreadRecord) -> None:
             if current.status == "cancelled":

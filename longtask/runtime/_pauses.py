@@ -293,15 +293,18 @@ class PauseMixin(ABC):
             return self.resume(thread_id, task=task)
         return thread_id
 
-    def tick(self, limit: int = 100) -> list[TickResult]:
-        """Act on every due deadline (approval or wait timeouts), across threads.
+    def tick(self, limit: int = 100, *, thread_id: str | None = None) -> list[TickResult]:
+        """Act on every due deadline (approval or wait timeouts), across threads (or of one).
 
         Safe to run from cron and from several processes at once: a thread another process
         is advancing is left for it (``busy``), and a resolved pause is just forgotten.
         """
         now = self.clock()
         results = []
-        for thread_id, step, _due in self.db.store.due_timers(now.timestamp(), limit):
+        due = self.db.store.due_timers(now.timestamp(), limit)
+        if thread_id is not None:
+            due = [d for d in due if d[0] == thread_id]
+        for thread_id, step, _due in due:
             try:
                 rec = self._thread(thread_id)
                 task = self._load(rec)

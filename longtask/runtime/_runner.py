@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -21,10 +22,13 @@ from longtask.errors import (
     Cancelled,
     DefinitionChanged,
     InvalidInput,
+    LeaseLost,
     LimitReached,
     NeedsPerson,
     NothingToResume,
+    RetryLater,
     StepFailed,
+    Stopping,
     TaskRefError,
     ThreadNotFound,
     describe_validation,
@@ -35,6 +39,7 @@ from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._history import HistoryMixin
 from longtask.runtime._pauses import PauseMixin, pending_from
+from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
     StepState,
@@ -52,6 +57,7 @@ from longtask.store import (
     ThreadRecord,
     ValueCodec,
 )
+from longtask.store._fence import lease_lost
 
 log = logging.getLogger("longtask.runtime")
 
@@ -139,7 +145,7 @@ class StageTracker:
         return events
 
 
-class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
+class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
     """Starts, resumes and inspects LongTask threads in one database.
 
     ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
@@ -156,6 +162,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
         clock: Callable[[], datetime] | None = None,
         sleep: Callable[[float], None] | None = None,
         cancel_poll: float = 0.5,
+        worker: str | None = None,
     ) -> None:
         self._owns_db = not isinstance(db, Database)
         self.db = db if isinstance(db, Database) else Database.open(db)
@@ -168,11 +175,18 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
         self.sleep: Callable[[float], None] = sleep or time.sleep
         #: seconds between checks, while a run advances a thread, for a cancel request
         self.cancel_poll = cancel_poll
+        #: set when this runner is a worker's (``longtask worker``): it advances threads
+        #: served by workers under a lease instead of queueing their continuations
+        self.worker = worker
+        #: set to stop every run of this runner at its next step boundary (worker shutdown)
+        self.stopping = threading.Event()
+        self._app: Any = None
         self._graphs: dict[
             int, tuple[LongTask, StepEnv, CompiledStateGraph[Any, Any, Any, Any]]
         ] = {}
 
     def close(self) -> None:
+        self.close_queue()
         try:
             self.events_writer.close()
         finally:
@@ -204,6 +218,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
                 inputs_model=task.inputs,
                 clock=self.clock,
                 sleep=self.sleep,
+                stopping=self.stopping,
+                defer_waits=self.worker is not None,
                 default_retry=task.retry,
                 has_limits=task.budget is not None or task.deadline is not None,
                 counts_time=task.budget is not None and task.budget.wall_time is not None,
@@ -230,6 +246,18 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
         Returns the thread id. A failing step raises :class:`StepFailed` (the thread is kept
         and ``resume`` continues it).
         """
+        rec = self._new_thread(task, inputs, thread_id, task_ref, None)
+        self._advance(rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True)
+        return rec.thread_id
+
+    def _new_thread(
+        self,
+        task: LongTask,
+        inputs: Mapping[str, Any] | BaseModel | None,
+        thread_id: str | None,
+        task_ref: str | None,
+        mode: str | None,
+    ) -> ThreadRecord:
         thread_id = thread_id or f"lt-{uuid.uuid4().hex[:12]}"
         if not _THREAD_ID_RE.match(thread_id):
             raise InvalidInput(
@@ -248,14 +276,15 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
             status="pending",
         )
         self.db.store.create_thread(rec)
+        if mode is not None:
+            self.db.store.set_mode(thread_id, mode)
         if task.budget is not None or task.deadline is not None:
             self.db.store.budget_init(
                 thread_id,
                 task.budget.limits() if task.budget else {},
                 self.clock().timestamp() + task.deadline if task.deadline else None,
             )
-        self._advance(rec, task, {INPUTS_CHANNEL: encoded}, first=True)
-        return thread_id
+        return rec
 
     def resume(
         self,
@@ -274,6 +303,19 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
         rec = self._thread(thread_id)
         task = task or self._load(rec)
         graph_input: Any = self._translate(task, command) if command is not None else None
+        if self.served_by_workers(rec):
+            if rec.status in ("completed", "cancelled") and command is None:
+                raise NothingToResume(thread_id, rec.status)
+            self.enqueue(
+                thread_id,
+                {
+                    "kind": "resume",
+                    "command": encode_command(command),
+                    "allow_changed_definition": allow_changed_definition,
+                    "expect_interrupt": expect_interrupt,
+                },
+            )
+            return thread_id
 
         def check(current: ThreadRecord) -> None:
             # Runs under the thread's lock, on a fresh read: another process may have
@@ -310,6 +352,21 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
 
         self._advance(rec, task, graph_input, first=False, check=check)
         return thread_id
+
+    def apply_command(self, thread_id: str, command: Mapping[str, Any]) -> None:
+        """Carry out a continuation a caller queued for a worker thread (worker side)."""
+        kind = command.get("kind")
+        if kind == "resume":
+            self.resume(
+                thread_id,
+                decode_command(command.get("command")),
+                allow_changed_definition=bool(command.get("allow_changed_definition")),
+                expect_interrupt=command.get("expect_interrupt"),
+            )
+        elif kind == "cancel":
+            self.cancel(thread_id, reason=command.get("reason"), by=command.get("by"))
+        else:
+            raise InvalidInput(f"unknown queued command {kind!r}")
 
     def _validate_inputs(self, task: LongTask, inputs: Mapping[str, Any] | BaseModel | None) -> Any:
         if task.inputs is None:
@@ -380,7 +437,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
         store = self.db.store
         thread_id = rec.thread_id
         env, graph = self._compiled(task)
-        with self.db.lock(thread_id):
+        writer = self.lease(thread_id) if self.worker else self.db.lock(thread_id)
+        with writer:
             if check is not None:
                 rec = self._thread(thread_id)
                 check(rec)
@@ -517,6 +575,18 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
         """A run ended with ``exc``: cancelled (compensate), paused for a person (record what
         for), or failed (record it, compensate if the task says so, and raise)."""
         store = self.db.store
+        if lease_lost(exc):
+            # Another worker holds the thread now: touch nothing, let it go.
+            raise LeaseLost(thread_id) from exc
+        if isinstance(exc, Stopping):
+            store.set_status(thread_id, "pending")
+            self.wake(thread_id)  # another worker (or this one, restarted) continues
+            return
+        if isinstance(exc, RetryLater):
+            step = getattr(exc, STEP_ATTR, None)
+            waiting = [{"step": step, "kind": "retry", "at": exc.at, "reason": "retrying later"}]
+            store.set_status(thread_id, "pending", waiting=waiting)
+            return
         if isinstance(exc, Cancelled):
             request = store.cancel_request(thread_id) or {"reason": "cancelled"}
             self._compensate(task, thread_id, run, request)
@@ -622,6 +692,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin):
             runs=rec.runs,
             created_at=rec.created_at,
             updated_at=rec.updated_at,
+            worker=holder[0] if (holder := self.db.store.lease_holder(thread_id)) else None,
         )
 
     def result(self, thread_id: str, step: str) -> Any:

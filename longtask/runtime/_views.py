@@ -44,6 +44,8 @@ class ThreadStatus(BaseModel):
     runs: int
     created_at: datetime
     updated_at: datetime
+    #: the worker holding the thread now (threads served by workers)
+    worker: str | None = None
 
     @property
     def done(self) -> int:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from langgraph.errors import GraphBubbleUp
 
-from longtask.errors import Cancelled, LimitReached, NeedsPerson
+from longtask.errors import Cancelled, LimitReached, NeedsPerson, RetryLater, Stopping
 from longtask.model import Retry, StepInfo
 from longtask.steps._classify import Classified, classify
 from longtask.store import NO_ITEM, Attempts
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 E = TypeVar("E", bound=BaseException)
 
 #: control flow of the runtime, never an attempt's failure
-CONTROL = (Cancelled, NeedsPerson, LimitReached)
+CONTROL = (Cancelled, NeedsPerson, LimitReached, Stopping, RetryLater)
 
 
 def describe(exc: BaseException) -> str:
@@ -52,6 +52,8 @@ def check_limits(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
     deadline is used up (pause or fail, per the task's ``on_limit``)."""
     if env.is_cancelled(call.thread_id):
         raise _tagged(Cancelled(f"thread {call.thread_id!r} was cancelled"), info)
+    if env.stopping.is_set():
+        raise _tagged(Stopping("the worker is shutting down"), info)
     if not env.has_limits:
         return
     budget = env.store.budget(call.thread_id)
@@ -177,6 +179,9 @@ def with_retries(
                 data=data,
             )
             if outcome == "retry":
+                if env.defer_waits and wait > 0:
+                    # On a worker the wait is a scheduled job: no process sleeps through it.
+                    raise _tagged(RetryLater(record.retry_at or 0.0), info) from exc
                 env.sleep(wait)
                 continue
             exc.__longtask_attempt__ = attempt  # type: ignore[attr-defined]

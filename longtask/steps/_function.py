@@ -65,6 +65,10 @@ class StepEnv:
     #: whether running time counts against the budget (``Budget.wall_time``)
     counts_time: bool = False
     on_limit: str = "pause"
+    #: set when this process stops (a worker's SIGTERM): steps stop at their boundary
+    stopping: threading.Event = field(default_factory=threading.Event)
+    #: a worker schedules retry waits as jobs instead of sleeping
+    defer_waits: bool = False
     #: once-per-thread event keys this process has queued (stage.started of each sibling)
     _emitted: dict[str, set[str]] = field(default_factory=dict)
     #: durable attempt counts, read once per thread per run (only failures write them)

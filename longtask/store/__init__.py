@@ -2,6 +2,7 @@
 
 from longtask.store._artifacts import Artifact
 from longtask.store._effects import EFFECT_STATUSES, Effect
+from longtask.store._leases import WorkerRecord
 from longtask.store._limits import BUDGET_LIMITS, NO_ITEM, Attempts, BudgetState
 from longtask.store._maps import MapItem, MapProgress
 from longtask.store._schema import SCHEMA_VERSION
@@ -38,4 +39,5 @@ __all__ = [
     "Store",
     "ThreadRecord",
     "ValueCodec",
+    "WorkerRecord",
 ]

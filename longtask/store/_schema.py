@@ -18,6 +18,9 @@ class Dialect:
     real: str
 
 
+#: marks a statement of a migration that only PostgreSQL runs
+POSTGRES_ONLY = "-- postgresql only\n"
+
 SQLITE = Dialect("sqlite", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "REAL")
 POSTGRES = Dialect("postgresql", "BIGSERIAL PRIMARY KEY", "BYTEA", "DOUBLE PRECISION")
 
@@ -150,6 +153,72 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (thread_id, name)
         )""",
     ],
+    # 7: workers: who holds a thread (lease epochs for fencing), continuations waiting for a
+    # worker, live workers; on PostgreSQL a trigger rejects checkpoint and ledger writes of a
+    # worker whose lease epoch is no longer the thread's
+    [
+        "ALTER TABLE longtask_threads ADD COLUMN mode TEXT",
+        """CREATE TABLE longtask_leases (
+            thread_id TEXT PRIMARY KEY,
+            epoch BIGINT NOT NULL,
+            holder TEXT,
+            acquired_at {real} NOT NULL,
+            released_at {real}
+        )""",
+        """CREATE TABLE longtask_inbox (
+            id {serial_pk},
+            thread_id TEXT NOT NULL,
+            command TEXT NOT NULL,
+            created_at {real} NOT NULL
+        )""",
+        "CREATE INDEX longtask_inbox_thread ON longtask_inbox (thread_id, id)",
+        """CREATE TABLE longtask_workers (
+            name TEXT PRIMARY KEY,
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,
+            started_at {real} NOT NULL,
+            heartbeat_at {real} NOT NULL,
+            jobs INTEGER NOT NULL DEFAULT 0,
+            current TEXT,
+            stopped_at {real}
+        )""",
+        POSTGRES_ONLY
+        + """CREATE OR REPLACE FUNCTION longtask_fence() RETURNS trigger AS $$
+        DECLARE
+            fence text := current_setting('longtask.fence', true);
+            wanted bigint;
+            current_epoch bigint;
+        BEGIN
+            IF fence IS NULL OR fence = '' THEN
+                RETURN NEW;
+            END IF;
+            SELECT split_part(item, '=', 2)::bigint INTO wanted
+                FROM unnest(string_to_array(fence, ',')) AS item
+                WHERE split_part(item, '=', 1) = NEW.thread_id
+                LIMIT 1;
+            IF wanted IS NULL THEN
+                RETURN NEW;
+            END IF;
+            -- FOR SHARE: a takeover (which bumps the epoch) waits for this write's commit
+            SELECT epoch INTO current_epoch FROM longtask_leases
+                WHERE thread_id = NEW.thread_id FOR SHARE;
+            IF current_epoch IS DISTINCT FROM wanted THEN
+                RAISE EXCEPTION 'longtask lease lost: thread % is at lease epoch %, this '
+                    'writer holds epoch %', NEW.thread_id, current_epoch, wanted;
+            END IF;
+            RETURN NEW;
+        END
+        $$ LANGUAGE plpgsql""",
+        POSTGRES_ONLY + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON checkpoints "
+        "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
+        POSTGRES_ONLY
+        + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON checkpoint_writes "
+        "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
+        POSTGRES_ONLY + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON checkpoint_blobs "
+        "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
+        POSTGRES_ONLY + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON longtask_effects "
+        "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -157,7 +226,12 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 def statements(dialect: Dialect, version: int) -> list[str]:
     """SQL of migration ``version`` (1-based) for ``dialect``."""
-    return [
-        s.format(serial_pk=dialect.serial_pk, blob=dialect.blob, real=dialect.real)
-        for s in MIGRATIONS[version - 1]
-    ]
+    out = []
+    for s in MIGRATIONS[version - 1]:
+        if s.startswith(POSTGRES_ONLY):
+            if dialect is not POSTGRES:
+                continue
+            out.append(s[len(POSTGRES_ONLY) :])  # PL/pgSQL braces are not placeholders
+            continue
+        out.append(s.format(serial_pk=dialect.serial_pk, blob=dialect.blob, real=dialect.real))
+    return out

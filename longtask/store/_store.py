@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from longtask.errors import SchemaVersionError, ThreadExists
 from longtask.store._artifacts import ArtifactTables
 from longtask.store._effects import EffectTables
+from longtask.store._fence import Fence
+from longtask.store._leases import LeaseTables
 from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
@@ -144,7 +146,7 @@ _THREAD_COLS = (
 )
 
 
-class Store(MapTables, EffectTables, LimitTables, ArtifactTables, ABC):
+class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, ABC):
     dialect: Dialect
 
     # -- driver ------------------------------------------------------------------------------
@@ -277,6 +279,19 @@ class Store(MapTables, EffectTables, LimitTables, ArtifactTables, ABC):
 
     def timer_clear(self, thread_id: str, step: str) -> None:
         self._run("DELETE FROM longtask_timers WHERE thread_id = ? AND step = ?", (thread_id, step))
+
+    def timers_of(self, thread_id: str) -> list[tuple[str, float]]:
+        rows = self._run(
+            "SELECT step, due_at FROM longtask_timers WHERE thread_id = ?", (thread_id,)
+        )
+        return [(r[0], float(r[1])) for r in rows]
+
+    def set_mode(self, thread_id: str, mode: str | None) -> None:
+        self._run("UPDATE longtask_threads SET mode = ? WHERE thread_id = ?", (mode, thread_id))
+
+    def mode(self, thread_id: str) -> str | None:
+        rows = self._run("SELECT mode FROM longtask_threads WHERE thread_id = ?", (thread_id,))
+        return rows[0][0] if rows else None
 
     def due_timers(self, now: float, limit: int = 100) -> list[tuple[str, str, float]]:
         rows = self._run(
@@ -478,8 +493,9 @@ class SqliteStore(Store):
 class PostgresStore(Store):
     dialect = POSTGRES
 
-    def __init__(self, pool: ConnectionPool[Any]) -> None:
+    def __init__(self, pool: ConnectionPool[Any], fence: Fence | None = None) -> None:
         self._pool = pool
+        self.fence = fence or Fence()
 
     @staticmethod
     def _sql(sql: str) -> str:
@@ -487,6 +503,7 @@ class PostgresStore(Store):
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._pool.connection() as conn, conn.cursor() as cur:
+            self.fence.apply(conn, cur)
             cur.execute(self._sql(sql), tuple(params))
             rows = cur.fetchall() if cur.description else []
             # The shared pool hands out dict rows (the saver needs them); we read tuples.
@@ -499,7 +516,8 @@ class PostgresStore(Store):
             cur.execute("SELECT pg_advisory_xact_lock(7428061905411)")
 
             def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-                cur.execute(self._sql(sql), tuple(params))
+                # No parameters: no placeholder parsing (PL/pgSQL bodies use % freely).
+                cur.execute(self._sql(sql) if params else sql, tuple(params) or None)
                 rows = cur.fetchall() if cur.description else []
                 return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
 

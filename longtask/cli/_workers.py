@@ -1,0 +1,106 @@
+"""Commands for threads served by workers: submit, worker, workers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from longtask.cli._app import (
+    DbOpt,
+    JsonOpt,
+    _new_thread_id,
+    _parse_json,
+    _runner,
+    _stable_ref,
+    app,
+    out,
+)
+
+
+@app.command()
+def submit(
+    task_ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="TASKREF",
+            help="The task: package.module:name, or a file path every worker can read.",
+        ),
+    ],
+    thread: Annotated[
+        str | None, typer.Option("--thread", help="Thread id to use [default: a new one].")
+    ] = None,
+    input: Annotated[
+        str | None, typer.Option("--input", help="Task inputs as JSON, or @file.json.")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Start a task on a new thread for the workers to run (PostgreSQL); returns at once.
+    Approve, reject, signal, resume, retry and cancel it as usual: they go to the queue."""
+    from longtask.runtime import load_task
+
+    inputs = _parse_json(input, "--input")
+    task = load_task(task_ref)
+    thread_id = thread or _new_thread_id()
+    with _runner(db) as runner:
+        runner.submit(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
+    out.print(f"thread {escape(thread_id)} queued; follow it with: longtask watch {thread_id}")
+
+
+@app.command()
+def worker(
+    concurrency: Annotated[
+        int, typer.Option("--concurrency", min=1, help="Threads advanced at once.")
+    ] = 1,
+    queues: Annotated[
+        list[str] | None, typer.Option("--queues", help="Queues to serve [default: longtask].")
+    ] = None,
+    stalled_after: Annotated[
+        float,
+        typer.Option(
+            "--stalled-after",
+            min=0.5,
+            help="Seconds without a heartbeat after which a worker's threads are taken over.",
+        ),
+    ] = 30.0,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Worker name [default: host:pid].")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Run threads submitted to workers until stopped (SIGTERM/SIGINT stop each running
+    thread at its next step and hand it back to the queue). PostgreSQL only."""
+    from longtask.runtime._worker import Worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    Worker(db, concurrency=concurrency, queues=queues, stalled_after=stalled_after, name=name).run()
+
+
+@app.command()
+def workers(
+    within: Annotated[
+        float,
+        typer.Option("--within", min=1, help="Workers seen in the last N seconds."),
+    ] = 120.0,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Live workers: host, pid, jobs run, last heartbeat, the threads they hold."""
+    with _runner(db) as runner:
+        rows = runner.db.store.workers(time.time() - within)
+    if json_:
+        print(json.dumps([w.to_json() for w in rows], indent=2))
+        return
+    if not rows:
+        out.print("no workers seen recently")
+    now = time.time()
+    for w in rows:
+        state = "stopped" if w.stopped_at else f"beat {now - w.heartbeat_at.timestamp():.0f}s ago"
+        out.print(
+            f"{escape(w.name)}  host={escape(w.host)} pid={w.pid} jobs={w.jobs} {state}"
+            + (f"  holding {escape(w.current)}" if w.current else "")
+        )

@@ -1,0 +1,221 @@
+"""Threads served by workers: submitting, continuing through the queue, and the job a
+worker runs for a thread.
+
+A thread submitted to workers (``mode = 'worker'``) is never advanced by the caller: starting
+it, answering it (approve, reject, signal, resume, retry) and cancelling it put a command in
+the thread's inbox (``longtask_inbox``) and queue a wake-up job for it in procrastinate, with
+``lock=thread_id`` (never two jobs of one thread at once) and ``queueing_lock=thread_id`` (at
+most one waiting wake-up: the inbox keeps every command, so nothing is lost when a wake-up
+is already queued). Deadlines and retry waits are wake-ups scheduled for later.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from langgraph.types import Command
+from pydantic import BaseModel
+
+from longtask.errors import InvalidInput, WorkersNeedPostgres
+
+if TYPE_CHECKING:
+    from longtask.checkpointers import Database
+    from longtask.model import LongTask
+    from longtask.store import EventWriter, ThreadRecord, ValueCodec
+
+log = logging.getLogger("longtask.workers")
+
+#: the procrastinate task every wake-up job runs
+JOB_TASK = "longtask.advance"
+#: the task of a wake-up scheduled for later (it queues a JOB_TASK when due)
+WAKE_TASK = "longtask.wake"
+DEFAULT_QUEUE = "longtask"
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def make_app(db: Database) -> Any:
+    """A procrastinate App on the thread database (PostgreSQL only)."""
+    import procrastinate
+
+    if db.url.scheme != "postgresql":
+        raise WorkersNeedPostgres(
+            "workers share threads through PostgreSQL; use --db postgresql://... (or "
+            "$LONGTASK_DB) for `longtask submit` and `longtask worker`"
+        )
+    return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=db.url.raw))
+
+
+def encode_command(command: Command[Any] | None) -> dict[str, Any] | None:
+    if command is None:
+        return None
+    goto: Any = command.goto
+    if goto and not isinstance(goto, str):
+        # step names only: a Send cannot cross the queue (and callers never queue one)
+        goto = [g for g in goto if isinstance(g, str)]
+    return {"resume": command.resume, "update": command.update, "goto": goto or None}
+
+
+def decode_command(data: Mapping[str, Any] | None) -> Command[Any] | None:
+    if not data:
+        return None
+    return Command(
+        resume=data.get("resume"), update=data.get("update"), goto=data.get("goto") or ()
+    )
+
+
+class QueueMixin(ABC):
+    db: Database
+    codec: ValueCodec
+    events_writer: EventWriter
+    #: this runner is a worker: it advances worker threads itself (with a lease)
+    worker: str | None
+    _app: Any
+
+    @abstractmethod
+    def _thread(self, thread_id: str) -> ThreadRecord: ...
+
+    @abstractmethod
+    def _new_thread(
+        self,
+        task: LongTask,
+        inputs: Mapping[str, Any] | BaseModel | None,
+        thread_id: str | None,
+        task_ref: str | None,
+        mode: str | None,
+    ) -> ThreadRecord: ...
+
+    def _queue(self) -> Any:
+        if self._app is None:
+            self._app = make_app(self.db)
+            self._app.open()
+        return self._app
+
+    def submit(
+        self,
+        task: LongTask,
+        inputs: Mapping[str, Any] | BaseModel | None = None,
+        thread_id: str | None = None,
+        *,
+        task_ref: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+    ) -> str:
+        """Start ``task`` on a new thread served by workers (``longtask worker``): returns
+        at once; a worker runs it. The task must be importable by its reference on every
+        worker (a module path, or a file path the workers can read)."""
+        make_app(self.db)  # PostgreSQL only: refuse before anything is stored
+        rec = self._new_thread(task, inputs, thread_id, task_ref, "worker")
+        if not rec.task_ref:
+            raise InvalidInput(
+                f"task {task.name!r} has no importable reference, so workers cannot load it; "
+                "define it in a module and pass task_ref='package.module:name'"
+            )
+        self.db.store.append_event(
+            rec.thread_id,
+            "longtask.started",
+            key="longtask.started",
+            data={"task": task.name, "version": task.version, "hash": task.definition_hash},
+        )
+        self.wake(rec.thread_id, queue=queue)
+        return rec.thread_id
+
+    def served_by_workers(self, rec: ThreadRecord) -> bool:
+        """Whether this runner must hand ``rec``'s continuation to the queue."""
+        return self.worker is None and self.db.store.mode(rec.thread_id) == "worker"
+
+    def enqueue(self, thread_id: str, command: dict[str, Any]) -> None:
+        """Put a continuation in the thread's inbox and wake a worker for it."""
+        self.db.store.inbox_put(thread_id, command)
+        self.wake(thread_id)
+
+    def wake(self, thread_id: str, *, at: float | None = None, queue: str = DEFAULT_QUEUE) -> None:
+        """Queue a wake-up job for the thread (now, or at ``at``); a wake-up already waiting
+        covers this one."""
+        import procrastinate.exceptions
+
+        if at is not None:
+            # A later wake-up is a lock-free job that queues the real one when due: a job
+            # holding the thread's lock would block every job of the thread until then.
+            task, options = (
+                WAKE_TASK,
+                {
+                    "queueing_lock": f"{thread_id}@{int(at)}",
+                    "schedule_at": datetime.fromtimestamp(at, UTC),
+                    "queue": queue,
+                },
+            )
+        else:
+            task, options = (
+                JOB_TASK,
+                {"lock": thread_id, "queueing_lock": thread_id, "queue": queue},
+            )
+        try:
+            self._queue().configure_task(task, **options).defer(thread_id=thread_id)
+        except procrastinate.exceptions.AlreadyEnqueued:
+            log.debug("a wake-up of %s is already queued", thread_id)
+
+    def close_queue(self) -> None:
+        if self._app is not None:
+            with contextlib.suppress(Exception):
+                self._app.close()
+            self._app = None
+
+    @contextlib.contextmanager
+    def lease(self, thread_id: str) -> Iterator[int]:
+        """Hold the thread as this worker: a new lease epoch, sent with every write."""
+        assert self.worker is not None
+        epoch = self.db.store.lease_take(thread_id, self.worker)
+        fence = getattr(self.db, "fence", None)
+        if fence is not None:
+            fence.hold(thread_id, epoch)
+        try:
+            yield epoch
+        finally:
+            if fence is not None:
+                fence.drop(thread_id)
+            with contextlib.suppress(Exception):
+                self.db.store.lease_release(thread_id, epoch)
+
+
+def serve_thread(runner: Any, thread_id: str, on_done: Callable[[str], None] | None = None) -> str:
+    """The job a worker runs for a thread: apply its inbox in order (or just continue it),
+    then schedule what it waits for (a deadline, a retry). Returns what happened."""
+    from longtask.errors import NothingToResume
+
+    store = runner.db.store
+    rec = store.get_thread(thread_id)
+    if rec is None:
+        return "unknown thread"
+    runner.tick(thread_id=thread_id)  # deadlines that are due (they resume the thread)
+    entries = store.inbox_peek(thread_id)
+    outcome = "continued"
+    if not entries and rec.status in ("completed", "cancelled"):
+        return "nothing to do"
+    for entry_id, command in entries:
+        try:
+            runner.apply_command(thread_id, command)
+        except (NothingToResume, InvalidInput) as exc:
+            # Answered twice, or no longer waiting: the command has nothing left to do.
+            log.info("command for %s not applied: %s", thread_id, exc)
+        store.inbox_done(entry_id)
+    if not entries:
+        runner.resume(thread_id)
+    # What it waits for next, as scheduled wake-ups: nothing sleeps in a worker.
+    for _step, due in store.timers_of(thread_id):
+        runner.wake(thread_id, at=due)
+    rec = store.get_thread(thread_id)
+    for w in (rec.waiting or []) if rec else []:
+        if w.get("kind") == "retry" and w.get("at"):
+            runner.wake(thread_id, at=float(w["at"]))
+    if on_done is not None:
+        on_done(thread_id)
+    return outcome

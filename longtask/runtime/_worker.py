@@ -1,0 +1,153 @@
+"""``longtask worker``: a process that runs the wake-up jobs of threads served by workers.
+
+Many workers, on many machines, share one PostgreSQL. A job advances its thread until it
+completes, fails or pauses, then lets go; approvals and waits hold no worker. Each worker
+heartbeats (procrastinate's table, and ``longtask_workers`` for ``longtask workers``) and
+retries the jobs of workers whose heartbeat is older than ``stalled_after`` seconds: their
+threads continue elsewhere from the last checkpoint, and fencing refuses anything the
+stalled worker tries to write if it wakes up. SIGTERM/SIGINT stop each running thread at its
+next step boundary and hand it back to the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from typing import Any
+
+from longtask.errors import LeaseLost, LongTaskError, StepFailed
+from longtask.runtime._queue import DEFAULT_QUEUE, JOB_TASK, WAKE_TASK, make_app, serve_thread
+
+log = logging.getLogger("longtask.workers")
+
+
+class Worker:
+    def __init__(
+        self,
+        db: str | None = None,
+        *,
+        concurrency: int = 1,
+        queues: list[str] | None = None,
+        stalled_after: float = 30.0,
+        name: str | None = None,
+    ) -> None:
+        from longtask.checkpointers import Database
+        from longtask.runtime._runner import Runner
+
+        self.concurrency = concurrency
+        self.queues = queues or [DEFAULT_QUEUE]
+        self.stalled_after = stalled_after
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.db = Database.open(db)
+        self.app = make_app(self.db)
+        self.runner = Runner(self.db, worker=self.name, cancel_poll=min(0.5, stalled_after / 4))
+        self.started = time.time()
+        self.jobs = 0
+        self.current: set[str] = set()
+        self._lock = threading.Lock()
+        self._worker_task: asyncio.Task[Any] | None = None
+
+        def advance(thread_id: str) -> str:
+            return self._job(thread_id)
+
+        def wake(thread_id: str) -> str:
+            self.runner.wake(thread_id)
+            return "woken"
+
+        self.app.task(name=JOB_TASK)(advance)
+        self.app.task(name=WAKE_TASK)(wake)
+
+    def _job(self, thread_id: str) -> str:
+        with self._lock:
+            self.current.add(thread_id)
+        self._beat()
+        try:
+            outcome = serve_thread(self.runner, thread_id)
+        except LeaseLost as exc:
+            log.warning("%s", exc)
+            outcome = "lease lost"
+        except StepFailed as exc:
+            outcome = f"failed: {exc.step}"
+        except LongTaskError as exc:
+            log.error("thread %s: %s", thread_id, exc)
+            outcome = f"error: {exc}"
+        finally:
+            with self._lock:
+                self.current.discard(thread_id)
+                self.jobs += 1
+        self._beat()
+        return outcome
+
+    def _beat(self) -> None:
+        with self._lock:
+            current = ",".join(sorted(self.current)) or None
+            jobs = self.jobs
+        with contextlib.suppress(Exception):  # a missed beat is not worth a crash
+            self.db.store.worker_beat(
+                self.name, socket.gethostname(), os.getpid(), self.started, jobs, current
+            )
+
+    async def _housekeeping(self) -> None:
+        """Heartbeat, and retry the jobs of workers that stopped beating."""
+        manager = self.app.job_manager
+        while True:
+            await asyncio.to_thread(self._beat)
+            try:
+                for job in await manager.get_stalled_jobs(
+                    seconds_since_heartbeat=self.stalled_after
+                ):
+                    log.warning("retrying job %s of a stalled worker", job.id)
+                    await manager.retry_job(job)
+            except Exception:  # the next round tries again
+                log.exception("could not retry stalled jobs")
+            await asyncio.sleep(max(0.2, self.stalled_after / 4))
+
+    def stop(self) -> None:
+        """Stop every running thread at its next step boundary, then the worker."""
+        self.runner.stopping.set()
+        if self._worker_task is not None:
+            self._worker_task.cancel()
+
+    async def _main(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop)
+        async with self.app.open_async():
+            self._worker_task = asyncio.create_task(
+                self.app.run_worker_async(
+                    queues=self.queues,
+                    concurrency=self.concurrency,
+                    name=self.name,
+                    wait=True,
+                    install_signal_handlers=False,
+                    update_heartbeat_interval=max(0.2, self.stalled_after / 4),
+                    stalled_worker_timeout=self.stalled_after,
+                    fetch_job_polling_interval=1.0,
+                    delete_jobs="successful",
+                )
+            )
+            housekeeping = asyncio.create_task(self._housekeeping())
+            try:
+                await self._worker_task
+            except asyncio.CancelledError:
+                pass
+            finally:
+                housekeeping.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await housekeeping
+
+    def run(self) -> None:
+        log.info("worker %s on queues %s", self.name, ", ".join(self.queues))
+        try:
+            asyncio.run(self._main())
+        finally:
+            with contextlib.suppress(Exception):
+                self.db.store.worker_stopped(self.name)
+            self.runner.close()
+            self.db.close()

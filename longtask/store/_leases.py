@@ -1,0 +1,131 @@
+"""Workers' tables (mixed into Store): leases with fencing epochs, the inbox of
+continuations, and live workers."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WorkerRecord:
+    name: str
+    host: str
+    pid: int
+    started_at: datetime
+    heartbeat_at: datetime
+    jobs: int
+    current: str | None
+    stopped_at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "host": self.host,
+            "pid": self.pid,
+            "started_at": self.started_at.isoformat(),
+            "heartbeat_at": self.heartbeat_at.isoformat(),
+            "jobs": self.jobs,
+            "current": self.current,
+            "stopped_at": self.stopped_at.isoformat() if self.stopped_at else None,
+        }
+
+
+def _ts(value: Any) -> datetime:
+    return datetime.fromtimestamp(float(value), UTC)
+
+
+class LeaseTables:
+    """Mixed into Store."""
+
+    def _run(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    # -- leases ------------------------------------------------------------------------------
+
+    def lease_take(self, thread_id: str, holder: str) -> int:
+        """A new lease epoch for ``holder``: from now on only writes fenced with it count."""
+        rows = self._run(
+            "INSERT INTO longtask_leases (thread_id, epoch, holder, acquired_at) "
+            "VALUES (?, 1, ?, ?) ON CONFLICT (thread_id) DO UPDATE SET "
+            "epoch = longtask_leases.epoch + 1, holder = excluded.holder, "
+            "acquired_at = excluded.acquired_at, released_at = NULL RETURNING epoch",
+            (thread_id, holder, time.time()),
+        )
+        return int(rows[0][0])
+
+    def lease_release(self, thread_id: str, epoch: int) -> None:
+        self._run(
+            "UPDATE longtask_leases SET released_at = ? WHERE thread_id = ? AND epoch = ?",
+            (time.time(), thread_id, epoch),
+        )
+
+    def lease_holder(self, thread_id: str) -> tuple[str, int] | None:
+        """Who holds the thread now (holder, epoch), if anyone."""
+        rows = self._run(
+            "SELECT holder, epoch FROM longtask_leases WHERE thread_id = ? AND released_at IS NULL",
+            (thread_id,),
+        )
+        return (str(rows[0][0]), int(rows[0][1])) if rows and rows[0][0] else None
+
+    # -- inbox -------------------------------------------------------------------------------
+
+    def inbox_put(self, thread_id: str, command: dict[str, Any]) -> None:
+        self._run(
+            "INSERT INTO longtask_inbox (thread_id, command, created_at) VALUES (?,?,?)",
+            (thread_id, json.dumps(command, default=str), time.time()),
+        )
+
+    def inbox_peek(self, thread_id: str) -> list[tuple[int, dict[str, Any]]]:
+        rows = self._run(
+            "SELECT id, command FROM longtask_inbox WHERE thread_id = ? ORDER BY id",
+            (thread_id,),
+        )
+        return [(int(r[0]), json.loads(r[1])) for r in rows]
+
+    def inbox_done(self, entry_id: int) -> None:
+        self._run("DELETE FROM longtask_inbox WHERE id = ?", (entry_id,))
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def worker_beat(
+        self, name: str, host: str, pid: int, started_at: float, jobs: int, current: str | None
+    ) -> None:
+        now = time.time()
+        self._run(
+            "INSERT INTO longtask_workers (name, host, pid, started_at, heartbeat_at, jobs, "
+            "current) VALUES (?,?,?,?,?,?,?) ON CONFLICT (name) DO UPDATE SET "
+            "heartbeat_at = excluded.heartbeat_at, jobs = excluded.jobs, "
+            "current = excluded.current, stopped_at = NULL",
+            (name, host, pid, started_at, now, jobs, current),
+        )
+
+    def worker_stopped(self, name: str) -> None:
+        self._run(
+            "UPDATE longtask_workers SET stopped_at = ?, current = NULL WHERE name = ?",
+            (time.time(), name),
+        )
+
+    def workers(self, since: float) -> list[WorkerRecord]:
+        """Workers whose last heartbeat is newer than ``since`` (epoch seconds)."""
+        rows = self._run(
+            "SELECT name, host, pid, started_at, heartbeat_at, jobs, current, stopped_at "
+            "FROM longtask_workers WHERE heartbeat_at >= ? ORDER BY started_at",
+            (since,),
+        )
+        return [
+            WorkerRecord(
+                r[0],
+                r[1],
+                int(r[2]),
+                _ts(r[3]),
+                _ts(r[4]),
+                int(r[5]),
+                r[6],
+                _ts(r[7]) if r[7] is not None else None,
+            )
+            for r in rows
+        ]
