@@ -48,7 +48,7 @@ from longtask.model import (
 if TYPE_CHECKING:
     from longtask.runtime import Runner, ThreadStatus
     from longtask.runtime._plots import draw_graph
-    from longtask.steps import Classified, ItemContext, StepContext, classify
+    from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
 __version__ = "0.1.0"
 
@@ -60,6 +60,7 @@ _LAZY = {
     "StepContext": "longtask.steps",
     "ItemContext": "longtask.steps",
     "classify": "longtask.steps",
+    "current_context": "longtask.steps",
     "Classified": "longtask.steps",
     "Command": "langgraph.types",
     "draw_graph": "longtask.runtime._plots",
@@ -111,6 +112,7 @@ __all__ = [
     "agent_step",
     "approval",
     "classify",
+    "current_context",
     "draw_graph",
     "fix_with",
     "function_step",

@@ -2,7 +2,13 @@
 
 from longtask.steps._agent import agent_node, fix_agent_node, fix_channel
 from longtask.steps._classify import Classified, classify
-from longtask.steps._context import INPUTS_CHANNEL, ItemContext, StepContext, result_channel
+from longtask.steps._context import (
+    INPUTS_CHANNEL,
+    ItemContext,
+    StepContext,
+    current_context,
+    result_channel,
+)
 from longtask.steps._function import RUN_KEY, STEP_ATTR, NodeCall, StepEnv, function_node
 from longtask.steps._map import dispatch_node_name, item_node_name, map_channel, map_nodes
 from longtask.steps._pause import (
@@ -30,6 +36,7 @@ __all__ = [
     "check_decision",
     "check_payload",
     "classify",
+    "current_context",
     "dispatch_node_name",
     "fix_agent_node",
     "fix_channel",

@@ -39,7 +39,7 @@ from longtask.model import AgentStep, ApprovalRequest, Retry, StepInfo
 from longtask.model._decision import plan_hash
 from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
 from longtask.steps._classify import classify
-from longtask.steps._context import StepContext, result_channel
+from longtask.steps._context import _CURRENT, StepContext, result_channel
 from longtask.steps._effects import run_effect
 from longtask.steps._function import (
     STEP_ATTR,
@@ -400,7 +400,11 @@ def run_agent(
         )
         # Two super-steps per turn, plus the middleware's: a limit of the agent's own.
         sub: RunnableConfig = {**config, "recursion_limit": 4 * step.max_turns + 10}
-        out = agent.invoke({"messages": [HumanMessage(user)]}, sub)
+        token = _CURRENT.set(ctx)  # the agent's tools may read current_context()
+        try:
+            out = agent.invoke({"messages": [HumanMessage(user)]}, sub)
+        finally:
+            _CURRENT.reset(token)
     except (GraphBubbleUp, *CONTROL):
         raise
     except Exception as exc:

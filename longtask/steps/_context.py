@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -16,6 +17,20 @@ from longtask.store import ValueCodec
 T = TypeVar("T")
 
 INPUTS_CHANNEL = "lt.inputs"
+
+#: the context of the step running in this thread (tools of an agent step read it)
+_CURRENT: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
+    "longtask_step", default=None
+)
+
+
+def current_context() -> StepContext:
+    """The StepContext of the step running now: for code a step calls that does not get
+    ``ctx`` passed, such as an agent's tools (``current_context().inputs``)."""
+    ctx = _CURRENT.get()
+    if ctx is None:
+        raise ResultNotAvailable("current_context() is available only while a step runs")
+    return ctx
 
 
 def result_channel(step: str) -> str:

@@ -22,7 +22,7 @@ from longtask.errors import StepTimeout
 from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.model._decision import utcnow
 from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
-from longtask.steps._context import StepContext, result_channel
+from longtask.steps._context import _CURRENT, StepContext, result_channel
 from longtask.store import Artifact, Attempts, EventWriter, NewEvent, Store, ValueCodec
 
 __all__ = [
@@ -362,7 +362,11 @@ def function_node(
 
         def attempt_fn(attempt: int) -> Any:
             ctx = env.context(call, info, state, attempt)
-            value = call_step(step.fn, (ctx,), step.timeout, f"step {step.name!r}")
+            token = _CURRENT.set(ctx)
+            try:
+                value = call_step(step.fn, (ctx,), step.timeout, f"step {step.name!r}")
+            finally:
+                _CURRENT.reset(token)
             return env.codec.encode(value, f"the result of step {step.name!r}")
 
         try:

@@ -434,3 +434,17 @@ def test_missing_api_key_pauses_for_a_person(
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     runner.retry("t-key", task=task)
     assert runner.result("t-key", "greeter") == "hello"
+
+
+def test_tools_see_the_step_context(runner: Runner, llm: Any) -> None:
+    from longtask import current_context
+
+    def where() -> str:
+        """Which repository the task works on."""
+        return str(current_context().inputs["repo"])
+
+    llm(by_turn([Reply.tool_calls([("where", {})]), Reply.text("ok")]))
+    task = LongTask("ctx", stages=[Stage("s", [agent_step("a", prompt="Go.", tools=[where])])])
+    runner.start(task, {"repo": "/srv/repo"}, thread_id="t-ctx")
+    tool = [m for m in runner.transcript("t-ctx", "a") if m["type"] == "tool"]
+    assert tool[0]["data"]["content"] == "/srv/repo"
