@@ -378,9 +378,11 @@ def run_agent(
     step_started(env, call, info)
     started = time.monotonic()
     name = model_name(step, task_model)
+    ctx = env.context(call, info, state)
+    # The model factory and the agent's tools may read current_context().
+    token = _CURRENT.set(ctx)
     try:
         check_limits(env, call, info)
-        ctx = env.context(call, info, state)
         system, user = render_prompt(step, ctx, extras)
         run = AgentRun(env, call, info, step, name)
         agent = create_agent(
@@ -400,11 +402,7 @@ def run_agent(
         )
         # Two super-steps per turn, plus the middleware's: a limit of the agent's own.
         sub: RunnableConfig = {**config, "recursion_limit": 4 * step.max_turns + 10}
-        token = _CURRENT.set(ctx)  # the agent's tools may read current_context()
-        try:
-            out = agent.invoke({"messages": [HumanMessage(user)]}, sub)
-        finally:
-            _CURRENT.reset(token)
+        out = agent.invoke({"messages": [HumanMessage(user)]}, sub)
     except (GraphBubbleUp, *CONTROL):
         raise
     except Exception as exc:
@@ -419,6 +417,8 @@ def run_agent(
             raise paused from exc
         step_failed(env, call, info, exc)
         raise
+    finally:
+        _CURRENT.reset(token)
     structured = out.get("structured_response")
     if structured is not None:
         answer: Any = (

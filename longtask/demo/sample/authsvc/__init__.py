@@ -1,0 +1,1 @@
+"""authsvc: a tiny service with login and one authenticated endpoint."""

@@ -1,0 +1,102 @@
+"""``longtask demo``: the migration LongTask end to end, as a user runs it (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from conftest import run_cli
+
+from longtask import Runner
+
+STAGES = [
+    "setup",
+    "analysis",
+    "design",
+    "plan_approval",
+    "code",
+    "verify",
+    "ci",
+    "release_approval",
+    "docs",
+    "publish",
+]
+
+
+def _db(root: Path) -> str:
+    return f"sqlite:///{root / '.longtask' / 'longtask.db'}"
+
+
+def _tests_pass(worktree: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        cwd=worktree,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _model_calls(root: Path) -> list[dict[str, object]]:
+    path = root / ".longtask" / "model-requests.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_demo_runs_the_migration(tmp_path: Path) -> None:
+    root = tmp_path / "demo"
+    done = run_cli("demo", "--dir", str(root), "--yes", db=_db(root), timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "offline demo model" in done.stdout
+    worktree = root / "authsvc-jwt"
+    assert (worktree / "MIGRATION.md").is_file()
+    assert (root / "migration.patch").read_text().startswith("From ")
+    assert not (worktree / "authsvc" / "sessions.py").exists()
+    _tests_pass(worktree)
+    log = subprocess.run(
+        ["git", "-C", str(root / "authsvc"), "log", "--format=%s", "jwt-migration"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    assert log == ["Move authentication to JWT", "authsvc with sessions"]
+    with Runner(_db(root)) as runner:
+        (thread,) = [t.thread_id for t in runner.threads()]
+        status = runner.status(thread)
+        assert status.status == "completed"
+        completed = [e.stage for e in runner.events(thread, kinds=["stage.completed"])]
+        assert completed == STAGES
+        assert next(s for s in status.steps if s.name == "verify").fix_rounds == 1
+        assert {a.name for a in runner.artifacts(thread)} >= {"migration.patch", "MIGRATION.md"}
+        calls = runner.events(thread, kinds=["model.call"])
+        assert {e.data["model"] for e in calls} == {"longtask-offline-demo"}
+
+
+def test_demo_crash_in_verify_then_resume(tmp_path: Path) -> None:
+    root = tmp_path / "crash"
+    db = _db(root)
+    crashed = run_cli("demo", "--dir", str(root), "--crash-at", "verify", db=db, timeout=300)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    assert "crashing on purpose inside step 'verify'" in crashed.stdout
+    with Runner(db) as runner:
+        (thread,) = [t.thread_id for t in runner.threads()]
+        assert runner.status(thread).status == "running"
+    assert f"longtask resume {thread} --db {db}" in crashed.stdout
+    before = _model_calls(root)
+    resumed = run_cli("resume", thread, "--db", db, db=db, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    _tests_pass(root / "authsvc-jwt")
+    calls = _model_calls(root)
+    # every model call answered once: the resumed run made only the calls after the crash
+    assert len({c["request"] for c in calls}) == len(calls)
+    assert calls[: len(before)] == before
+    assert Counter((c["agent"], c["turn"]) for c in calls).most_common(1)[0][1] == 1
+    with Runner(db) as runner:
+        assert runner.status(thread).status == "completed"
+        edits = [e for e in runner.effects(thread) if e.name.startswith("tool:")]
+        assert edits and all(e.calls == 1 and e.status == "succeeded" for e in edits)
+        stages = [e.stage for e in runner.events(thread, kinds=["stage.completed"])]
+        assert stages == STAGES
