@@ -47,8 +47,13 @@ def _ask(question: str) -> bool:
 @app.command()
 def demo(
     dir: Annotated[
-        Path, typer.Option("--dir", help="Where to put the sample repository and the database.")
-    ] = Path("longtask-demo"),
+        Path | None,
+        typer.Option(
+            "--dir",
+            help="Where to put the sample repository and the database [default: "
+            "./longtask-demo, or -2, -3... if taken].",
+        ),
+    ] = None,
     crash_at: Annotated[
         str | None,
         typer.Option(
@@ -78,6 +83,12 @@ def demo(
         )
     if model:
         os.environ["LONGTASK_MODEL"] = model
+    if dir is None:
+        dir = Path("longtask-demo")
+        n = 2
+        while (dir / "authsvc").exists():
+            dir = Path(f"longtask-demo-{n}")
+            n += 1
     root = dir.resolve()
     repo, worktree, state = root / "authsvc", root / "authsvc-jwt", root / ".longtask"
     if repo.exists():
