@@ -104,3 +104,19 @@ def workers(
             f"{escape(w.name)}  host={escape(w.host)} pid={w.pid} jobs={w.jobs} {state}"
             + (f"  holding {escape(w.current)}" if w.current else "")
         )
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port.")] = 8321,
+    db: DbOpt = None,
+) -> None:
+    """The HTTP API, the live event stream (SSE) and the web page (approve and reject from
+    the browser). Actions need a bearer token: $LONGTASK_API_TOKEN (named by
+    $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...; off 127.0.0.1 a token is
+    required."""
+    from longtask.serve import run_server
+
+    out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)")
+    run_server(host=host, port=port, db=db)

@@ -1,0 +1,284 @@
+"""The HTTP API: JSON reads, token-guarded actions, an SSE event stream and two pages.
+
+Runner calls block (an approval runs the thread on until it completes or pauses), so every
+one runs in a worker thread; the event loop only parses requests and streams events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from longtask.errors import (
+    CompensationFailed,
+    InvalidInput,
+    LimitReached,
+    LongTaskError,
+    StepFailed,
+    describe_validation,
+)
+from longtask.serve._auth import Tokens
+from longtask.serve._http import (
+    LoopbackHostOnly,
+    artifact_response,
+    error,
+    int_param,
+    int_value,
+    jsonable,
+    on_http_error,
+    on_internal_error,
+    on_longtask_error,
+    page_response,
+    unauthorized,
+)
+from longtask.serve._page import index_page, thread_page
+from longtask.serve._stream import EventStream
+
+if TYPE_CHECKING:
+    from longtask.runtime import Runner
+
+log = logging.getLogger("longtask.serve")
+T = TypeVar("T")
+Model = TypeVar("Model", bound=BaseModel)
+MAX_BODY = 1024 * 1024
+#: errors raised after an answer was accepted and the thread ran on: the answer counted, and
+#: the thread's new status (failed, cancelling) tells the rest
+RUN_OUTCOMES = (StepFailed, LimitReached, CompensationFailed)
+
+
+class DecisionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: str | None = None
+    plan_hash: str | None = None
+    comment: str | None = None
+
+
+class SignalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    payload: Any = None
+
+
+class CancelBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    reason: str | None = None
+
+
+def create_app(
+    runner: Runner,
+    tokens: Mapping[str, str] | None = None,
+    *,
+    open_reads: bool = True,
+    loopback_hosts_only: bool = False,
+    poll: float = 0.25,
+    heartbeat: float = 10.0,
+) -> Starlette:
+    """The Starlette app of ``longtask serve`` over ``runner``.
+
+    ``tokens`` maps bearer tokens to the names that act with them; every action needs one.
+    ``open_reads=False`` makes reads need a token too (``run_server`` does so off loopback).
+    ``loopback_hosts_only`` refuses requests whose ``Host`` header is not a loopback name.
+    """
+    auth = Tokens(tokens or {})
+    events = EventStream(runner, poll=poll, heartbeat=heartbeat)
+
+    async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+    def reader(
+        handler: Callable[[Request], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def guarded(request: Request) -> Response:
+            if not open_reads and auth.from_request(request, query=True) is None:
+                return unauthorized("reading needs a bearer token")
+            return await handler(request)
+
+        return guarded
+
+    def actor(
+        handler: Callable[[Request, str], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def guarded(request: Request) -> Response:
+            name = auth.from_request(request)
+            if name is None:
+                given = "authorization" in request.headers
+                return unauthorized("invalid bearer token" if given else "a bearer token is needed")
+            return await handler(request, name)
+
+        return guarded
+
+    async def body(request: Request, model: type[Model]) -> Model:
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY:  # checked while reading: a huge body is never held
+                raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise HTTPException(400, f"the body is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise HTTPException(400, "the body must be a JSON object")
+        if "by" in data:
+            raise HTTPException(
+                400, "'by' is not accepted: whoever acts is the name of the bearer token"
+            )
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise HTTPException(400, describe_validation(exc)) from None
+
+    async def new_status(thread_id: str, code: int = 200) -> Response:
+        status = await call(runner.status, thread_id)
+        return JSONResponse(status.model_dump(mode="json"), status_code=code)
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def list_threads(request: Request) -> Response:
+        limit = int_param(request, "limit", 100, low=1, high=1000)
+        status = request.query_params.get("status") or None
+        records = await call(runner.threads, limit=limit, status=status)
+        return JSONResponse([r.to_json() for r in records])
+
+    async def thread_status(request: Request) -> Response:
+        return await new_status(request.path_params["thread_id"])
+
+    async def pending(request: Request) -> Response:
+        items = await call(runner.pending, request.path_params["thread_id"])
+        return JSONResponse([p.model_dump(mode="json") for p in items])
+
+    async def event_list(request: Request) -> Response:
+        since = int_param(request, "since", 0, low=0)
+        limit = int_param(request, "limit", 1000, low=1, high=10000)
+        kinds = [k for v in request.query_params.getlist("kind") for k in v.split(",") if k]
+        found = await call(
+            runner.events,
+            request.path_params["thread_id"],
+            since=since,
+            kinds=kinds or None,
+            limit=limit,
+        )
+        return JSONResponse([e.to_json() for e in found])
+
+    async def event_stream(request: Request) -> Response:
+        thread_id = request.path_params["thread_id"]
+        header = request.headers.get("last-event-id")
+        # The header wins: a browser reconnecting keeps the first URL (and its ?since=).
+        since = int_value(header, "Last-Event-ID") if header else int_param(request, "since", 0)
+        await call(runner.status, thread_id)  # 404 now rather than a stream that ends at once
+        return StreamingResponse(
+            events.stream(thread_id, since),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    async def artifacts(request: Request) -> Response:
+        fn = getattr(runner, "artifacts", None)
+        if fn is None:
+            return error(501, "this version of longtask has no artifact store")
+        found = await call(fn, request.path_params["thread_id"])
+        return JSONResponse([jsonable(a) for a in found])
+
+    async def artifact(request: Request) -> Response:
+        fn = getattr(runner, "artifact", None)
+        if fn is None:
+            return error(501, "this version of longtask has no artifact store")
+        name = request.path_params["name"]
+        try:
+            found = await call(fn, request.path_params["thread_id"], name)
+        except InvalidInput as exc:  # no such artifact (or a name that cannot be one)
+            return error(404, str(exc))
+        if found is None:
+            return error(404, f"no artifact {name!r}")
+        return artifact_response(name, found)
+
+    # -- actions -------------------------------------------------------------------------
+
+    async def decide(request: Request, by: str, approved: bool) -> Response:
+        thread_id = request.path_params["thread_id"]
+        answer = await body(request, DecisionBody)
+        try:
+            await call(
+                runner.decide,
+                thread_id,
+                answer.step,
+                approved=approved,
+                by=by,
+                comment=answer.comment,
+                plan_hash=answer.plan_hash,
+            )
+        except RUN_OUTCOMES as exc:
+            log.info("thread %s stopped after a decision by %s: %s", thread_id, by, exc)
+        return await new_status(thread_id)
+
+    async def approve(request: Request, by: str) -> Response:
+        return await decide(request, by, True)
+
+    async def reject(request: Request, by: str) -> Response:
+        return await decide(request, by, False)
+
+    async def signal(request: Request, by: str) -> Response:
+        thread_id = request.path_params["thread_id"]
+        event = await body(request, SignalBody)
+        try:
+            await call(runner.signal, thread_id, event.name, event.payload)
+        except RUN_OUTCOMES as exc:
+            log.info("thread %s stopped after signal %s by %s: %s", thread_id, event.name, by, exc)
+        return await new_status(thread_id)
+
+    async def cancel(request: Request, by: str) -> Response:
+        thread_id = request.path_params["thread_id"]
+        order = await body(request, CancelBody)
+        try:
+            done = await call(runner.cancel, thread_id, reason=order.reason, by=by)
+        except CompensationFailed as exc:
+            log.info("cancel of thread %s by %s: %s", thread_id, by, exc)
+            done = True
+        # False: another process is advancing the thread; it stops at its next step.
+        return await new_status(thread_id, 200 if done else 202)
+
+    # -- pages ---------------------------------------------------------------------------
+
+    async def home(request: Request) -> Response:
+        return page_response(index_page(reads_need_token=not open_reads))
+
+    async def thread_view(request: Request) -> Response:
+        return page_response(thread_page(request.path_params["thread_id"], not open_reads))
+
+    api = "/api/threads/{thread_id}"
+    routes = [
+        Route("/", home),
+        Route("/threads/{thread_id}", thread_view),
+        Route("/api/threads", reader(list_threads)),
+        Route(api, reader(thread_status)),
+        Route(api + "/pending", reader(pending)),
+        Route(api + "/events", reader(event_list)),
+        Route(api + "/events/stream", reader(event_stream)),
+        Route(api + "/artifacts", reader(artifacts)),
+        Route(api + "/artifacts/{name:path}", reader(artifact)),
+        Route(api + "/approve", actor(approve), methods=["POST"]),
+        Route(api + "/reject", actor(reject), methods=["POST"]),
+        Route(api + "/signal", actor(signal), methods=["POST"]),
+        Route(api + "/cancel", actor(cancel), methods=["POST"]),
+    ]
+    middleware = [Middleware(LoopbackHostOnly)] if loopback_hosts_only else []
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={
+            LongTaskError: on_longtask_error,
+            HTTPException: on_http_error,
+            Exception: on_internal_error,
+        },
+    )

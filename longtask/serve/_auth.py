@@ -1,0 +1,119 @@
+"""Bearer tokens and loopback checks for ``longtask serve``.
+
+A token maps to the name of the person (or system) that holds it; that name is who approves,
+rejects, signals or cancels. Tokens never appear in a message, a repr or a log line.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Mapping
+
+from starlette.requests import HTTPConnection
+
+from longtask.errors import InvalidInput
+
+ENV_TOKENS = "LONGTASK_API_TOKENS"
+ENV_TOKEN = "LONGTASK_API_TOKEN"
+ENV_USER = "LONGTASK_API_USER"
+DEFAULT_USER = "api"
+#: the query parameter that may carry a token for reads: EventSource cannot send headers
+QUERY_TOKEN = "access_token"
+
+
+def tokens_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``{token: name}`` from ``LONGTASK_API_TOKENS="alice=tok1,bob=tok2"`` and/or
+    ``LONGTASK_API_TOKEN=tok`` (named by ``LONGTASK_API_USER``, default ``api``)."""
+    pairs: list[tuple[str, str]] = []
+    for i, entry in enumerate(environ.get(ENV_TOKENS, "").split(",")):
+        if not entry.strip():
+            continue
+        name, sep, token = entry.partition("=")
+        if not sep or not name.strip() or not token.strip():
+            # The entry's position, not its text: the text holds a token.
+            raise InvalidInput(
+                f"{ENV_TOKENS}: entry {i + 1} is not NAME=TOKEN "
+                '(expected e.g. LONGTASK_API_TOKENS="alice=tok1,bob=tok2")'
+            )
+        pairs.append((name.strip(), token.strip()))
+    single = environ.get(ENV_TOKEN, "").strip()
+    if single:
+        pairs.append((environ.get(ENV_USER, "").strip() or DEFAULT_USER, single))
+    return check_tokens({token: name for name, token in _unique(pairs)})
+
+
+def _unique(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for name, token in pairs:
+        if seen.get(token, name) != name:
+            # One token for two names would make `by` depend on the order of the entries.
+            raise InvalidInput(f"the same API token is given to {seen[token]!r} and {name!r}")
+        seen[token] = name
+    return pairs
+
+
+def check_tokens(tokens: Mapping[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for token, name in tokens.items():
+        if not isinstance(token, str) or not token or not token.isprintable():
+            raise InvalidInput(f"the API token of {name!r} is empty or not printable text")
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidInput("an API token has an empty name")
+        out[token] = name.strip()
+    return out
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost``, 127.0.0.0/8 and ::1 (with or without brackets)."""
+    host = host.strip().lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        # Any other name may resolve to anything: not loopback.
+        return False
+
+
+def host_of(header: str) -> str:
+    """The host part of a ``Host`` header (``[::1]:8000`` -> ``::1``)."""
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class Tokens:
+    """Resolves a request's bearer token to the name it was configured with."""
+
+    def __init__(self, tokens: Mapping[str, str]) -> None:
+        self._tokens = [(t.encode(), n) for t, n in check_tokens(tokens).items()]
+
+    def __repr__(self) -> str:
+        return f"Tokens({len(self._tokens)} configured)"
+
+    def __bool__(self) -> bool:
+        return bool(self._tokens)
+
+    def name_for(self, token: str | None) -> str | None:
+        if not token:
+            return None
+        given = token.encode()
+        found = None
+        # Every token is compared, so the time taken does not tell which one came close.
+        for known, name in self._tokens:
+            if hmac.compare_digest(given, known):
+                found = name
+        return found
+
+    def from_request(self, conn: HTTPConnection, *, query: bool = False) -> str | None:
+        """The name of the request's token: ``Authorization: Bearer``, or (when ``query``)
+        the ``access_token`` query parameter."""
+        scheme, _, value = conn.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return self.name_for(value.strip())
+        if query:
+            return self.name_for(conn.query_params.get(QUERY_TOKEN))
+        return None

@@ -1,0 +1,351 @@
+"""The two web pages: a list of threads, and one thread's live view.
+
+Plain HTML with inline CSS and a little vanilla JavaScript: no build step and nothing loaded
+from elsewhere. Data reaches the DOM only through ``textContent`` (never ``innerHTML``), and
+the pages run under a nonce Content-Security-Policy, so a step's output cannot become script.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import secrets
+from typing import Any
+
+#: every event kind the Runner writes; EventSource only delivers named events to listeners
+#: registered for that name, so the page subscribes to each
+EVENT_KINDS = [
+    *(f"longtask.{k}" for k in ("started", "completed", "failed", "cancelled")),
+    "stage.started",
+    "stage.completed",
+    *(f"step.{k}" for k in ("started", "progress", "completed", "failed", "retry", "skipped")),
+    "agent.run.started",
+    "agent.run.completed",
+    "model.call",
+    "tool.call",
+    *(f"effect.{k}" for k in ("started", "succeeded", "failed", "unknown")),
+    *(f"approval.{k}" for k in ("required", "resolved", "expired", "refused")),
+    *(f"wait.{k}" for k in ("started", "resolved", "expired")),
+    "budget.exceeded",
+    "artifact.created",
+    "fix.round",
+    "fix.exhausted",
+    *(f"manual.{k}" for k in ("skip", "retry", "resolve", "fork", "cancel", "budget")),
+]
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
+header{background:#1d2330;color:#fff;padding:12px 20px;display:flex;gap:16px;align-items:center}
+header h1{font-size:17px;margin:0;flex:1}header a{color:#9cc3ff}
+main{max-width:1000px;margin:0 auto;padding:16px 20px}
+section{background:#fff;border:1px solid #dde1e8;border-radius:6px;padding:12px 16px;
+margin:0 0 14px}
+h2{font-size:15px;margin:0 0 8px}h3{font-size:14px;margin:0 0 6px}
+.badge{display:inline-block;padding:2px 8px;border-radius:10px;background:#dde1e8;font-weight:600}
+.s-completed{background:#cdeccf}.s-failed,.s-cancelled{background:#f6cccc}
+.s-running,.s-cancelling{background:#cfe0fa}.s-waiting_user,.s-waiting_external{background:#fbe7b5}
+.bar{height:8px;background:#e6e9ee;border-radius:4px;overflow:hidden;margin:6px 0}
+.bar div{height:100%;width:0;background:#3f8f4f;transition:width .3s}
+ul.tree,ul.tree ul{list-style:none;margin:0;padding-left:18px}ul.tree{padding-left:0}
+.mark{display:inline-block;width:1.4em;text-align:center}.kind,.extra,.muted{color:#6b7383}
+.st-completed>.mark{color:#3f8f4f}.st-failed>.mark{color:#c03b3b}.st-waiting>.mark{color:#b7791f}
+.st-running>.mark{color:#2f6fd0}.st-skipped{color:#8a91a0}
+pre{background:#f1f3f6;padding:8px;border-radius:4px;overflow:auto;max-height:360px}
+textarea,input{font:inherit;padding:4px 6px;border:1px solid #c5cbd6;border-radius:4px}
+textarea{width:100%;box-sizing:border-box;min-height:48px}
+button{font:inherit;padding:5px 14px;border-radius:4px;border:1px solid #8a91a0;cursor:pointer}
+button.ok{background:#3f8f4f;color:#fff;border-color:#3f8f4f}
+button.no{background:#c03b3b;color:#fff;border-color:#c03b3b}button:disabled{opacity:.5}
+#message.error,#error{color:#8b1f1f}ol#events{margin:0;padding-left:0;list-style:none}
+ol#events li{border-bottom:1px solid #eef0f3;padding:2px 0;font-family:ui-monospace,monospace;
+font-size:12px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:4px 8px;
+border-bottom:1px solid #eef0f3}
+"""
+
+COMMON_JS = r"""
+"use strict";
+const CONFIG = JSON.parse(document.getElementById("config").textContent);
+const $ = (id) => document.getElementById(id);
+const TOKEN_KEY = "longtask.token";
+function token() { return (sessionStorage.getItem(TOKEN_KEY) || "").trim(); }
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+async function api(path, init) {
+  const headers = {"Accept": "application/json"};
+  if (token()) headers["Authorization"] = "Bearer " + token();
+  if (init && init.body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch(path, Object.assign({}, init || {}, {headers}));
+  let data = null;
+  try { data = await r.json(); } catch (e) { data = null; }
+  if (!r.ok) throw new Error((data && data.error) || (r.status + " " + r.statusText));
+  return data;
+}
+function bindToken(onChange) {
+  const input = $("token");
+  input.value = token();
+  input.addEventListener("input", () => sessionStorage.setItem(TOKEN_KEY, input.value.trim()));
+  input.addEventListener("change", () => { if (onChange) onChange(); });
+}
+"""
+
+INDEX_JS = r"""
+async function load() {
+  const status = new URLSearchParams(location.search).get("status") || "";
+  try {
+    const q = "?limit=200" + (status ? "&status=" + encodeURIComponent(status) : "");
+    const rows = await api("/api/threads" + q);
+    const body = $("threads");
+    body.replaceChildren();
+    for (const t of rows) {
+      const tr = el("tr");
+      const link = el("a", null, t.thread_id);
+      link.href = "/threads/" + encodeURIComponent(t.thread_id);
+      const cell = el("td"); cell.append(link); tr.append(cell);
+      tr.append(el("td", null, t.task_name + " v" + t.task_version));
+      const st = el("td"); st.append(el("span", "badge s-" + t.status, t.status)); tr.append(st);
+      tr.append(el("td", "muted", new Date(t.updated_at).toLocaleString()));
+      body.append(tr);
+    }
+    $("empty").hidden = rows.length > 0;
+    $("message").textContent = "";
+  } catch (e) { $("message").textContent = e.message; }
+}
+bindToken(load);
+load();
+setInterval(load, 5000);
+"""
+
+THREAD_JS = r"""
+const THREAD = CONFIG.thread;
+const BASE = "/api/threads/" + encodeURIComponent(THREAD);
+const MARKS = {completed: "✓", running: "●", waiting: "⏸", failed: "✗", pending: "○",
+  skipped: "↷"};
+const CLOSED = ["completed", "cancelled"];
+let lastId = 0, source = null, current = null, pendingKey = null, events = [];
+let refreshing = false, again = false;
+
+function stageState(steps) {
+  const states = steps.map((s) => s.state);
+  if (states.every((s) => s === "completed" || s === "skipped")) return "completed";
+  for (const s of ["failed", "waiting", "running"]) if (states.includes(s)) return s;
+  return "pending";
+}
+function stepLine(s) {
+  const li = el("li", "step st-" + s.state);
+  li.dataset.step = s.name;
+  li.append(el("span", "mark", MARKS[s.state] || "?"), s.name + " ", el("span", "kind", s.kind));
+  const extra = [];
+  if (s.items_total !== null && s.items_total !== undefined) {
+    extra.push("items " + s.items_done + "/" + s.items_total);
+    if (s.items_failed && s.items_failed.length) extra.push(s.items_failed.length + " failed");
+  }
+  if (s.fix_rounds) extra.push("fix round " + s.fix_rounds);
+  if (extra.length) li.append(" ", el("span", "extra", "· " + extra.join(" · ")));
+  return li;
+}
+function renderStatus(st) {
+  current = st;
+  document.title = st.task_name + " · " + st.thread_id;
+  $("task").textContent = st.task_name + " v" + st.task_version;
+  const badge = $("status");
+  badge.textContent = st.status;
+  badge.className = "badge s-" + st.status;
+  const done = st.steps.filter((s) => s.state === "completed" || s.state === "skipped").length;
+  $("bar").style.width = Math.round(st.progress * 100) + "%";
+  $("progress").textContent = done + "/" + st.steps.length + " steps (" +
+    Math.round(st.progress * 100) + "%)" + (st.current_stage ? " · stage " + st.current_stage : "");
+  const tree = $("tree");
+  tree.replaceChildren();
+  const stages = new Map();
+  for (const s of st.steps) {
+    if (!stages.has(s.stage)) stages.set(s.stage, []);
+    stages.get(s.stage).push(s);
+  }
+  for (const [name, steps] of stages) {
+    const state = stageState(steps);
+    const li = el("li", "stage st-" + state);
+    li.append(el("span", "mark", MARKS[state]), el("strong", null, name));
+    const ul = el("ul");
+    for (const s of steps) ul.append(stepLine(s));
+    li.append(ul);
+    tree.append(li);
+  }
+  const err = $("error");
+  err.hidden = !st.error;
+  err.textContent = st.error ? "error in " + (st.error.step || "?") + ": " + st.error.message : "";
+}
+function pendingCard(p) {
+  const card = el("div", "pending");
+  card.dataset.step = p.step;
+  const r = p.request || {};
+  if (p.kind === "approval") {
+    card.append(el("h3", null, "Approval: " + p.step));
+    if (r.approvers) card.append(el("div", "muted", "approvers: " + r.approvers.join(", ")));
+    if (r.deadline) card.append(el("div", "muted", "deadline: " + r.deadline));
+    card.append(el("pre", "plan", JSON.stringify(r.plan, null, 2)));
+    const hash = el("div", null, "plan hash: ");
+    hash.append(el("code", "plan-hash", r.plan_hash));
+    card.append(hash);
+    const comment = el("textarea", "comment");
+    comment.placeholder = "comment (optional)";
+    const yes = el("button", "ok", "Approve"), no = el("button", "no", "Reject");
+    yes.addEventListener("click", () => decide(p, true, comment, [yes, no]));
+    no.addEventListener("click", () => decide(p, false, comment, [yes, no]));
+    const row = el("p");
+    row.append(yes, " ", no);
+    card.append(comment, row);
+  } else if (p.kind === "wait") {
+    card.append(el("h3", null, "Waiting for outside event: " + p.step));
+    card.append(el("code", null, "longtask signal " + THREAD + " " + p.step + " --payload JSON"));
+  } else {
+    card.append(el("h3", null, "Waiting for a person: " + p.step));
+    card.append(el("div", null, r.reason || JSON.stringify(r)));
+  }
+  return card;
+}
+function renderPending(items) {
+  // Rebuilt only when what is pending changes, so a comment being typed survives events.
+  const key = JSON.stringify(items.map((p) => [p.interrupt_id, (p.request || {}).plan_hash]));
+  if (key === pendingKey) return;
+  pendingKey = key;
+  const box = $("pending");
+  box.replaceChildren(...items.map(pendingCard));
+  $("pending-section").hidden = items.length === 0;
+}
+async function decide(p, approved, comment, buttons) {
+  const msg = $("message");
+  if (!token()) { msg.className = "error"; msg.textContent = "enter your API token first"; return; }
+  buttons.forEach((b) => { b.disabled = true; });
+  msg.className = ""; msg.textContent = (approved ? "approving" : "rejecting") + " " + p.step + "…";
+  const body = {step: p.step, plan_hash: p.request.plan_hash};
+  if (comment.value.trim()) body.comment = comment.value.trim();
+  try {
+    const st = await api(BASE + (approved ? "/approve" : "/reject"),
+      {method: "POST", body: JSON.stringify(body)});
+    msg.textContent = (approved ? "approved " : "rejected ") + p.step + "; thread is " + st.status;
+    renderStatus(st);
+    refresh();
+  } catch (e) {
+    msg.className = "error";
+    msg.textContent = e.message;
+    buttons.forEach((b) => { b.disabled = false; });
+  }
+}
+async function refresh() {
+  if (refreshing) { again = true; return; }
+  refreshing = true;
+  try {
+    const [st, items] = await Promise.all([api(BASE), api(BASE + "/pending")]);
+    renderStatus(st);
+    renderPending(items);
+    $("load-error").textContent = "";
+  } catch (e) {
+    $("load-error").textContent = e.message;
+  } finally {
+    refreshing = false;
+    if (again) { again = false; refresh(); }
+  }
+}
+function addEvent(ev) {
+  events.unshift(ev);
+  events = events.slice(0, 20);
+  $("events").replaceChildren(...events.map((e) => {
+    const data = JSON.stringify(e.data || {});
+    const text = "#" + e.id + " " + new Date(e.ts).toLocaleTimeString() + " " + e.kind +
+      (e.step ? " " + e.step : "") + (data !== "{}" ? " " + data : "");
+    const li = el("li", null, text);
+    li.dataset.kind = e.kind;
+    li.title = text;
+    return li;
+  }));
+}
+function onEvent(msg) {
+  const ev = JSON.parse(msg.data);
+  if (ev.id <= lastId) return;
+  lastId = ev.id;
+  addEvent(ev);
+  refresh();
+}
+function connect() {
+  if (source) source.close();
+  const params = new URLSearchParams();
+  if (lastId) params.set("since", lastId);
+  if (CONFIG.readsNeedToken && token()) params.set("access_token", token());
+  const q = params.toString();
+  source = new EventSource(BASE + "/events/stream" + (q ? "?" + q : ""));
+  for (const kind of CONFIG.kinds) source.addEventListener(kind, onEvent);
+  source.addEventListener("message", onEvent);
+  source.onopen = () => { $("live").textContent = "● live"; };
+  source.onerror = async () => {
+    // The server ends the stream once the thread is finished; the browser would reconnect.
+    await refresh();
+    if (current && CLOSED.includes(current.status)) {
+      source.close();
+      $("live").textContent = "finished";
+    } else {
+      $("live").textContent = "reconnecting…";
+    }
+  };
+}
+bindToken(() => { if (CONFIG.readsNeedToken) { refresh(); connect(); } });
+refresh();
+connect();
+"""
+
+
+def _config_json(config: dict[str, Any]) -> str:
+    # Inside <script>, "</" would end the element: escape what HTML could read as markup.
+    text = json.dumps(config, ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _document(title: str, body: str, script: str, config: dict[str, Any]) -> tuple[str, str]:
+    nonce = secrets.token_urlsafe(16)
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)}</title>
+<style nonce="{nonce}">{CSS}</style></head>
+<body>{body}
+<script type="application/json" id="config">{_config_json(config)}</script>
+<script nonce="{nonce}">{COMMON_JS}{script}</script>
+</body></html>
+"""
+    return page, nonce
+
+
+TOKEN_FIELD = """<label>API token <input id="token" type="password" autocomplete="off"
+ placeholder="bearer token" size="18"></label>"""
+
+
+def index_page(*, reads_need_token: bool) -> tuple[str, str]:
+    """The list of threads; returns the HTML and its CSP nonce."""
+    body = f"""<header><h1>longtask threads</h1>{TOKEN_FIELD}</header>
+<main><section><p id="message" class="error"></p>
+<table><thead><tr><th>thread</th><th>task</th><th>status</th><th>updated</th></tr></thead>
+<tbody id="threads"></tbody></table><p id="empty" class="muted" hidden>no threads</p>
+</section></main>"""
+    return _document("longtask", body, INDEX_JS, {"readsNeedToken": reads_need_token})
+
+
+def thread_page(thread_id: str, reads_need_token: bool) -> tuple[str, str]:
+    """The live view of one thread; returns the HTML and its CSP nonce."""
+    name = html.escape(thread_id)
+    body = f"""<header><h1><a href="/">threads</a> / {name}</h1>
+<span id="live" class="muted">connecting…</span>{TOKEN_FIELD}</header>
+<main>
+<section><h2><span id="task">…</span> <span id="status" class="badge">loading</span></h2>
+<div class="bar"><div id="bar"></div></div><div id="progress" class="muted"></div>
+<p id="error" hidden></p><p id="load-error" class="error"></p>
+<p id="message" role="status"></p></section>
+<section id="pending-section" hidden><h2>Waiting for</h2><div id="pending"></div></section>
+<section><h2>Steps</h2><ul id="tree" class="tree"></ul></section>
+<section><h2>Latest events</h2><ol id="events"></ol></section>
+</main>"""
+    config = {"thread": thread_id, "readsNeedToken": reads_need_token, "kinds": EVENT_KINDS}
+    return _document(f"longtask · {thread_id}", body, THREAD_JS, config)

@@ -1,0 +1,39 @@
+"""``run_server``: open a Runner and serve the app with uvicorn."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from longtask.errors import InvalidInput
+from longtask.serve._auth import ENV_TOKEN, ENV_TOKENS, check_tokens, is_loopback, tokens_from_env
+
+
+def run_server(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    db: str | None = None,
+    tokens: Mapping[str, str] | None = None,
+) -> None:
+    """Serve the API and the pages on ``host:port`` until interrupted.
+
+    ``tokens`` (``{token: name}``) defaults to ``$LONGTASK_API_TOKENS`` and
+    ``$LONGTASK_API_TOKEN``. Off loopback a token is required, and reads need one too.
+    """
+    configured = check_tokens(tokens) if tokens is not None else tokens_from_env(os.environ)
+    loopback = is_loopback(host)
+    if not loopback and not configured:
+        raise InvalidInput(
+            f"refusing to serve on {host!r} without an API token: anyone who can reach it "
+            f"could read every thread. Set {ENV_TOKEN} (or {ENV_TOKENS}=name=token,...), or "
+            "serve on 127.0.0.1"
+        )
+    import uvicorn
+
+    from longtask.runtime import Runner
+    from longtask.serve._app import create_app
+
+    with Runner(db) as runner:
+        app = create_app(runner, configured, open_reads=loopback, loopback_hosts_only=loopback)
+        # No access log: a URL may carry an access_token (EventSource cannot send headers).
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -1,0 +1,184 @@
+"""The web page in a real browser, against a real ``longtask serve`` process.
+
+A weekly report thread waits for its CI event. The page (headless Chromium, driven by
+Playwright) shows it; the event arrives from another process and the page shows the approval
+and its plan without a reload; a wrong token is refused on the page; with the right token
+Approve continues the thread, and the page shows it completed, live.
+
+Needs /usr/bin/chromium (Debian package ``chromium``) and the ``playwright`` package: without
+them the test is skipped, except when ``CI`` is set, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ROOT, run_cli
+
+from longtask import Runner
+from longtask.runtime import load_task
+
+HERE = Path(__file__).resolve().parent
+TASK_REF = f"{HERE / 'web_task.py'}:task"
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "tests" / "artifacts"
+README_IMAGE = ROOT / "docs" / "images" / "web-page.png"
+THREAD = "weekly-2030-08"
+TOKEN = "tok-alice-7f3c9a"
+STEP = "approve_publish"
+WAIT = 30_000  # ms: how long the page may take to show a change
+
+
+def _need(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: the browser test must run)")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        _need(f"{CHROMIUM} is missing; install it with `apt-get install chromium`")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _need("the playwright package is not installed")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(sqlite_url: str) -> Iterator[str]:
+    """A ``longtask serve`` process on a free port; yields its base URL."""
+    port = _free_port()
+    env = {**os.environ, "LONGTASK_API_TOKENS": f"alice={TOKEN}"}
+    env.pop("LONGTASK_API_TOKEN", None)
+    args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--db", sqlite_url]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "longtask", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                out, err = proc.communicate()
+                pytest.fail(f"longtask serve exited with {proc.returncode}:\n{out}{err}")
+            try:
+                if httpx.get(f"{base}/api/threads", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "longtask serve did not answer within 30 s"
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            out, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+        assert TOKEN not in out + err, "the server printed a token"
+
+
+def test_approve_on_the_page_and_watch_the_thread_complete(
+    sqlite_url: str, server: str, browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    task = load_task(TASK_REF)
+    with Runner(sqlite_url) as runner:
+        runner.start(task, {}, thread_id=THREAD)
+        assert runner.status(THREAD).status == "waiting_external"
+
+    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The list of threads links to the thread's page.
+    page.goto(f"{server}/")
+    page.get_by_role("link", name=THREAD).click(timeout=WAIT)
+    page.wait_for_url(f"{server}/threads/{THREAD}")
+    status = page.locator("#status")
+    expect(status).to_have_text("waiting_external", timeout=WAIT)
+    expect(page.locator("#task")).to_have_text("weekly_report v1")
+    expect(page.locator('li.step[data-step="parse"]')).to_contain_text("items 8/8")
+    expect(page.locator('li.step[data-step="ci"] .mark')).to_have_text("⏸")
+    # Marks the document: after a reload the mark would be gone.
+    page.evaluate("window.__sameDocument = true")
+
+    # The CI event comes from another process; the page shows the approval by itself.
+    signal = run_cli("signal", THREAD, "ci", "--payload", '"passed"', db=sqlite_url)
+    assert signal.returncode == 3, signal.stdout + signal.stderr
+    expect(status).to_have_text("waiting_user", timeout=WAIT)
+    plan = page.locator(f'.pending[data-step="{STEP}"] pre.plan')
+    expect(plan).to_contain_text("s3://reports/weekly-2030-08.md")
+    expect(plan).to_contain_text('"documents": 8')
+    with Runner(sqlite_url) as runner:
+        [pending] = runner.pending(THREAD)
+    expect(page.locator(".plan-hash")).to_have_text(pending.request["plan_hash"])
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "browser-pending.png"), full_page=True)
+
+    # A wrong token is refused on the page, and the thread still waits.
+    page.fill("#token", "not-the-token")
+    page.click(f'.pending[data-step="{STEP}"] button.ok')
+    expect(page.locator("#message")).to_contain_text("invalid bearer token", timeout=WAIT)
+    with Runner(sqlite_url) as runner:
+        assert runner.status(THREAD).status == "waiting_user"
+
+    page.fill("#token", TOKEN)
+    page.fill(f'.pending[data-step="{STEP}"] textarea.comment', "numbers look right")
+    page.click(f'.pending[data-step="{STEP}"] button.ok')
+    expect(status).to_have_text("completed", timeout=WAIT)
+    # These arrive only through the event stream, not from the approve response.
+    expect(page.locator('#events li[data-kind="longtask.completed"]')).to_have_count(
+        1, timeout=WAIT
+    )
+    expect(page.locator("#events li").first).to_contain_text("longtask.completed")
+    expect(page.locator('li.step[data-step="publish"] .mark')).to_have_text("✓", timeout=WAIT)
+    expect(page.locator("#progress")).to_contain_text("5/5 steps (100%)")
+    expect(page.locator("#pending-section")).to_be_hidden()
+    expect(page.locator("#live")).to_have_text("finished", timeout=WAIT)
+    assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
+    assert page.evaluate("sessionStorage.getItem('longtask.token')") == TOKEN
+    assert errors == []
+
+    page.screenshot(path=str(ARTIFACTS / "browser-approval.png"), full_page=True)
+    README_IMAGE.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(ARTIFACTS / "browser-approval.png", README_IMAGE)
+
+    with Runner(sqlite_url) as runner:
+        assert runner.status(THREAD).status == "completed"
+        resolved = runner.events(THREAD, kinds=["approval.resolved"])
+        assert [(e.data["outcome"], e.data["by"], e.data["comment"]) for e in resolved] == [
+            ("approved", "alice", "numbers look right")
+        ]
+        assert resolved[0].data["plan_hash"] == pending.request["plan_hash"]
+        assert runner.result(THREAD, "publish") == (
+            "published s3://reports/weekly-2030-08.md (approved by alice)"
+        )
