@@ -187,6 +187,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
 
     def close(self) -> None:
         self.close_queue()
+        if self._hub is not None:
+            self._hub.close()
         try:
             self.events_writer.close()
         finally:

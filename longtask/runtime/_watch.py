@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
@@ -22,8 +23,58 @@ PAUSED = ("waiting_user", "waiting_external")
 LOOKBACK = 5.0
 
 
+class EventHub:
+    """One LISTEN connection for every waiter of a Runner (PostgreSQL): a background thread
+    reads the notifications and wakes whoever waits for that thread's events."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._cond = threading.Condition()
+        self._seen: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+
+    def _listen(self) -> None:
+        waiter = self._db.event_waiter()
+        conn = getattr(waiter, "_conn", None)
+        try:
+            while not self._stop.is_set() and conn is not None:
+                for note in conn.notifies(timeout=1.0):
+                    with self._cond:
+                        self._seen[note.payload] = self._seen.get(note.payload, 0) + 1
+                        self._cond.notify_all()
+        except Exception:  # the waiters fall back to their timeouts
+            pass
+        finally:
+            waiter.close()
+
+    def wait(self, thread_id: str, timeout: float) -> None:
+        if self._db.url.scheme != "postgresql":
+            time.sleep(max(0.0, min(timeout, 0.2)))
+            return
+        with self._cond:
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._listen, daemon=True, name="longtask-events"
+                )
+                self._worker.start()
+            start = self._seen.get(thread_id, 0)
+            self._cond.wait_for(lambda: self._seen.get(thread_id, 0) != start, timeout)
+
+    def close(self) -> None:
+        self._stop.set()
+
+
 class WatchMixin(ABC):
     db: Database
+    _hub: EventHub | None = None
+
+    def wait_events(self, thread_id: str, timeout: float) -> None:
+        """Block until the thread may have new events (PostgreSQL: a NOTIFY for it), or
+        ``timeout`` seconds; SQLite waits a short poll interval."""
+        if self._hub is None:
+            self._hub = EventHub(self.db)
+        self._hub.wait(thread_id, timeout)
 
     @abstractmethod
     def _thread(self, thread_id: str) -> ThreadRecord: ...
