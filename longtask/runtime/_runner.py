@@ -645,7 +645,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         skipped = _skipped_in(tup)
         waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
         values: dict[str, Any] = dict(tup.checkpoint.get("channel_values", {})) if tup else {}
-        active = rec.status == "running" and self.db.is_locked(thread_id)
+        holder = self.db.store.lease_holder(thread_id)
+        # A worker holds a lease, not the advisory lock of a single process.
+        active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
         steps: list[StepState] = []
         current: str | None = None
@@ -694,7 +696,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             runs=rec.runs,
             created_at=rec.created_at,
             updated_at=rec.updated_at,
-            worker=holder[0] if (holder := self.db.store.lease_holder(thread_id)) else None,
+            worker=holder[0] if holder else None,
         )
 
     def result(self, thread_id: str, step: str) -> Any:

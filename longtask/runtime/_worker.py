@@ -128,7 +128,9 @@ class Worker:
                     install_signal_handlers=False,
                     update_heartbeat_interval=max(0.2, self.stalled_after / 4),
                     stalled_worker_timeout=self.stalled_after,
-                    fetch_job_polling_interval=1.0,
+                    # A job put back after a stalled worker sends no notification: poll
+                    # often enough that taking over is not held up by it.
+                    fetch_job_polling_interval=min(1.0, max(0.2, self.stalled_after / 4)),
                     delete_jobs="successful",
                 )
             )
