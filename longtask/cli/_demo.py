@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import time
 import uuid
@@ -20,23 +19,12 @@ from longtask.cli._output import print_status
 
 def _make_repo(repo: Path) -> None:
     """The sample project, as a git repository with one commit on main."""
+    from longtask.demo.migration import commit_all, git
+
     sample = Path(__file__).resolve().parent.parent / "demo" / "sample"
     shutil.copytree(sample, repo, ignore=shutil.ignore_patterns("__pycache__"))
-    for args in (
-        ["init", "-q", "-b", "main"],
-        ["add", "-A"],
-        [
-            "-c",
-            "user.name=longtask demo",
-            "-c",
-            "user.email=demo@longtask.invalid",
-            "commit",
-            "-q",
-            "-m",
-            "authsvc with sessions",
-        ],
-    ):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    git(str(repo), "init", "-q", "-b", "main")
+    commit_all(str(repo), "authsvc with sessions")
 
 
 def _ask(question: str) -> bool:

@@ -36,6 +36,16 @@ _BUDGET_NAMES = {
 }
 
 
+def stage_state(states: set[str]) -> str:
+    """One state for a stage from its steps' states."""
+    if states <= {"completed", "skipped"}:
+        return "completed"
+    for state in ("failed", "waiting"):
+        if state in states:
+            return state
+    return "running" if states & {"running", "completed"} else "pending"
+
+
 def status_exit_code(status: str) -> int:
     return _EXIT.get(status, 1)
 
@@ -60,18 +70,7 @@ def print_status(out: Console, st: ThreadStatus) -> None:
                 label += f" [red]({len(step.items_failed)} failed)[/red]"
         stages.setdefault(step.stage, []).append(label)
     for stage, items in stages.items():
-        states = {s.state for s in st.steps if s.stage == stage}
-        mark = MARKS[
-            "completed"
-            if states <= {"completed", "skipped"}
-            else "failed"
-            if "failed" in states
-            else "waiting"
-            if "waiting" in states
-            else "running"
-            if states & {"running", "completed"}
-            else "pending"
-        ]
+        mark = MARKS[stage_state({s.state for s in st.steps if s.stage == stage})]
         out.print(f"{mark} {escape(stage)}")
         out.print("    " + "   ".join(items))
     if st.error:

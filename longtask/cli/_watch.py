@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.text import Text
 
-from longtask.cli._output import MARKS, continue_commands
+from longtask.cli._output import MARKS, continue_commands, stage_state
 
 if TYPE_CHECKING:
     from longtask.runtime import ThreadStatus
@@ -90,20 +90,10 @@ def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
                 text += f" [red]no progress for {int(quiet // 60)} min[/red]"
         stages.setdefault(step.stage, []).append(text)
     for stage, items in stages.items():
-        states = {s.state for s in st.steps if s.stage == stage}
-        if states <= {"completed", "skipped"}:
-            lines.append(Text.from_markup(f"{MARKS['completed']} {escape(stage)}"))
-            continue
-        mark = (
-            "failed"
-            if "failed" in states
-            else "waiting"
-            if "waiting" in states
-            else "running"
-            if states & {"running", "completed"}
-            else "pending"
-        )
+        mark = stage_state({s.state for s in st.steps if s.stage == stage})
         lines.append(Text.from_markup(f"{MARKS[mark]} {escape(stage)}"))
+        if mark == "completed":
+            continue  # a finished stage is one line
         lines.append(Text.from_markup("    " + "   ".join(items)))
     if st.error:
         lines.append(

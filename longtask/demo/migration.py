@@ -158,7 +158,8 @@ def _add_worktree(repo: str, worktree: str, branch: str) -> dict[str, str]:
     return {"worktree": worktree, "branch": branch}
 
 
-def _commit(worktree: str, message: str) -> str:
+def commit_all(worktree: str, message: str) -> str:
+    """Commit everything in ``worktree`` (as the demo's own author); returns the commit."""
     git(worktree, "add", "-A")
     git(
         worktree,
@@ -242,7 +243,7 @@ def verify(ctx: StepContext) -> dict[str, Any]:
 def publish(ctx: StepContext) -> dict[str, Any]:
     maybe_crash("publish")
     inputs: Inputs = ctx.inputs
-    sha = ctx.effect("commit", _commit, inputs.worktree, "Move authentication to JWT")
+    sha = ctx.effect("commit", commit_all, inputs.worktree, "Move authentication to JWT")
     patch = git(inputs.repo, "format-patch", "--stdout", f"main..{inputs.branch}")
     patch_path = Path(inputs.state_dir).parent / "migration.patch"
     patch_path.write_text(patch)
