@@ -164,8 +164,8 @@ def print_threads(out: Console, threads: Sequence[ThreadRecord]) -> None:
 def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
     table = Table(box=None, pad_edge=False)
     table.add_column("checkpoint", no_wrap=True, min_width=36)
-    for col in ("step", "source", "time", "completed"):
-        table.add_column(col)
+    for col in ("step", "source", "time", "completed", "stage", "done"):
+        table.add_column(col, no_wrap=col == "time")
     for v in views:
         table.add_row(
             v.checkpoint_id,
@@ -173,22 +173,7 @@ def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
             v.source or "",
             (v.created_at or "")[:19].replace("T", " "),
             escape(", ".join(v.completed)),
+            escape(", ".join(v.stages)),
+            f"{v.done}/{v.total}",
         )
     out.print(table)
-
-
-def print_budget(out: Console, budget: BudgetState | None, thread_id: str) -> None:
-    if budget is None:
-        out.print(f"thread {escape(thread_id)} has no budget and has charged nothing")
-        return
-    for name, label in _BUDGET_NAMES.items():
-        limit = budget.limits.get(name)
-        used = budget.used.get(name, 0)
-        shown = f"{used:g}" + (f" of {limit:g}" if limit is not None else " (no limit)")
-        warn = " [red]exceeded[/red]" if limit is not None and used >= limit else ""
-        out.print(f"{label:<18} {shown}{warn}")
-    if budget.deadline_at is not None:
-        from datetime import UTC, datetime
-
-        at = datetime.fromtimestamp(budget.deadline_at, UTC)
-        out.print(f"{'deadline':<18} {at:%Y-%m-%d %H:%M:%S} UTC")

@@ -72,16 +72,22 @@ def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     return {"configurable": conf}
 
 
-def view_of(tup: Any) -> CheckpointView:
+def view_of(tup: Any, stage_of: dict[str, str] | None = None) -> CheckpointView:
     meta = tup.metadata or {}
     updated = tup.checkpoint.get("updated_channels") or []
+    completed = sorted(c[4:] for c in updated if c.startswith("out."))
+    stage_of = stage_of or {}
+    values = tup.checkpoint.get("channel_values") or {}
     return CheckpointView(
         checkpoint_id=tup.config["configurable"]["checkpoint_id"],
         parent_id=(tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
         step=meta.get("step"),
         source=meta.get("source"),
         created_at=tup.checkpoint.get("ts"),
-        completed=sorted(c[4:] for c in updated if c.startswith("out.")),
+        completed=completed,
+        stages=sorted({stage_of[c] for c in completed if c in stage_of}),
+        done=sum(1 for c in values if c.startswith("out.")),
+        total=len(stage_of),
     )
 
 
@@ -115,8 +121,8 @@ class HistoryMixin(ABC):
         if limit < 1:
             raise InvalidInput("limit must be at least 1")
         wanted: set[str] | None = None
+        names = {s["name"]: st["name"] for st in rec.definition["stages"] for s in st["steps"]}
         if step is not None or stage is not None:
-            names = {s["name"]: st["name"] for st in rec.definition["stages"] for s in st["steps"]}
             if step is not None and step not in names:
                 raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
             if stage is not None and stage not in names.values():
@@ -126,7 +132,7 @@ class HistoryMixin(ABC):
         out: list[CheckpointView] = HistoryList()
         before_cfg = _cfg(thread_id, before) if before else None
         for tup in self.db.saver.list(_cfg(thread_id), before=before_cfg, limit=scan):
-            view = view_of(tup)
+            view = view_of(tup, names)
             if wanted is None or wanted & set(view.completed):
                 out.append(view)
                 if len(out) >= limit:

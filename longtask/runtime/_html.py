@@ -88,10 +88,13 @@ def history_html(views: Sequence[CheckpointView]) -> str:
             escape(v.source or ""),
             escape((v.created_at or "")[:19].replace("T", " ")),
             escape(", ".join(v.completed)),
+            escape(", ".join(v.stages)),
+            f"{v.done}/{v.total}",
         ]
         for v in views
     ]
-    return _table(["checkpoint", "parent", "step", "source", "time", "completed"], rows)
+    header = ["checkpoint", "parent", "step", "source", "time", "completed", "stage", "done"]
+    return _table(header, rows)
 
 
 def checkpoint_html(cs: CheckpointState) -> str:

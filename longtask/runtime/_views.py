@@ -82,6 +82,11 @@ class CheckpointView(BaseModel):
     created_at: str | None
     #: steps whose results this checkpoint added
     completed: list[str]
+    #: the stages of those steps
+    stages: list[str] = []
+    #: how many steps had a result at this point (of ``total``)
+    done: int = 0
+    total: int = 0
 
 
 def definition_summary(task: LongTask) -> dict[str, Any]:
