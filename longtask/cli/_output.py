@@ -177,3 +177,20 @@ def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
             f"{v.done}/{v.total}",
         )
     out.print(table)
+
+
+def print_budget(out: Console, budget: BudgetState | None, thread_id: str) -> None:
+    if budget is None:
+        out.print(f"thread {escape(thread_id)} has no budget and has charged nothing")
+        return
+    for name, label in _BUDGET_NAMES.items():
+        limit = budget.limits.get(name)
+        used = budget.used.get(name, 0)
+        shown = f"{used:g}" + (f" of {limit:g}" if limit is not None else " (no limit)")
+        warn = " [red]exceeded[/red]" if limit is not None and used >= limit else ""
+        out.print(f"{label:<18} {shown}{warn}")
+    if budget.deadline_at is not None:
+        from datetime import UTC, datetime
+
+        at = datetime.fromtimestamp(budget.deadline_at, UTC)
+        out.print(f"{'deadline':<18} {at:%Y-%m-%d %H:%M:%S} UTC")
