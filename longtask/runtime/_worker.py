@@ -90,7 +90,13 @@ class Worker:
             jobs = self.jobs
         with contextlib.suppress(Exception):  # a missed beat is not worth a crash
             self.db.store.worker_beat(
-                self.name, socket.gethostname(), os.getpid(), self.started, jobs, current
+                self.name,
+                socket.gethostname(),
+                os.getpid(),
+                self.started,
+                jobs,
+                current,
+                self.stalled_after,
             )
 
     async def _housekeeping(self) -> None:
@@ -99,9 +105,10 @@ class Worker:
         while True:
             await asyncio.to_thread(self._beat)
             try:
-                for job in await manager.get_stalled_jobs(
-                    seconds_since_heartbeat=self.stalled_after
-                ):
+                threshold = await asyncio.to_thread(
+                    self.db.store.stalled_threshold, self.stalled_after
+                )
+                for job in await manager.get_stalled_jobs(seconds_since_heartbeat=threshold):
                     log.warning("retrying job %s of a stalled worker", job.id)
                     await manager.retry_job(job)
             except Exception:  # the next round tries again
@@ -127,7 +134,10 @@ class Worker:
                     wait=True,
                     install_signal_handlers=False,
                     update_heartbeat_interval=max(0.2, self.stalled_after / 4),
-                    stalled_worker_timeout=self.stalled_after,
+                    # procrastinate's own pruning deletes the rows of workers silent this
+                    # long, which hands their jobs over: keep it well behind the takeover
+                    # rule above (the largest threshold of the live workers).
+                    stalled_worker_timeout=max(300.0, 10 * self.stalled_after),
                     # A job put back after a stalled worker sends no notification: poll
                     # often enough that taking over is not held up by it.
                     fetch_job_polling_interval=min(1.0, max(0.2, self.stalled_after / 4)),

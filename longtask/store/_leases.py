@@ -92,16 +92,36 @@ class LeaseTables:
     # -- workers -----------------------------------------------------------------------------
 
     def worker_beat(
-        self, name: str, host: str, pid: int, started_at: float, jobs: int, current: str | None
+        self,
+        name: str,
+        host: str,
+        pid: int,
+        started_at: float,
+        jobs: int,
+        current: str | None,
+        stalled_after: float | None = None,
     ) -> None:
         now = time.time()
         self._run(
             "INSERT INTO longtask_workers (name, host, pid, started_at, heartbeat_at, jobs, "
-            "current) VALUES (?,?,?,?,?,?,?) ON CONFLICT (name) DO UPDATE SET "
+            "current, stalled_after) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (name) DO UPDATE SET "
             "heartbeat_at = excluded.heartbeat_at, jobs = excluded.jobs, "
-            "current = excluded.current, stopped_at = NULL",
-            (name, host, pid, started_at, now, jobs, current),
+            "current = excluded.current, stalled_after = excluded.stalled_after, "
+            "stopped_at = NULL",
+            (name, host, pid, started_at, now, jobs, current, stalled_after),
         )
+
+    def stalled_threshold(self, own: float) -> float:
+        """The seconds of silence after which a worker counts as dead: the largest
+        threshold among the workers that may still be alive (each judged by its own), at
+        least ``own``. A worker that beats slowly is never judged by a stricter neighbour."""
+        rows = self._run(
+            "SELECT MAX(stalled_after) FROM longtask_workers WHERE stopped_at IS NULL "
+            "AND stalled_after IS NOT NULL AND heartbeat_at >= ? - 2 * stalled_after",
+            (time.time(),),
+        )
+        found = rows[0][0] if rows else None
+        return max(own, float(found)) if found is not None else own
 
     def worker_stopped(self, name: str) -> None:
         self._run(

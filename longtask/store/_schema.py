@@ -219,6 +219,11 @@ MIGRATIONS: list[list[str]] = [
         POSTGRES_ONLY + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON longtask_effects "
         "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
     ],
+    # 8: each worker's stalled-after threshold: a worker is judged dead by the largest
+    # threshold of the live workers, never by a stricter one than its own heartbeat allows
+    [
+        "ALTER TABLE longtask_workers ADD COLUMN stalled_after {real}",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -31,7 +31,9 @@ def _until(what: str, ok: Callable[[], bool], timeout: float = 60) -> None:
 def workers(pg_url: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     procs: list[subprocess.Popen[str]] = []
 
-    def start(name: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    def start(
+        name: str, env: dict[str, str] | None = None, stalled_after: str = STALLED_AFTER
+    ) -> subprocess.Popen[str]:
         log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
         proc = subprocess.Popen(
             [
@@ -40,7 +42,7 @@ def workers(pg_url: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Po
                 "longtask",
                 "worker",
                 "--stalled-after",
-                STALLED_AFTER,
+                stalled_after,
                 "--name",
                 name,
             ],
@@ -147,3 +149,32 @@ def test_waiting_threads_hold_no_worker(
             lambda: all(runner.status(t).status == "completed" for t in threads),
         )
         assert [runner.result(t, "finish") for t in threads] == [2 * i for i in range(20)]
+
+
+def test_a_strict_worker_does_not_take_over_a_slow_beating_one(
+    pg_url: str, tmp_path: Path, workers: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """Workers with different --stalled-after values: each is judged by the largest
+    threshold of the live workers, so a healthy worker that beats every 1.5 s (threshold
+    6 s) keeps its thread while a worker with a 1 s threshold looks on."""
+    env = {
+        "LT_HOLD": str(tmp_path / "hold"),
+        "LT_RELEASE": str(tmp_path / "release"),
+        "LT_RUNS": str(tmp_path / "runs"),
+    }
+    os.environ.update(env)
+    slow = workers("slow", env, stalled_after="6")
+    with Runner(pg_url) as runner:
+        from worker_task import fenced
+
+        thread = runner.submit(
+            fenced, thread_id="t-mixed", task_ref=f"{HERE}/worker_task.py:fenced"
+        )
+        _until("s2 to start on the slow-beating worker", (tmp_path / "hold.pid").exists)
+        workers("strict", env, stalled_after="1")
+        time.sleep(4)  # four times the strict worker's own threshold
+        (tmp_path / "release").write_text("go")
+        _until("the thread to complete", lambda: runner.status(thread).status == "completed")
+        runs = [int(p) for p in (tmp_path / "runs").read_text().split()]
+        assert runs == [slow.pid]  # s2 ran once, on the worker that held it
+        assert "taken over" not in (tmp_path / "slow.log").read_text()
