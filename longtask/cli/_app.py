@@ -94,7 +94,8 @@ def _printer(header: str | None = None) -> Any:
 
 
 def _finish(runner: Runner, thread_id: str) -> int:
-    if runner.worker is None and runner.db.store.mode(thread_id) == "worker":
+    record = runner.db.store.get_thread(thread_id)
+    if runner.worker is None and record is not None and record.mode == "worker":
         out.print(
             f"thread {escape(thread_id)} is served by workers: sent to the queue; follow it "
             f"with `longtask watch {escape(thread_id)}`"

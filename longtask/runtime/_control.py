@@ -8,26 +8,22 @@ import json
 import logging
 import threading
 import uuid
-from abc import ABC, abstractmethod
-from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import StateUpdate
 
 from longtask.errors import CompensationFailed, InvalidInput, NothingToResume, ThreadBusy
 from longtask.model import LongTask, PauseStep
+from longtask.runtime._base import RunnerBase
 from longtask.steps import STEP_ATTR, NodeCall, StepContext, StepEnv, result_channel
 from longtask.steps._attempts import describe
 from longtask.steps._effects import effect_key
-from longtask.store import BudgetState, EventWriter, NewEvent, ThreadRecord
+from longtask.store import BudgetState, NewEvent, ThreadRecord
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
-    from langgraph.types import Command
 
     from longtask.checkpointers import Database
-    from longtask.store import ValueCodec
 
 log = logging.getLogger("longtask.runtime")
 
@@ -81,46 +77,7 @@ class CancelWatch:
         self._worker.join()
 
 
-class ControlMixin(ABC):
-    db: Database
-    codec: ValueCodec
-    events_writer: EventWriter
-    clock: Callable[[], datetime]
-
-    @abstractmethod
-    def _thread(self, thread_id: str) -> ThreadRecord: ...
-
-    @abstractmethod
-    def _load(self, rec: ThreadRecord) -> LongTask: ...
-
-    @abstractmethod
-    def _compiled(self, task: LongTask) -> tuple[StepEnv, Any]: ...
-
-    @abstractmethod
-    def _done_steps(self, thread_id: str) -> set[str]: ...
-
-    @abstractmethod
-    def resume(
-        self,
-        thread_id: str,
-        command: Command[Any] | None = None,
-        *,
-        task: LongTask | None = None,
-        allow_changed_definition: bool = False,
-        expect_interrupt: str | None = None,
-    ) -> str: ...
-
-    @abstractmethod
-    def _advance(
-        self,
-        rec: ThreadRecord,
-        task: LongTask,
-        graph_input: Any,
-        *,
-        first: bool,
-        check: Callable[[ThreadRecord], None] | None = None,
-    ) -> None: ...
-
+class ControlMixin(RunnerBase):
     def _manual(self, thread_id: str, kind: str, step: str | None, data: dict[str, Any]) -> None:
         self.db.store.append_event(
             thread_id, kind, key=f"{kind}/{uuid.uuid4().hex}", step=step, data=data
@@ -150,10 +107,9 @@ class ControlMixin(ABC):
         # The event first, so that a crash cannot leave a cancel without its record.
         self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
         self.db.store.request_cancel(thread_id, request)
-        served = getattr(self, "served_by_workers", None)
-        if served is not None and served(rec):
+        if self.served_by_workers(rec):
             # A worker stops the run (its cancel watch sees the request) and compensates.
-            self.enqueue(thread_id, {"kind": "cancel", "reason": reason, "by": by})  # type: ignore[attr-defined]
+            self.enqueue(thread_id, {"kind": "cancel", "reason": reason, "by": by})
             return False
 
         def check(current: ThreadRecord) -> None:

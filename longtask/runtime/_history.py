@@ -8,13 +8,13 @@ only the id and parent id of each checkpoint, never their state.
 from __future__ import annotations
 
 import uuid
-from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import StateUpdate
 from pydantic import BaseModel
 
 from longtask.errors import InvalidInput
+from longtask.runtime._base import RunnerBase
 from longtask.runtime._html import HistoryList
 from longtask.runtime._views import CheckpointView
 from longtask.steps import INPUTS_CHANNEL, result_channel
@@ -22,9 +22,7 @@ from longtask.steps import INPUTS_CHANNEL, result_channel
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
-    from longtask.checkpointers import Database
     from longtask.model import LongTask
-    from longtask.store import ThreadRecord, ValueCodec
 
 
 class CheckpointState(BaseModel):
@@ -91,19 +89,7 @@ def view_of(tup: Any, stage_of: dict[str, str] | None = None) -> CheckpointView:
     )
 
 
-class HistoryMixin(ABC):
-    db: Database
-    codec: ValueCodec
-
-    @abstractmethod
-    def _thread(self, thread_id: str) -> ThreadRecord: ...
-
-    @abstractmethod
-    def _load(self, rec: ThreadRecord) -> LongTask: ...
-
-    @abstractmethod
-    def graph(self, task: LongTask) -> Any: ...
-
+class HistoryMixin(RunnerBase):
     def history(
         self,
         thread_id: str,
@@ -275,8 +261,7 @@ class HistoryMixin(ABC):
             if result_channel(d) in stored
         ]
         if inputs is not None:
-            validate = getattr(self, "_validate_inputs")  # noqa: B009  (Runner's own)
-            encoded = self.codec.encode(validate(task, inputs), "the new inputs")
+            encoded = self.codec.encode(self._validate_inputs(task, inputs), "the new inputs")
             updates.append(StateUpdate({INPUTS_CHANNEL: encoded}, as_node=None))
         graph = self.graph(task)
         with self.db.lock(thread_id):

@@ -8,16 +8,14 @@ state is left exactly as it was.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.types import Command
 
 from longtask.errors import InvalidInput, LongTaskError, StepFailed, ThreadBusy
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
+from longtask.runtime._base import RunnerBase
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
 from longtask.steps._effects import RESOLVED_AS_FAILED
@@ -26,9 +24,6 @@ from longtask.store._values import to_json_bytes
 
 if TYPE_CHECKING:
     from langgraph.types import StateSnapshot
-
-    from longtask.checkpointers import Database
-    from longtask.store import ThreadRecord
 
 
 def pending_from(snapshot: StateSnapshot) -> list[Pending]:
@@ -53,31 +48,8 @@ class TickResult:
     outcome: str  # "timed out", "failed", "busy", "not waiting"
 
 
-class PauseMixin(ABC):
+class PauseMixin(RunnerBase):
     """Runner's pause methods: pending, approve, reject, decide, signal, answer, tick."""
-
-    db: Database
-    clock: Callable[[], datetime]
-
-    @abstractmethod
-    def _thread(self, thread_id: str) -> ThreadRecord: ...
-
-    @abstractmethod
-    def _load(self, rec: ThreadRecord) -> LongTask: ...
-
-    @abstractmethod
-    def graph(self, task: LongTask) -> Any: ...
-
-    @abstractmethod
-    def resume(
-        self,
-        thread_id: str,
-        command: Command[Any] | None = None,
-        *,
-        task: LongTask | None = None,
-        allow_changed_definition: bool = False,
-        expect_interrupt: str | None = None,
-    ) -> str: ...
 
     def pending(self, thread_id: str, *, task: LongTask | None = None) -> list[Pending]:
         """What the thread is waiting for: approvals (with plan, hash, deadline, approvers)

@@ -15,8 +15,7 @@ import contextlib
 import logging
 import os
 import socket
-from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +23,12 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from longtask.errors import InvalidInput, WorkersNeedPostgres
+from longtask.runtime._base import RunnerBase
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
     from longtask.model import LongTask
-    from longtask.store import EventWriter, ThreadRecord, ValueCodec
+    from longtask.store import ThreadRecord
 
 log = logging.getLogger("longtask.workers")
 
@@ -73,26 +73,8 @@ def decode_command(data: Mapping[str, Any] | None) -> Command[Any] | None:
     )
 
 
-class QueueMixin(ABC):
-    db: Database
-    codec: ValueCodec
-    events_writer: EventWriter
-    #: this runner is a worker: it advances worker threads itself (with a lease)
-    worker: str | None
+class QueueMixin(RunnerBase):
     _app: Any
-
-    @abstractmethod
-    def _thread(self, thread_id: str) -> ThreadRecord: ...
-
-    @abstractmethod
-    def _new_thread(
-        self,
-        task: LongTask,
-        inputs: Mapping[str, Any] | BaseModel | None,
-        thread_id: str | None,
-        task_ref: str | None,
-        mode: str | None,
-    ) -> ThreadRecord: ...
 
     def _queue(self) -> Any:
         if self._app is None:
@@ -130,7 +112,7 @@ class QueueMixin(ABC):
 
     def served_by_workers(self, rec: ThreadRecord) -> bool:
         """Whether this runner must hand ``rec``'s continuation to the queue."""
-        return self.worker is None and self.db.store.mode(rec.thread_id) == "worker"
+        return self.worker is None and rec.mode == "worker"
 
     def enqueue(self, thread_id: str, command: dict[str, Any]) -> None:
         """Put a continuation in the thread's inbox and wake a worker for it."""
@@ -186,7 +168,7 @@ class QueueMixin(ABC):
                 self.db.store.lease_release(thread_id, epoch)
 
 
-def serve_thread(runner: Any, thread_id: str, on_done: Callable[[str], None] | None = None) -> str:
+def serve_thread(runner: Any, thread_id: str) -> str:
     """The job a worker runs for a thread: apply its inbox in order (or just continue it),
     then schedule what it waits for (a deadline, a retry). Returns what happened."""
     from longtask.errors import NothingToResume
@@ -197,7 +179,6 @@ def serve_thread(runner: Any, thread_id: str, on_done: Callable[[str], None] | N
         return "unknown thread"
     runner.tick(thread_id=thread_id)  # deadlines that are due (they resume the thread)
     entries = store.inbox_peek(thread_id)
-    outcome = "continued"
     if not entries and rec.status in ("completed", "cancelled"):
         return "nothing to do"
     for entry_id, command in entries:
@@ -216,6 +197,4 @@ def serve_thread(runner: Any, thread_id: str, on_done: Callable[[str], None] | N
     for w in (rec.waiting or []) if rec else []:
         if w.get("kind") == "retry" and w.get("at"):
             runner.wake(thread_id, at=float(w["at"]))
-    if on_done is not None:
-        on_done(thread_id)
-    return outcome
+    return "continued"

@@ -276,10 +276,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             definition=definition_summary(task),
             inputs=encoded,
             status="pending",
+            mode=mode,
         )
         self.db.store.create_thread(rec)
-        if mode is not None:
-            self.db.store.set_mode(thread_id, mode)
         if task.budget is not None or task.deadline is not None:
             self.db.store.budget_init(
                 thread_id,

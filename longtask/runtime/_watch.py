@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import InvalidInput
+from longtask.runtime._base import RunnerBase
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
-    from longtask.store import Artifact, Event, ThreadRecord
+    from longtask.store import Artifact, Event
 
 #: statuses after which a thread writes no more events until someone acts
 FINAL = ("completed", "failed", "cancelled")
@@ -65,8 +65,7 @@ class EventHub:
         self._stop.set()
 
 
-class WatchMixin(ABC):
-    db: Database
+class WatchMixin(RunnerBase):
     _hub: EventHub | None = None
 
     def wait_events(self, thread_id: str, timeout: float) -> None:
@@ -75,9 +74,6 @@ class WatchMixin(ABC):
         if self._hub is None:
             self._hub = EventHub(self.db)
         self._hub.wait(thread_id, timeout)
-
-    @abstractmethod
-    def _thread(self, thread_id: str) -> ThreadRecord: ...
 
     def follow(
         self,

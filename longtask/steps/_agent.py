@@ -34,15 +34,20 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
 
-from longtask.errors import InvalidInput, LongTaskError, NeedsPerson, PermissionDenied
+from longtask.errors import InvalidInput, LongTaskError, PermissionDenied
 from longtask.model import AgentStep, ApprovalRequest, Retry, StepInfo
 from longtask.model._decision import plan_hash
-from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
+from longtask.steps._attempts import (
+    CONTROL,
+    check_limits,
+    describe,
+    permission_pause,
+    with_retries,
+)
 from longtask.steps._classify import classify
 from longtask.steps._context import _CURRENT, StepContext, result_channel
 from longtask.steps._effects import run_effect
 from longtask.steps._function import (
-    STEP_ATTR,
     NodeCall,
     StepEnv,
     step_completed,
@@ -408,13 +413,7 @@ def run_agent(
     except Exception as exc:
         if classify(exc, env.clock()).error_class == "permission":
             # A missing key, a revoked one, a tool without access: a person fixes it.
-            paused = NeedsPerson(
-                "permission",
-                f"permission denied: {describe(exc)[:500]}",
-                f"fix the access, then longtask retry {call.thread_id}",
-            )
-            setattr(paused, STEP_ATTR, info.name)
-            raise paused from exc
+            raise permission_pause(exc, call, info) from exc
         step_failed(env, call, info, exc)
         raise
     finally:

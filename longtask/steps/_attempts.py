@@ -47,6 +47,18 @@ def _tagged(exc: E, info: StepInfo) -> E:
     return exc
 
 
+def permission_pause(exc: BaseException, call: NodeCall, info: StepInfo) -> NeedsPerson:
+    """The pause for a person that a permission error of ``info``'s step turns into."""
+    return _tagged(
+        NeedsPerson(
+            "permission",
+            f"permission denied: {describe(exc)[:500]}",
+            f"fix the access, then longtask retry {call.thread_id}",
+        ),
+        info,
+    )
+
+
 def check_limits(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
     """Before an attempt starts: stop if the thread was cancelled, or its budget or
     deadline is used up (pause or fail, per the task's ``on_limit``)."""
@@ -187,13 +199,9 @@ def with_retries(
             exc.__longtask_attempt__ = attempt  # type: ignore[attr-defined]
             exc.__longtask_error_class__ = verdict.error_class  # type: ignore[attr-defined]
             if outcome == "paused":
-                paused = NeedsPerson(
-                    "permission",
-                    f"permission denied: {describe(exc)[:500]}",
-                    f"fix the access, then longtask retry {call.thread_id}",
-                )
+                paused = permission_pause(exc, call, info)
                 paused.__longtask_attempt__ = attempt  # type: ignore[attr-defined]
-                raise _tagged(paused, info) from exc
+                raise paused from exc
             raise
         env.charge_time(call.thread_id, time.monotonic() - started)
         if failed:

@@ -64,6 +64,8 @@ class ThreadRecord:
     updated_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     #: what a paused thread waits for: [{"step", "kind", ...}]
     waiting: list[dict[str, Any]] | None = None
+    #: "worker" for a thread served by workers (``Runner.submit``), else None
+    mode: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -142,7 +144,7 @@ _EVENT_ROW = "(?,?,?,?,?,?,?,?)"
 
 _THREAD_COLS = (
     "thread_id, task_ref, task_name, task_version, definition_hash, definition, inputs, "
-    "status, error, runs, created_at, updated_at, waiting"
+    "status, error, runs, created_at, updated_at, waiting, mode"
 )
 
 
@@ -208,7 +210,7 @@ class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, A
 
     def create_thread(self, rec: ThreadRecord) -> None:
         rows = self._run(
-            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
             (
                 rec.thread_id,
@@ -224,6 +226,7 @@ class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, A
                 rec.created_at.timestamp(),
                 rec.updated_at.timestamp(),
                 json.dumps(rec.waiting) if rec.waiting else None,
+                rec.mode,
             ),
         )
         if not rows:
@@ -285,13 +288,6 @@ class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, A
             "SELECT step, due_at FROM longtask_timers WHERE thread_id = ?", (thread_id,)
         )
         return [(r[0], float(r[1])) for r in rows]
-
-    def set_mode(self, thread_id: str, mode: str | None) -> None:
-        self._run("UPDATE longtask_threads SET mode = ? WHERE thread_id = ?", (mode, thread_id))
-
-    def mode(self, thread_id: str) -> str | None:
-        rows = self._run("SELECT mode FROM longtask_threads WHERE thread_id = ?", (thread_id,))
-        return rows[0][0] if rows else None
 
     def due_timers(self, now: float, limit: int = 100) -> list[tuple[str, str, float]]:
         rows = self._run(
@@ -445,6 +441,7 @@ def _thread(r: tuple[Any, ...]) -> ThreadRecord:
         created_at=_ts(r[10]) or datetime.now(UTC),
         updated_at=_ts(r[11]) or datetime.now(UTC),
         waiting=json.loads(r[12]) if r[12] else None,
+        mode=r[13],
     )
 
 
