@@ -191,6 +191,10 @@ def with_retries(
                 data=data,
             )
             if outcome == "retry":
+                if wait > 0:
+                    # The record of this attempt is stored before the wait: a process that
+                    # dies while waiting keeps it (the event writer is otherwise lazy).
+                    env.events.flush()
                 if env.defer_waits and wait > 0:
                     # On a worker the wait is a scheduled job: no process sleeps through it.
                     raise _tagged(RetryLater(record.retry_at or 0.0), info) from exc
