@@ -1,4 +1,4 @@
-"""Open a database by URL: LangGraph's saver, our store and the per-thread writer lock.
+"""Open a database by URL: longtask's saver, our store and the per-thread writer lock.
 
 Backends are imported lazily, so the SQLite default never imports psycopg and the CLI's
 ``--help`` imports neither.
@@ -11,6 +11,7 @@ import fcntl
 import hashlib
 import os
 import sqlite3
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -21,17 +22,21 @@ from longtask.checkpointers._url import DatabaseURL, parse_url, resolve_url
 from longtask.errors import DatabaseError, ThreadBusy
 
 if TYPE_CHECKING:
-    from langgraph.checkpoint.base import BaseCheckpointSaver
-
-    from longtask.store import Store
+    from longtask.checkpointers._saver import LongTaskSaver
+    from longtask.store import EventWriter, Store
+    from longtask.store._fence import Fence
 
 
 class Database(ABC):
-    """One open database: ``saver`` (LangGraph's checkpoints) and ``store`` (our tables)."""
+    """One open database: ``saver`` (the checkpoints, a LangGraph ``BaseCheckpointSaver``),
+    ``store`` (our tables), ``events`` (events waiting to commit with the thread's next
+    checkpoint) and ``fence`` (the lease epochs this process holds)."""
 
     url: DatabaseURL
-    saver: BaseCheckpointSaver[Any]
+    saver: LongTaskSaver
     store: Store
+    events: EventWriter
+    fence: Fence
 
     @classmethod
     def open(
@@ -55,7 +60,30 @@ class Database(ABC):
 
     @abstractmethod
     def upgrade(self) -> list[str]:
-        """Create or migrate every table (LangGraph's and ours). Returns what was done."""
+        """Create or migrate every table. Returns what was done."""
+
+    def _wire(self, backend: Any) -> None:
+        """The saver, the event outbox it drains and the fence it checks."""
+        from longtask.checkpointers._saver import LongTaskSaver
+        from longtask.store import EventWriter
+        from longtask.store._fence import Fence
+
+        self.fence = Fence()
+        self.events = EventWriter(lambda events: self.saver.write_events(events))
+        self.saver = LongTaskSaver(backend, fence=self.fence, outbox=self.events)
+
+    def _migrate(self, legacy: Any, legacy_table: str) -> list[str]:
+        """Our migrations, then the threads longtask 0.1 left in LangGraph's tables."""
+        from longtask.checkpointers._legacy import copy_legacy
+
+        done = []
+        applied = self.store.upgrade()
+        if applied:
+            done.append(f"longtask tables migrated to version {applied[-1]}")
+        copied = copy_legacy(self.store, legacy, self.saver, legacy_table)
+        if copied:
+            done.append(f"{copied} thread(s) copied from LangGraph's checkpoint tables")
+        return done
 
     @abstractmethod
     @contextlib.contextmanager
@@ -101,8 +129,7 @@ def _lock_key(thread_id: str) -> bytes:
 
 class SqliteDatabase(Database):
     def __init__(self, url: DatabaseURL, *, upgrade: bool, verify: bool = True) -> None:
-        from langgraph.checkpoint.sqlite import SqliteSaver
-
+        from longtask.checkpointers._saver_sql import SqliteBackend
         from longtask.store import SqliteStore
 
         assert url.path is not None
@@ -117,24 +144,29 @@ class SqliteDatabase(Database):
             conn.execute("PRAGMA synchronous=NORMAL")
         except (sqlite3.Error, OSError) as exc:
             raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from exc
-        self.sqlite_saver = SqliteSaver(conn)
-        self.saver = self.sqlite_saver
-        # One connection and one lock for the saver and our tables (see SqliteStore).
-        self.store = SqliteStore(conn, self.sqlite_saver.lock)
+        # One connection and one lock for the saver and our tables: SQLite has one writer
+        # at a time, and a second connection would queue parallel steps' writes behind
+        # each other's busy timeouts.
+        lock = threading.Lock()
+        self._wire(SqliteBackend(conn, lock))
+        self._conn = conn
+        self.store = SqliteStore(conn, lock)
         self.store.artifact_dir = self.path.parent / (self.path.name + ".artifacts")
-        self._lock_dir = self.path.parent / (self.path.name + ".locks")
+        # Locks are by the file's real path: two names of one file (a symlink) are one lock.
+        real = self.path.resolve()
+        self._lock_dir = real.parent / (real.name + ".locks")
         if upgrade:
             self.upgrade()
         elif verify:
             self.store.check_schema(self.url.redacted)
 
     def upgrade(self) -> list[str]:
-        done = []
-        self.sqlite_saver.setup()  # idempotent: CREATE TABLE IF NOT EXISTS
-        applied = self.store.upgrade()
-        if applied:
-            done.append(f"longtask tables migrated to version {applied[-1]}")
-        return done
+        def legacy() -> Any:
+            from langgraph.checkpoint.sqlite import SqliteSaver
+
+            return SqliteSaver(self._conn)
+
+        return self._migrate(legacy, "checkpoints")
 
     def _lock_path(self, thread_id: str) -> Path:
         return self._lock_dir / (_lock_key(thread_id).hex() + ".lock")

@@ -1,37 +1,24 @@
-"""PostgreSQL: LangGraph's PostgresSaver and our store on one psycopg pool."""
+"""PostgreSQL: longtask's saver and our store on one psycopg pool."""
 
 from __future__ import annotations
 
 import contextlib
 import struct
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from longtask.checkpointers._database import Database, EventWaiter, _lock_key
+from longtask.checkpointers._saver_sql import PostgresBackend
 from longtask.checkpointers._url import DatabaseURL, scrub
-from longtask.errors import DatabaseError, SchemaVersionError, ThreadBusy
+from longtask.errors import DatabaseError, ThreadBusy
 from longtask.store import PostgresStore
-from longtask.store._fence import Fence
 from longtask.store._store import EVENTS_CHANNEL
-
-
-class FencedPostgresSaver(PostgresSaver):
-    """LangGraph's PostgresSaver whose connections carry this process's lease epochs (see
-    longtask.store._fence); without held leases it behaves exactly like its parent."""
-
-    fence: Fence
-
-    @contextlib.contextmanager
-    def _cursor(self, *, pipeline: bool = False) -> Iterator[Any]:
-        with super()._cursor(pipeline=pipeline) as cur:
-            self.fence.apply(cur.connection, cur)
-            yield cur
 
 
 class PgEventWaiter(EventWaiter):
@@ -85,11 +72,13 @@ class PostgresDatabase(Database):
                 f"cannot connect to PostgreSQL at {url.redacted}: {scrub(str(exc), url.raw)}. "
                 "Check that the server is running and the URL (--db / $LONGTASK_DB) is right."
             ) from exc
-        self.fence = Fence()
-        self.pg_saver = FencedPostgresSaver(self.pool)
-        self.pg_saver.fence = self.fence
-        self.saver = self.pg_saver
+        self._wire(PostgresBackend(self.pool))
         self.store = PostgresStore(self.pool, self.fence)
+        # One connection holds this process's thread locks (session advisory locks), opened
+        # on first use and replaced if the server closed it (fencing covers the gap).
+        self._lock_conn: psycopg.Connection[Any] | None = None
+        self._lock_guard = threading.Lock()
+        self._held: set[int] = set()
         if upgrade:
             self.upgrade()
         elif verify:
@@ -100,36 +89,26 @@ class PostgresDatabase(Database):
 
     def _check(self) -> None:
         self.store.check_schema(self.url.redacted)
-        with self.pool.connection() as conn:
-            row = conn.execute(
-                "SELECT CASE WHEN to_regclass('checkpoint_migrations') IS NULL THEN -1 "
-                "ELSE (SELECT coalesce(max(v), -1) FROM checkpoint_migrations) END AS v"
-            ).fetchone()
-        have = int(row["v"]) if row else -1
-        need = len(self.pg_saver.MIGRATIONS) - 1
-        if have < need:
-            raise SchemaVersionError(
-                f"the LangGraph checkpoint tables in {self.url.redacted} are at migration "
-                f"{have}, this version needs {need}. Run `longtask db upgrade --db "
-                f"{self.url.redacted}` to migrate."
-            )
 
     def upgrade(self) -> list[str]:
-        done = []
-        # PostgresSaver.setup() is not safe to run from two processes at once: hold a
-        # session lock on a connection of its own across both migrations.
+        def legacy() -> Any:
+            from langgraph.checkpoint.postgres import PostgresSaver
+
+            saver = PostgresSaver(self.pool)
+            saver.setup()  # its own migrations, so that it reads any 0.1 database
+            return saver
+
+        # Not safe to run from two processes at once: hold a session lock on a connection
+        # of its own across the migrations and the copy.
         with psycopg.connect(self.url.raw, autocommit=True) as lock_conn:
             lock_conn.execute("SELECT pg_advisory_lock(7428061905412)")
             try:
-                self.pg_saver.setup()
-                done.append("LangGraph checkpoint tables up to date")
-                applied = self.store.upgrade()
-                if self._queue_schema(lock_conn):
-                    done.append("procrastinate's job queue tables created")
+                queue = self._queue_schema(lock_conn)
+                done = self._migrate(legacy, "checkpoints")
             finally:
                 lock_conn.execute("SELECT pg_advisory_unlock(7428061905412)")
-        if applied:
-            done.append(f"longtask tables migrated to version {applied[-1]}")
+        if queue:
+            done.append("procrastinate's job queue tables created")
         return done
 
     @staticmethod
@@ -147,28 +126,48 @@ class PostgresDatabase(Database):
     def _key(thread_id: str) -> int:
         return int(struct.unpack(">q", _lock_key(thread_id))[0])
 
+    def _lock_connection(self) -> psycopg.Connection[Any]:
+        conn = self._lock_conn
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = psycopg.connect(self.url.raw, autocommit=True, connect_timeout=10)
+            except Exception as exc:
+                raise DatabaseError(f"cannot connect to PostgreSQL at {self.url.redacted}") from exc
+            self._lock_conn = conn
+        return conn
+
     @contextlib.contextmanager
     def lock(self, thread_id: str) -> Iterator[None]:
-        # A session-level advisory lock on a connection of its own: it lasts exactly as
-        # long as the connection, so a process that dies releases it with its socket.
-        try:
-            conn = psycopg.connect(self.url.raw, autocommit=True)
-        except Exception as exc:
-            raise DatabaseError(f"cannot connect to PostgreSQL at {self.url.redacted}") from exc
-        try:
-            row = conn.execute(
-                "SELECT pg_try_advisory_lock(%s)", (self._key(thread_id),)
-            ).fetchone()
+        # A session-level advisory lock: it lasts as long as the connection, so a process
+        # that dies releases it with its socket. If the server closes the connection while
+        # the thread runs (idle_session_timeout), another process may take the thread: the
+        # lease epoch it takes then fences this one's writes.
+        key = self._key(thread_id)
+        with self._lock_guard:
+            # A session lock is re-entrant: a second holder in this process is refused here.
+            if key in self._held:
+                raise ThreadBusy(thread_id)
+            for attempt in (1, 2):
+                conn = self._lock_connection()
+                try:
+                    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                    break
+                except psycopg.OperationalError:
+                    if attempt == 2 or not conn.broken:
+                        raise
             if not row or not row[0]:
                 raise ThreadBusy(thread_id)
-            try:
-                yield
-            finally:
+            self._held.add(key)
+        try:
+            yield
+        finally:
+            with self._lock_guard:
+                self._held.discard(key)
                 # Unlock explicitly: closing alone releases the lock only once the server
                 # has noticed the disconnect.
-                conn.execute("SELECT pg_advisory_unlock(%s)", (self._key(thread_id),))
-        finally:
-            conn.close()
+                if not conn.closed:
+                    with contextlib.suppress(psycopg.Error):
+                        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
     def is_locked(self, thread_id: str) -> bool:
         key = self._key(thread_id)
@@ -182,4 +181,6 @@ class PostgresDatabase(Database):
         return bool(row and row["n"])
 
     def close(self) -> None:
+        if self._lock_conn is not None:
+            self._lock_conn.close()
         self.pool.close()

@@ -75,7 +75,7 @@ def view_of(tup: Any, stage_of: dict[str, str] | None = None) -> CheckpointView:
     updated = tup.checkpoint.get("updated_channels") or []
     completed = sorted(c[4:] for c in updated if c.startswith("out."))
     stage_of = stage_of or {}
-    values = tup.checkpoint.get("channel_values") or {}
+    versions = tup.checkpoint.get("channel_versions") or {}
     return CheckpointView(
         checkpoint_id=tup.config["configurable"]["checkpoint_id"],
         parent_id=(tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
@@ -84,7 +84,7 @@ def view_of(tup: Any, stage_of: dict[str, str] | None = None) -> CheckpointView:
         created_at=tup.checkpoint.get("ts"),
         completed=completed,
         stages=sorted({stage_of[c] for c in completed if c in stage_of}),
-        done=sum(1 for c in values if c.startswith("out.")),
+        done=sum(1 for c in versions if c.startswith("out.")),
         total=len(stage_of),
     )
 
@@ -116,8 +116,7 @@ class HistoryMixin(RunnerBase):
             wanted = {n for n, st in names.items() if (step in (None, n)) and (stage in (None, st))}
         scan = limit if wanted is None else 50 * limit
         out: list[CheckpointView] = HistoryList()
-        before_cfg = _cfg(thread_id, before) if before else None
-        for tup in self.db.saver.list(_cfg(thread_id), before=before_cfg, limit=scan):
+        for tup in self.db.saver.list_light(thread_id, before=before, limit=scan):
             view = view_of(tup, names)
             if wanted is None or wanted & set(view.completed):
                 out.append(view)

@@ -152,20 +152,23 @@ class QueueMixin(RunnerBase):
             self._app = None
 
     @contextlib.contextmanager
-    def lease(self, thread_id: str) -> Iterator[int]:
-        """Hold the thread as this worker: a new lease epoch, sent with every write."""
-        assert self.worker is not None
-        epoch = self.db.store.lease_take(thread_id, self.worker)
-        fence = getattr(self.db, "fence", None)
-        if fence is not None:
-            fence.hold(thread_id, epoch)
+    def lease(self, thread_id: str, holder: str | None = None) -> Iterator[int]:
+        """Hold the thread (as this worker, or as ``holder``): a new lease epoch, checked by
+        every checkpoint and ledger write while it is held."""
+        epoch = self.db.store.lease_take(thread_id, holder or self.worker or "?")
+        self.db.fence.hold(thread_id, epoch)
         try:
             yield epoch
         finally:
-            if fence is not None:
-                fence.drop(thread_id)
+            self.db.fence.drop(thread_id)
             with contextlib.suppress(Exception):
                 self.db.store.lease_release(thread_id, epoch)
+
+    @contextlib.contextmanager
+    def _hold(self, thread_id: str) -> Iterator[int]:
+        """A single process's hold on a thread: its writer lock, and a lease epoch."""
+        with self.db.lock(thread_id), self.lease(thread_id, f"process:{worker_name()}") as epoch:
+            yield epoch
 
 
 def serve_thread(runner: Any, thread_id: str) -> str:

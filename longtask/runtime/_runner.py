@@ -52,7 +52,6 @@ from longtask.steps import INPUTS_CHANNEL, RUN_KEY, STEP_ATTR, StepEnv, result_c
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
     Event,
-    EventWriter,
     NewEvent,
     ThreadRecord,
     ValueCodec,
@@ -123,13 +122,6 @@ class StageTracker:
         }
         self._done = set(done)
 
-    def completed_events(self, thread_id: str) -> list[NewEvent]:
-        return [
-            NewEvent(thread_id, "stage.completed", f"stage.completed/{stage}", stage=stage)
-            for stage, left in self._left.items()
-            if left == 0
-        ]
-
     def finish(self, thread_id: str, steps: Iterable[str]) -> list[NewEvent]:
         events = []
         for step in steps:
@@ -167,7 +159,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         self._owns_db = not isinstance(db, Database)
         self.db = db if isinstance(db, Database) else Database.open(db)
         self.codec = ValueCodec(self.db.store, inline_limit)
-        self.events_writer = EventWriter(self.db.store)
+        #: events wait here to commit with their thread's next checkpoint (see EventWriter)
+        self.events_writer = self.db.events
         self.on_update = on_update
         #: the time, for deadlines and decision validity (inject one to test)
         self.clock: Callable[[], datetime] = clock or utcnow
@@ -438,7 +431,10 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         store = self.db.store
         thread_id = rec.thread_id
         env, graph = self._compiled(task)
-        writer = self.lease(thread_id) if self.worker else self.db.lock(thread_id)
+        # Every advance takes a new lease epoch, which each checkpoint transaction checks: a
+        # process whose lock was lost (its connection closed) cannot write after another
+        # has taken the thread.
+        writer = self.lease(thread_id) if self.worker else self._hold(thread_id)
         with writer:
             if check is not None:
                 rec = self._thread(thread_id)
@@ -504,25 +500,6 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         done = self._done_steps(thread_id)
         stages = StageTracker(task, done)
         started: list[str] = []  # steps this run started by hand (see below)
-        if not first and done:
-            # Events queued but not yet written when an earlier run died are repaired from
-            # the checkpoint (idempotent keys make this safe to repeat).
-            for event in stages.completed_events(thread_id):
-                events.put(event)
-            recorded = store.steps_with_event(thread_id, "step.completed")
-            recorded |= store.steps_with_event(thread_id, "step.skipped")
-            for name in sorted(done - recorded):
-                info = task.layout.get(name)
-                events.put(
-                    NewEvent(
-                        thread_id,
-                        "step.completed",
-                        f"repaired/step.completed/{name}",
-                        stage=info.stage if info else None,
-                        step=name,
-                        data={"repaired": True},
-                    )
-                )
         while True:
             try:
                 for chunk in graph.stream(
@@ -644,8 +621,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         skipped = _skipped_in(tup)
         waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
         values: dict[str, Any] = dict(tup.checkpoint.get("channel_values", {})) if tup else {}
-        holder = self.db.store.lease_holder(thread_id)
-        # A worker holds a lease, not the advisory lock of a single process.
+        holder = self.db.store.lease_holder(thread_id) if rec.mode == "worker" else None
+        # A worker holds a lease; a single process its writer lock (released when it dies,
+        # where its lease row stays until the next advance takes a new epoch).
         active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
         steps: list[StepState] = []

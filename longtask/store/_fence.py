@@ -1,9 +1,10 @@
-"""Fencing: the lease epochs a worker process holds, sent with its writes.
+"""Fencing: the lease epochs a process holds, checked with its writes.
 
-Each connection this process writes through carries ``longtask.fence`` (a session setting:
-``thread=epoch,...``) for the threads it holds; a trigger on the checkpoint and ledger tables
-compares it with ``longtask_leases`` in the write's own transaction and rejects a stale one.
-A process that holds nothing sends nothing, and pays nothing.
+Every advance of a thread (by a single process or a worker) takes a new lease epoch.
+longtask's saver checks it in each checkpoint transaction (``longtask_fence_check`` on
+PostgreSQL). The ledger's writes carry it as ``longtask.fence`` (a session setting:
+``thread=epoch,...``), which a trigger on ``longtask_effects`` compares with
+``longtask_leases`` in the write's own transaction. A stale writer's write is rejected.
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class Fence:
         with self._lock:
             self._held[thread_id] = epoch
             self.value = ",".join(f"{t}={e}" for t, e in sorted(self._held.items()))
+
+    def epoch(self, thread_id: str) -> int | None:
+        """The lease epoch this process holds on ``thread_id``, if any."""
+        return self._held.get(thread_id)
 
     def drop(self, thread_id: str) -> None:
         with self._lock:

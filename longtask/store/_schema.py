@@ -209,13 +209,21 @@ MIGRATIONS: list[list[str]] = [
             RETURN NEW;
         END
         $$ LANGUAGE plpgsql""",
-        POSTGRES_ONLY + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON checkpoints "
-        "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
+        # LangGraph's tables exist only in databases made before longtask had its own saver
+        # (migration 9): a database created since has nothing of theirs to fence.
         POSTGRES_ONLY
-        + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON checkpoint_writes "
-        "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
-        POSTGRES_ONLY + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON checkpoint_blobs "
-        "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
+        + """DO $$
+        DECLARE
+            t text;
+        BEGIN
+            FOREACH t IN ARRAY ARRAY['checkpoints', 'checkpoint_writes', 'checkpoint_blobs'] LOOP
+                IF to_regclass(t) IS NOT NULL THEN
+                    EXECUTE format('CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON %I '
+                        'FOR EACH ROW EXECUTE FUNCTION longtask_fence()', t);
+                END IF;
+            END LOOP;
+        END
+        $$""",
         POSTGRES_ONLY + "CREATE TRIGGER longtask_fence BEFORE INSERT OR UPDATE ON longtask_effects "
         "FOR EACH ROW EXECUTE FUNCTION longtask_fence()",
     ],
@@ -223,6 +231,65 @@ MIGRATIONS: list[list[str]] = [
     # threshold of the live workers, never by a stricter one than its own heartbeat allows
     [
         "ALTER TABLE longtask_workers ADD COLUMN stalled_after {real}",
+    ],
+    # 9: longtask's own checkpoint saver (longtask.checkpointers._saver): checkpoints whose
+    # version maps are deltas against their parent, each channel value stored once, pending
+    # writes; and the lease check every checkpoint transaction makes on PostgreSQL. Threads
+    # in LangGraph's tables are copied over by `Database.upgrade` (see _legacy).
+    [
+        """CREATE TABLE longtask_cp_checkpoints (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            parent_id TEXT,
+            base_id TEXT NOT NULL,
+            depth INTEGER NOT NULL,
+            state {blob} NOT NULL,
+            metadata TEXT NOT NULL,
+            run_id TEXT,
+            step INTEGER,
+            updated TEXT,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        "CREATE INDEX longtask_cp_checkpoints_base ON longtask_cp_checkpoints "
+        "(thread_id, checkpoint_ns, base_id, checkpoint_id)",
+        "CREATE INDEX longtask_cp_checkpoints_run ON longtask_cp_checkpoints (run_id) "
+        "WHERE run_id IS NOT NULL",
+        """CREATE TABLE longtask_cp_values (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            channel TEXT NOT NULL,
+            version TEXT NOT NULL,
+            type TEXT NOT NULL,
+            value {blob},
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE longtask_cp_writes (
+            thread_id TEXT NOT NULL,
+            checkpoint_ns TEXT NOT NULL DEFAULT '',
+            checkpoint_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT,
+            value {blob},
+            task_path TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+        POSTGRES_ONLY
+        + """CREATE OR REPLACE FUNCTION longtask_fence_check(t text, wanted bigint)
+        RETURNS void AS $$
+        DECLARE
+            current_epoch bigint;
+        BEGIN
+            -- FOR SHARE: a takeover (which bumps the epoch) waits for this transaction
+            SELECT epoch INTO current_epoch FROM longtask_leases WHERE thread_id = t FOR SHARE;
+            IF current_epoch IS DISTINCT FROM wanted THEN
+                RAISE EXCEPTION 'longtask lease lost: thread % is at lease epoch %, this '
+                    'writer holds epoch %', t, current_epoch, wanted;
+            END IF;
+        END
+        $$ LANGUAGE plpgsql""",
     ],
 ]
 

@@ -397,9 +397,9 @@ class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, A
 
     def checkpoint_tree(self, thread_id: str) -> list[tuple[str, str | None]]:
         """(checkpoint id, parent id) of every root checkpoint of the thread: ids only,
-        never the state (LangGraph's own ``checkpoints`` table)."""
+        never the state (the saver's ``longtask_cp_checkpoints`` table)."""
         rows = self._run(
-            "SELECT checkpoint_id, parent_checkpoint_id FROM checkpoints "
+            "SELECT checkpoint_id, parent_id FROM longtask_cp_checkpoints "
             "WHERE thread_id = ? AND checkpoint_ns = '' ORDER BY checkpoint_id",
             (thread_id,),
         )

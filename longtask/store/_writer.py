@@ -1,88 +1,66 @@
-"""EventWriter: appends events from a background thread, in batches, in order.
+"""EventWriter: holds a thread's events until they commit with the write they describe.
 
-Steps must not wait for the event log: with one autocommitted insert per event, a step on
-PostgreSQL paid ~0.45 ms per event (round trip plus WAL flush), several times per step.
-Events are queued here and a single writer thread inserts whatever has accumulated in one
-statement, so the inserts overlap with the step's own work and with the checkpoint writes,
-and ids keep the order events were queued in.
-
-Events are a record, not the state: the Runner flushes the queue before it reports an
-outcome, and on the next run repairs the ``step.completed`` events that a crash may have
-cut off (from the checkpoint, which is the source of truth).
+An event is kept here until the next checkpoint write of its thread (``put`` or
+``put_writes`` of longtask's saver), which inserts it in the same transaction as the
+checkpoint: a checkpoint is never stored without its events, and an event never claims work
+that no checkpoint holds. What no checkpoint carries (the end of a run, a pause, a retry's
+record before its back-off, an effect's ledger entry) is written by ``flush``, fenced like a
+checkpoint.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections import deque
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from longtask.store._store import NewEvent, Store
+    from longtask.store._store import NewEvent
 
-log = logging.getLogger("longtask.events")
+#: stores events that no checkpoint carried, in one transaction per thread
+Sink = Callable[[Sequence["NewEvent"]], None]
 
-_BATCH = 500
+#: kinds written as soon as they are emitted (with the thread's events before them)
+_AT_ONCE = ("effect.",)
 
 
 class EventWriter:
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._queue: deque[NewEvent] = deque()
-        self._cond = threading.Condition()
-        self._busy = False
-        self._closed = False
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
+    def __init__(self, sink: Sink) -> None:
+        self._sink = sink
+        self._lock = threading.Lock()
+        self._pending: dict[str, list[NewEvent]] = {}
 
     def put(self, event: NewEvent) -> None:
-        with self._cond:
-            if self._closed:
-                raise RuntimeError("the event writer is closed")
-            self._queue.append(event)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="longtask-events", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
+        with self._lock:
+            self._pending.setdefault(event.thread_id, []).append(event)
+        if event.kind.startswith(_AT_ONCE):
+            # The ledger row it describes has committed on its own, before any checkpoint.
+            self.flush(event.thread_id)
 
-    def flush(self) -> None:
-        """Wait until every queued event is stored; re-raise a write error if one happened."""
-        with self._cond:
-            while self._queue or self._busy:
-                self._cond.wait()
-            error, self._error = self._error, None
-        if error is not None:
-            raise error
+    def take(self, thread_id: str) -> list[NewEvent]:
+        """The thread's pending events, for the transaction about to store its checkpoint."""
+        with self._lock:
+            return self._pending.pop(thread_id, [])
+
+    def restore(self, thread_id: str, events: list[NewEvent]) -> None:
+        """Give back events whose transaction failed (ahead of any queued since)."""
+        with self._lock:
+            self._pending[thread_id] = events + self._pending.get(thread_id, [])
+
+    def flush(self, thread_id: str | None = None) -> None:
+        """Store the pending events (of one thread, or all) now."""
+        with self._lock:
+            if thread_id is None:
+                batches, self._pending = self._pending, {}
+            else:
+                found = self._pending.pop(thread_id, None)
+                batches = {thread_id: found} if found else {}
+        for tid, events in batches.items():
+            try:
+                self._sink(events)
+            except BaseException:
+                self.restore(tid, events)
+                raise
 
     def close(self) -> None:
-        try:
-            self.flush()
-        finally:
-            with self._cond:
-                self._closed = True
-                self._cond.notify_all()
-            if self._thread is not None:
-                self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue and not self._closed:
-                    self._cond.wait()
-                if not self._queue and self._closed:
-                    return
-                batch = [self._queue.popleft() for _ in range(min(_BATCH, len(self._queue)))]
-                self._busy = True
-            try:
-                self._store.append_events(batch)
-            except BaseException as exc:  # kept for flush(): never lost silently
-                log.exception("could not store %d events", len(batch))
-                with self._cond:
-                    self._error = exc
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+        self.flush()

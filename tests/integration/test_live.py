@@ -99,5 +99,7 @@ def test_follow_yields_each_event_once_until_the_thread_pauses(runner: Runner, d
         worker.join(30)
     stored = runner.events("t-live-follow")
     assert [e.id for e in seen] == [e.id for e in stored]
-    assert stored[-1].kind in ("approval.required", "stage.started", "step.started")
+    assert stored[-1].kind in ("approval.required", "stage.started", "step.started"), [
+        (e.kind, e.step) for e in stored
+    ]
     assert runner.status("t-live-follow").status == "waiting_user"

@@ -170,14 +170,19 @@ def test_over_must_return_a_list(runner: Runner) -> None:
 def _stored_bytes(path: Path) -> int:
     with sqlite3.connect(path) as conn:
         ckpt = conn.execute(
-            "SELECT coalesce(sum(length(checkpoint) + length(metadata)), 0) FROM checkpoints"
+            "SELECT coalesce(sum(length(state) + length(metadata)), 0) FROM longtask_cp_checkpoints"
         ).fetchone()[0]
-        writes = conn.execute("SELECT coalesce(sum(length(value)), 0) FROM writes").fetchone()[0]
+        values = conn.execute(
+            "SELECT coalesce(sum(length(value)), 0) FROM longtask_cp_values"
+        ).fetchone()[0]
+        writes = conn.execute(
+            "SELECT coalesce(sum(length(value)), 0) FROM longtask_cp_writes"
+        ).fetchone()[0]
         ours = conn.execute(
             "SELECT coalesce(sum(length(result)), 0) FROM longtask_map_items"
         ).fetchone()[0]
         blobs = conn.execute("SELECT coalesce(sum(size), 0) FROM longtask_blobs").fetchone()[0]
-    return int(ckpt + writes + ours + blobs)
+    return int(ckpt + values + writes + ours + blobs)
 
 
 def test_storage_per_item_stays_flat(tmp_path: Path) -> None:

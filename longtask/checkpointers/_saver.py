@@ -1,0 +1,534 @@
+"""longtask's checkpoint saver: one transaction per checkpoint, fenced, linear storage.
+
+A ``put`` commits, in one transaction: the lease check of the writer (``fence``), the
+values of the channels that changed, the checkpoint row (its version maps as a delta against
+its parent, see ``_maps``), and every event the thread emitted since its last write (the
+``outbox``). A ``put_writes`` commits a task's writes with the same check and events. So a
+checkpoint is never stored without its events, and a writer that lost its lease stores
+nothing at all.
+
+Tables (``longtask_cp_*``, created by the store's migrations):
+
+- ``longtask_cp_checkpoints``: one row per checkpoint: parent, ``base_id`` (the snapshot
+  its delta chain starts from), ``depth`` (0 for a snapshot), ``state`` (the encoded maps),
+  metadata as JSON, the run id (for ``delete_for_runs``), the step number and the channels
+  the checkpoint updated (for history views that need no state).
+- ``longtask_cp_values``: one row per (channel, version): a value is stored once, when its
+  version is new.
+- ``longtask_cp_writes``: pending writes by checkpoint and task.
+
+The SQL dialects live in ``_saver_sql``; the async methods run the sync ones in a worker
+thread (the pool and the SQLite connection are shared safely between threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import json
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+
+from longtask.checkpointers import _maps
+from longtask.checkpointers._maps import FULL_EVERY
+
+if TYPE_CHECKING:
+    from longtask.checkpointers._saver_sql import Backend
+    from longtask.store import EventWriter, NewEvent
+    from longtask.store._fence import Fence
+
+_BASE_KEYS = frozenset(
+    {"v", "id", "ts", "channel_values", "channel_versions", "versions_seen", "updated_channels"}
+)
+#: how many (thread, namespace) heads keep their maps in memory for the next delta
+_CACHE = 512
+
+
+def version_key(version: Any) -> str:
+    """The stored form of a channel version (the key of a value row)."""
+    return version if isinstance(version, str) else repr(version)
+
+
+class _Head:
+    """The maps of the checkpoint a (thread, namespace) last read or wrote: the next
+    checkpoint's delta is computed against them without a read."""
+
+    __slots__ = ("base_id", "checkpoint_id", "cv", "depth", "vs")
+
+    def __init__(self, checkpoint_id: str, cv: Any, vs: Any, base_id: str, depth: int) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.cv = cv
+        self.vs = vs
+        self.base_id = base_id
+        self.depth = depth
+
+
+class LongTaskSaver(BaseCheckpointSaver[str]):
+    """A ``BaseCheckpointSaver`` for SQLite and PostgreSQL (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        fence: Fence | None = None,
+        outbox: EventWriter | None = None,
+    ) -> None:
+        super().__init__()
+        self.backend = backend
+        self.fence = fence
+        self.outbox = outbox
+        self._heads: OrderedDict[tuple[str, str], _Head] = OrderedDict()
+        self._heads_lock = threading.Lock()
+
+    # -- versions ----------------------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        # LangGraph's own format (so threads migrated from its savers keep comparing): a
+        # counter, and a random part so that two branches of a fork never store different
+        # values under one (channel, version).
+        if current is None:
+            number = 0
+        elif isinstance(current, int | float):
+            number = int(current)
+        else:
+            number = int(current.split(".")[0])
+        return f"{number + 1:032}.{random.random():016}"
+
+    # -- the write path ----------------------------------------------------------------------
+
+    def _events_for(self, thread_id: str) -> builtins.list[NewEvent]:
+        return self.outbox.take(thread_id) if self.outbox is not None else []
+
+    def _epoch(self, thread_id: str) -> int | None:
+        return self.fence.epoch(thread_id) if self.fence is not None else None
+
+    def _commit(self, thread_id: str, work: Any) -> None:
+        """Run ``work(tx)`` in one fenced transaction together with the thread's pending
+        events; on failure the events go back to the outbox (they are not lost)."""
+        events = self._events_for(thread_id)
+        try:
+            self.backend.write(thread_id, self._epoch(thread_id), work, events)
+        except BaseException:
+            if events and self.outbox is not None:
+                self.outbox.restore(thread_id, events)
+            raise
+
+    def write_events(self, events: Sequence[NewEvent]) -> None:
+        """Store events that no checkpoint carried (the end of a run, a pause), fenced like
+        a checkpoint: a writer that lost its lease stores no event either."""
+        by_thread: dict[str, list[NewEvent]] = {}
+        for event in events:
+            by_thread.setdefault(event.thread_id, []).append(event)
+        for thread_id, batch in by_thread.items():
+            self.backend.write(thread_id, self._epoch(thread_id), None, batch)
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = str(conf.get("checkpoint_ns", ""))
+        parent_id = conf.get("checkpoint_id")
+        checkpoint_id = checkpoint["id"]
+        cv = checkpoint["channel_versions"]
+        vs = checkpoint["versions_seen"]
+        extra: dict[str, Any] = {"t": checkpoint["ts"], "v": checkpoint["v"]}
+        if checkpoint.get("updated_channels") is not None:
+            extra["u"] = checkpoint["updated_channels"]
+        others = {k: v for k, v in checkpoint.items() if k not in _BASE_KEYS}
+        if any(others.values()):
+            extra["x"] = list(self.serde.dumps_typed(others))
+
+        key = (thread_id, ns)
+        with self._heads_lock:
+            head = self._heads.get(key)
+        if (
+            head is not None
+            and parent_id is not None
+            and head.checkpoint_id == parent_id
+            and head.depth + 1 < FULL_EVERY
+        ):
+            state = _maps.encode_delta(head.cv, head.vs, cv, vs, extra)
+            base_id, depth = head.base_id, head.depth + 1
+        else:
+            state = _maps.encode_full(cv, vs, extra)
+            base_id, depth = checkpoint_id, 0
+
+        values = checkpoint["channel_values"]
+        value_rows = [
+            (thread_id, ns, channel, version_key(version), *self.serde.dumps_typed(values[channel]))
+            for channel, version in new_versions.items()
+            if channel in values
+        ]
+        meta = get_serializable_checkpoint_metadata(config, metadata)
+        run_id = meta.get("run_id")
+        row = (
+            thread_id,
+            ns,
+            checkpoint_id,
+            parent_id,
+            base_id,
+            depth,
+            state,
+            json.dumps(meta, separators=(",", ":")),
+            str(run_id) if run_id is not None else None,
+            meta.get("step"),
+            json.dumps(checkpoint.get("updated_channels") or sorted(new_versions)),
+        )
+
+        def work(tx: Any) -> None:
+            if value_rows:
+                tx.executemany(self.backend.PUT_VALUE, value_rows)
+            tx.execute(self.backend.PUT_CHECKPOINT, row)
+
+        self._commit(thread_id, work)
+        self._remember(key, checkpoint_id, _maps.copy_maps(cv, vs), base_id, depth)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint_id,
+            }
+        }
+
+    def _remember(
+        self, key: tuple[str, str], checkpoint_id: str, maps: Any, base_id: str, depth: int
+    ) -> None:
+        with self._heads_lock:
+            self._heads[key] = _Head(checkpoint_id, maps[0], maps[1], base_id, depth)
+            self._heads.move_to_end(key)
+            while len(self._heads) > _CACHE:
+                self._heads.popitem(last=False)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = str(conf.get("checkpoint_ns", ""))
+        checkpoint_id = conf["checkpoint_id"]
+        rows = [
+            (
+                thread_id,
+                ns,
+                checkpoint_id,
+                task_id,
+                WRITES_IDX_MAP.get(channel, idx),
+                channel,
+                *self.serde.dumps_typed(value),
+                task_path,
+            )
+            for idx, (channel, value) in enumerate(writes)
+        ]
+        # Special writes (errors, interrupts, resumes) replace an earlier one of the same
+        # task; ordinary writes are kept as first stored (a retried task writes the same).
+        upsert = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+        sql = self.backend.UPSERT_WRITE if upsert else self.backend.PUT_WRITE
+
+        def work(tx: Any) -> None:
+            if rows:
+                tx.executemany(sql, rows)
+
+        self._commit(thread_id, work)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = str(conf.get("checkpoint_ns", ""))
+        rows = self.backend.checkpoint_rows(thread_id, ns, get_checkpoint_id(config), None, 1)
+        if not rows:
+            return None
+        tup: CheckpointTuple = self._tuples(rows)[0]
+        head = tup.checkpoint
+        # The next put (a run continuing from here) computes its delta against these maps.
+        self._remember(
+            (thread_id, ns),
+            head["id"],
+            _maps.copy_maps(head["channel_versions"], head["versions_seen"]),
+            rows[0][4],
+            rows[0][5],
+        )
+        return tup
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        conf = config["configurable"] if config else {}
+        thread_id = conf.get("thread_id")
+        ns = conf.get("checkpoint_ns")
+        rows = self.backend.checkpoint_rows(
+            None if thread_id is None else str(thread_id),
+            None if ns is None else str(ns),
+            conf.get("checkpoint_id"),
+            get_checkpoint_id(before) if before else None,
+            # a metadata filter is applied here, so it reads every row of the range
+            None if filter else limit,
+        )
+        if filter:
+            rows = [r for r in rows if _matches(json.loads(r[7]), filter)][:limit]
+        for start in range(0, len(rows), 100):
+            yield from self._tuples(rows[start : start + 100])
+
+    def list_light(
+        self, thread_id: str, *, before: str | None = None, limit: int = 20
+    ) -> builtins.list[CheckpointTuple]:
+        """The latest ``limit`` root checkpoints of a thread (older than ``before``), with
+        their version maps and metadata but without channel values or pending writes: what
+        history views need, read without the values' bytes."""
+        rows = self.backend.checkpoint_rows(thread_id, "", None, before, limit)
+        return self._tuples(rows, with_values=False)
+
+    def _tuples(
+        self, rows: Sequence[tuple[Any, ...]], with_values: bool = True
+    ) -> builtins.list[CheckpointTuple]:
+        """Checkpoint tuples for rows of ``longtask_cp_checkpoints`` (see ``checkpoint_rows``
+        for the columns): maps rebuilt from their snapshots, values and writes read in one
+        query each."""
+        maps = self._maps_of(rows)
+        pairs: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        for r in rows if with_values else ():
+            cv = maps[(r[0], r[1], r[2])][0]
+            want = pairs.setdefault((r[0], r[1]), set())
+            want.update((c, version_key(v)) for c, v in cv.items())
+        values = {
+            scope: self.backend.values(scope[0], scope[1], sorted(want))
+            for scope, want in pairs.items()
+        }
+        writes = self.backend.writes([(r[0], r[1], r[2]) for r in rows]) if with_values else {}
+        out = []
+        for r in rows:
+            thread_id, ns, checkpoint_id, parent_id = r[0], r[1], r[2], r[3]
+            cv, vs, state = maps[(thread_id, ns, checkpoint_id)]
+            stored = values.get((thread_id, ns), {})
+            channel_values = {}
+            for channel, version in cv.items() if with_values else ():
+                found = stored.get((channel, version_key(version)))
+                if found is not None:
+                    channel_values[channel] = self.serde.loads_typed(found)
+            checkpoint: dict[str, Any] = {
+                "v": state.get("v", 1),
+                "id": checkpoint_id,
+                "ts": state.get("t", ""),
+                "channel_values": channel_values,
+                "channel_versions": cv,
+                "versions_seen": vs,
+                "updated_channels": state.get("u"),
+            }
+            if "x" in state:
+                checkpoint.update(self.serde.loads_typed(tuple(state["x"])))
+            elif checkpoint["v"] < 4:
+                checkpoint["pending_sends"] = []
+            out.append(
+                CheckpointTuple(
+                    config={
+                        "configurable": {
+                            "thread_id": thread_id,
+                            "checkpoint_ns": ns,
+                            "checkpoint_id": checkpoint_id,
+                        }
+                    },
+                    checkpoint=checkpoint,  # type: ignore[arg-type]
+                    metadata=json.loads(r[7]),
+                    parent_config=(
+                        {
+                            "configurable": {
+                                "thread_id": thread_id,
+                                "checkpoint_ns": ns,
+                                "checkpoint_id": parent_id,
+                            }
+                        }
+                        if parent_id
+                        else None
+                    ),
+                    pending_writes=[
+                        (task_id, channel, self.serde.loads_typed((type_, blob)))
+                        for task_id, channel, type_, blob in writes.get(
+                            (thread_id, ns, checkpoint_id), ()
+                        )
+                    ],
+                )
+            )
+        return out
+
+    def _maps_of(
+        self, rows: Sequence[tuple[Any, ...]]
+    ) -> dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+        """(channel_versions, versions_seen, decoded state) of each row, each its own copy."""
+        Key = tuple[str, str, str]
+        deltas: dict[tuple[str, str], builtins.list[str]] = {}
+        for r in rows:
+            if r[5]:  # a delta: its line back to its snapshot is read with it
+                deltas.setdefault((r[0], r[1]), []).append(r[2])
+        known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
+        for (thread_id, ns), ids in deltas.items():
+            for cid, parent, state in self.backend.chain(thread_id, ns, ids):
+                known[(thread_id, ns, cid)] = (parent, _maps.decode(state))
+        for r in rows:
+            known.setdefault((r[0], r[1], r[2]), (r[3], _maps.decode(r[6])))
+
+        def build(key: Key) -> tuple[dict[str, Any], dict[str, Any]]:
+            line = []
+            cursor: Key | None = key
+            while cursor is not None:
+                parent, state = known[cursor]
+                line.append(state)
+                cursor = None if state["full"] or parent is None else (key[0], key[1], parent)
+            # a fresh copy of the snapshot per checkpoint: the caller owns (and LangGraph
+            # mutates) the maps it is given
+            cv: dict[str, Any] = {}
+            vs: dict[str, Any] = {}
+            for state in reversed(line):
+                if state["full"]:
+                    cv, vs = _maps.copy_maps(state.get("c", {}), state.get("s", {}))
+                else:
+                    _maps.apply(cv, vs, state)
+            return cv, vs
+
+        out = {}
+        for r in rows:
+            key = (r[0], r[1], r[2])
+            out[key] = (*build(key), known[key][1])
+        return out
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        self.backend.delete_thread(thread_id)
+        self._forget(lambda key: key[0] == thread_id)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if run_ids:
+            self._remove(self.backend.rows_of_runs(list(run_ids)))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self.backend.copy_thread(source_thread_id, target_thread_id)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy == "delete":
+            for thread_id in thread_ids:
+                self.delete_thread(thread_id)
+            return
+        if strategy != "keep_latest":
+            raise ValueError(f"unknown prune strategy {strategy!r}: use keep_latest or delete")
+        for thread_id in thread_ids:
+            doomed = self.backend.rows_but_latest(thread_id)
+            self._remove(doomed, collect_values=True)
+
+    def _remove(
+        self, doomed: builtins.list[tuple[str, str, str]], collect_values: bool = False
+    ) -> None:
+        """Delete these checkpoints (thread, ns, id) and their writes. Survivors whose
+        maps were stored as deltas through one of them are rewritten as snapshots first."""
+        scopes = sorted({(t, ns) for t, ns, _ in doomed})
+        gone = {(t, ns, c) for t, ns, c in doomed}
+        for thread_id, ns in scopes:
+            rows = self.backend.checkpoint_rows(thread_id, ns, None, None, None)
+            survivors = [r for r in rows if (r[0], r[1], r[2]) not in gone]
+            # A delta line stays within the rows of one snapshot (base): only survivors in
+            # the lines of a removed row can have lost a link of their chain.
+            bases = {r[4] for r in rows if (r[0], r[1], r[2]) in gone}
+            rebase = [r for r in survivors if r[5] and r[4] in bases]
+            maps = self._maps_of(rebase) if rebase else {}
+            snapshots = []
+            for r in rebase:
+                cv, vs, state = maps[(r[0], r[1], r[2])]
+                extra = {k: v for k, v in state.items() if k in ("t", "v", "u", "x")}
+                snapshots.append((_maps.encode_full(cv, vs, extra), r[0], r[1], r[2]))
+            keep: builtins.list[tuple[str, str]] | None = None
+            if collect_values:
+                kept = self._maps_of(survivors) if survivors else {}
+                keep = sorted(
+                    {(c, version_key(v)) for cv, _, _ in kept.values() for c, v in cv.items()}
+                )
+            self.backend.remove(
+                thread_id, ns, [g[2] for g in doomed if g[:2] == (thread_id, ns)], snapshots, keep
+            )
+        self._forget(lambda key: key in scopes)
+
+    def _forget(self, match: Any) -> None:
+        with self._heads_lock:
+            for key in [k for k in self._heads if match(k)]:
+                del self._heads[key]
+
+    # -- async: the sync methods in a worker thread ------------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: list(self.list(config, filter=filter, before=before, limit=limit))
+        )
+        for tup in found:
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return all(metadata.get(k) == v for k, v in wanted.items())

@@ -1,0 +1,384 @@
+"""The SQL of longtask's saver, for SQLite and PostgreSQL.
+
+Statements are written with ``?`` placeholders and rewritten for psycopg. A write is one
+transaction: the lease check, the saver's rows, the thread's events and (PostgreSQL) the
+NOTIFY that wakes followers, sent in one round trip (psycopg's pipeline mode).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from longtask.store._fence import LOST
+from longtask.store._store import _EVENT_INSERT, _EVENT_ROW, EVENTS_CHANNEL
+
+if TYPE_CHECKING:
+    from psycopg_pool import ConnectionPool
+
+    from longtask.store import NewEvent
+
+Row = tuple[Any, ...]
+Work = Callable[[Any], None] | None
+
+_CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, base_id, depth, state, metadata"
+_EVENTS_SQL = f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING"
+_WRITE_COLS = (
+    "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, value, task_path"
+)
+
+
+class Backend(ABC):
+    PUT_VALUE = (
+        "INSERT INTO longtask_cp_values (thread_id, checkpoint_ns, channel, version, type, value) "
+        "VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING"
+    )
+    PUT_CHECKPOINT = (
+        "INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+        "parent_id, base_id, depth, state, metadata, run_id, step, updated) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) "
+        "DO UPDATE SET parent_id = excluded.parent_id, base_id = excluded.base_id, "
+        "depth = excluded.depth, state = excluded.state, metadata = excluded.metadata, "
+        "run_id = excluded.run_id, step = excluded.step, updated = excluded.updated"
+    )
+    PUT_WRITE = (
+        f"INSERT INTO longtask_cp_writes ({_WRITE_COLS}) VALUES (?,?,?,?,?,?,?,?,?) "
+        "ON CONFLICT DO NOTHING"
+    )
+    UPSERT_WRITE = (
+        f"INSERT INTO longtask_cp_writes ({_WRITE_COLS}) VALUES (?,?,?,?,?,?,?,?,?) "
+        "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
+        "channel = excluded.channel, type = excluded.type, value = excluded.value, "
+        "task_path = excluded.task_path"
+    )
+
+    # -- driver ------------------------------------------------------------------------------
+
+    @abstractmethod
+    def write(
+        self, thread_id: str, epoch: int | None, work: Work, events: Sequence[NewEvent]
+    ) -> None:
+        """One transaction: check ``epoch`` (when held), ``work(tx)``, insert ``events``."""
+
+    @abstractmethod
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
+
+    @abstractmethod
+    def _pairs_in(self) -> str:
+        """SQL matching ``(channel, version)`` against a parameter of pairs."""
+
+    @abstractmethod
+    def _pairs_param(self, pairs: Sequence[tuple[str, str]]) -> Sequence[Any]: ...
+
+    @abstractmethod
+    def _ids_in(self, column: str = "checkpoint_id") -> str:
+        """SQL matching ``column`` against a parameter holding a list of ids."""
+
+    @abstractmethod
+    def _ids_param(self, ids: Sequence[str]) -> Any: ...
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def checkpoint_rows(
+        self,
+        thread_id: str | None,
+        ns: str | None,
+        checkpoint_id: str | None,
+        before_id: str | None,
+        limit: int | None,
+    ) -> list[Row]:
+        where: list[str] = []
+        params: list[Any] = []
+        for column, value, op in (
+            ("thread_id", thread_id, "="),
+            ("checkpoint_ns", ns, "="),
+            ("checkpoint_id", checkpoint_id, "="),
+            ("checkpoint_id", before_id, "<"),
+        ):
+            if value is not None:
+                where.append(f"{column} {op} ?")
+                params.append(value)
+        sql = f"SELECT {_CP_COLS} FROM longtask_cp_checkpoints"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY checkpoint_id DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return self.read(sql, params)
+
+    def chain(self, thread_id: str, ns: str, ids: Sequence[str]) -> list[Row]:
+        """(id, parent id, state) of these checkpoints and of their ancestors back to the
+        nearest snapshot: every link their deltas need (at most ``FULL_EVERY`` a line), in
+        one read."""
+        return self.read(
+            "WITH RECURSIVE line (checkpoint_id, parent_id, depth, state) AS ("
+            "SELECT checkpoint_id, parent_id, depth, state FROM longtask_cp_checkpoints "
+            f"WHERE thread_id = ? AND checkpoint_ns = ? AND {self._ids_in()} "
+            "UNION SELECT c.checkpoint_id, c.parent_id, c.depth, c.state "
+            "FROM longtask_cp_checkpoints c JOIN line ON c.checkpoint_id = line.parent_id "
+            "WHERE c.thread_id = ? AND c.checkpoint_ns = ? AND line.depth > 0) "
+            "SELECT checkpoint_id, parent_id, state FROM line",
+            (thread_id, ns, self._ids_param(ids), thread_id, ns),
+        )
+
+    def values(
+        self, thread_id: str, ns: str, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, bytes]]:
+        if not pairs:
+            return {}
+        rows = self.read(
+            "SELECT channel, version, type, value FROM longtask_cp_values "
+            f"WHERE thread_id = ? AND checkpoint_ns = ? AND {self._pairs_in()}",
+            (thread_id, ns, *self._pairs_param(pairs)),
+        )
+        return {(r[0], r[1]): (r[2], bytes(r[3]) if r[3] is not None else b"") for r in rows}
+
+    def writes(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], list[Row]]:
+        scopes: dict[tuple[str, str], list[str]] = {}
+        for thread_id, ns, cid in keys:
+            scopes.setdefault((thread_id, ns), []).append(cid)
+        out: dict[tuple[str, str, str], list[Row]] = {}
+        for (thread_id, ns), ids in scopes.items():
+            rows = self.read(
+                "SELECT checkpoint_id, task_id, channel, type, value FROM longtask_cp_writes "
+                f"WHERE thread_id = ? AND checkpoint_ns = ? AND {self._ids_in()} "
+                "ORDER BY checkpoint_id, task_path, task_id, idx",
+                (thread_id, ns, self._ids_param(ids)),
+            )
+            for r in rows:
+                value = bytes(r[4]) if r[4] is not None else b""
+                out.setdefault((thread_id, ns, r[0]), []).append((r[1], r[2], r[3], value))
+        return out
+
+    def rows_of_runs(self, run_ids: Sequence[str]) -> list[tuple[str, str, str]]:
+        rows = self.read(
+            "SELECT thread_id, checkpoint_ns, checkpoint_id FROM longtask_cp_checkpoints "
+            f"WHERE {self._ids_in('run_id')}",
+            (self._ids_param(run_ids),),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def rows_but_latest(self, thread_id: str) -> list[tuple[str, str, str]]:
+        rows = self.read(
+            "SELECT thread_id, checkpoint_ns, checkpoint_id FROM longtask_cp_checkpoints c "
+            "WHERE thread_id = ? AND checkpoint_id < (SELECT max(checkpoint_id) FROM "
+            "longtask_cp_checkpoints d WHERE d.thread_id = c.thread_id AND "
+            "d.checkpoint_ns = c.checkpoint_ns)",
+            (thread_id,),
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    # -- maintenance -------------------------------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        def work(tx: Any) -> None:
+            for table in ("longtask_cp_checkpoints", "longtask_cp_values", "longtask_cp_writes"):
+                tx.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
+
+        self.write(thread_id, None, work, ())
+
+    def copy_thread(self, source: str, target: str) -> None:
+        def work(tx: Any) -> None:
+            tx.execute(
+                "INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+                "parent_id, base_id, depth, state, metadata, run_id, step, updated) "
+                "SELECT ?, checkpoint_ns, checkpoint_id, parent_id, base_id, depth, state, "
+                "metadata, run_id, step, updated FROM longtask_cp_checkpoints "
+                "WHERE thread_id = ? ON CONFLICT DO NOTHING",
+                (target, source),
+            )
+            tx.execute(
+                "INSERT INTO longtask_cp_values (thread_id, checkpoint_ns, channel, version, "
+                "type, value) SELECT ?, checkpoint_ns, channel, version, type, value "
+                "FROM longtask_cp_values WHERE thread_id = ? ON CONFLICT DO NOTHING",
+                (target, source),
+            )
+            tx.execute(
+                f"INSERT INTO longtask_cp_writes ({_WRITE_COLS}) SELECT ?, checkpoint_ns, "
+                "checkpoint_id, task_id, idx, channel, type, value, task_path "
+                "FROM longtask_cp_writes WHERE thread_id = ? ON CONFLICT DO NOTHING",
+                (target, source),
+            )
+
+        self.write(target, None, work, ())
+
+    def remove(
+        self,
+        thread_id: str,
+        ns: str,
+        ids: Sequence[str],
+        snapshots: Sequence[tuple[bytes, str, str, str]],
+        keep_values: Sequence[tuple[str, str]] | None,
+    ) -> None:
+        def work(tx: Any) -> None:
+            if snapshots:
+                tx.executemany(
+                    "UPDATE longtask_cp_checkpoints SET state = ?, base_id = checkpoint_id, "
+                    "depth = 0 WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                    snapshots,
+                )
+            for table in ("longtask_cp_checkpoints", "longtask_cp_writes"):
+                tx.execute(
+                    f"DELETE FROM {table} WHERE thread_id = ? AND checkpoint_ns = ? "
+                    f"AND {self._ids_in()}",
+                    (thread_id, ns, self._ids_param(ids)),
+                )
+            if keep_values is not None:
+                tx.execute(
+                    "DELETE FROM longtask_cp_values WHERE thread_id = ? AND checkpoint_ns = ? "
+                    f"AND NOT {self._pairs_in()}",
+                    (thread_id, ns, *self._pairs_param(keep_values)),
+                )
+
+        self.write(thread_id, None, work, ())
+
+
+class LeaseLostError(Exception):
+    """The writer's lease epoch is no longer the thread's (SQLite's check; PostgreSQL's
+    is a function raising the same words)."""
+
+
+class SqliteBackend(Backend):
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock | threading.Lock) -> None:
+        self.conn = conn
+        self.lock = lock
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        with self.lock:
+            rows = self.conn.execute(sql, tuple(params)).fetchall()
+            # a read in autocommit mode ends its implicit transaction at once
+            if self.conn.in_transaction:
+                self.conn.commit()
+            return rows
+
+    def write(
+        self, thread_id: str, epoch: int | None, work: Work, events: Sequence[NewEvent]
+    ) -> None:
+        conn = self.conn
+        with self.lock:
+            if conn.in_transaction:
+                conn.commit()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if epoch is not None:
+                    row = conn.execute(
+                        "SELECT epoch FROM longtask_leases WHERE thread_id = ?", (thread_id,)
+                    ).fetchone()
+                    if row is None or int(row[0]) != epoch:
+                        raise LeaseLostError(
+                            f"{LOST}: thread {thread_id} is at lease epoch "
+                            f"{row[0] if row else None}, this writer holds epoch {epoch}"
+                        )
+                if work is not None:
+                    work(_SqliteTx(conn))
+                if events:
+                    conn.executemany(_EVENTS_SQL, [e.params() for e in events])
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+
+    def _pairs_in(self) -> str:
+        return (
+            "(channel, version) IN (SELECT json_extract(value, '$[0]'), "
+            "json_extract(value, '$[1]') FROM json_each(?))"
+        )
+
+    def _pairs_param(self, pairs: Sequence[tuple[str, str]]) -> Sequence[Any]:
+        return (json.dumps(list(pairs)),)
+
+    def _ids_in(self, column: str = "checkpoint_id") -> str:
+        return f"{column} IN (SELECT value FROM json_each(?))"
+
+    def _ids_param(self, ids: Sequence[str]) -> Any:
+        return json.dumps(list(ids))
+
+
+class _SqliteTx:
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.conn.execute(sql, tuple(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.conn.executemany(sql, rows)
+
+
+def _pg(sql: str) -> str:
+    return sql.replace("?", "%s")
+
+
+class PostgresBackend(Backend):
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        self.pool = pool
+
+    def _on_connection(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(conn)`` on a pooled connection; one that the server closed while it sat
+        idle in the pool (``idle_session_timeout``, a restart) is replaced once. Every
+        write is idempotent (conflicts are ignored or replace the same row), so repeating
+        one whose COMMIT's answer was lost stores nothing twice."""
+        import psycopg
+
+        for attempt in (1, 2):
+            with self.pool.connection() as conn:
+                try:
+                    return fn(conn)
+                except psycopg.OperationalError:
+                    if attempt == 2 or not conn.broken:
+                        raise
+        raise AssertionError("unreachable")
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        from psycopg.rows import tuple_row
+
+        def run(conn: Any) -> list[Row]:
+            with conn.cursor(row_factory=tuple_row) as cur:
+                cur.execute(_pg(sql), tuple(params))
+                return cur.fetchall() if cur.description else []
+
+        return self._on_connection(run)  # type: ignore[no-any-return]
+
+    def write(
+        self, thread_id: str, epoch: int | None, work: Work, events: Sequence[NewEvent]
+    ) -> None:
+        def run(conn: Any) -> None:
+            with conn.pipeline(), conn.transaction():
+                cur = conn.cursor()
+                if epoch is not None:
+                    cur.execute("SELECT longtask_fence_check(%s, %s)", (thread_id, epoch))
+                if work is not None:
+                    work(_PgTx(cur))
+                if events:
+                    cur.executemany(_pg(_EVENTS_SQL), [e.params() for e in events])
+                    cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, thread_id))
+
+        self._on_connection(run)
+
+    def _pairs_in(self) -> str:
+        return "(channel, version) IN (SELECT * FROM unnest(?::text[], ?::text[]))"
+
+    def _pairs_param(self, pairs: Sequence[tuple[str, str]]) -> Sequence[Any]:
+        return ([p[0] for p in pairs], [p[1] for p in pairs])
+
+    def _ids_in(self, column: str = "checkpoint_id") -> str:
+        return f"{column} = ANY(?)"
+
+    def _ids_param(self, ids: Sequence[str]) -> Any:
+        return list(ids)
+
+
+class _PgTx:
+    def __init__(self, cur: Any) -> None:
+        self.cur = cur
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.cur.execute(_pg(sql), tuple(params))
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.cur.executemany(_pg(sql), rows)
