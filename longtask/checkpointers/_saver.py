@@ -119,13 +119,17 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
 
     def _commit(self, thread_id: str, work: Any) -> None:
         """Run ``work(tx)`` in one fenced transaction together with the thread's pending
-        events; on failure the events go back to the outbox (they are not lost)."""
+        events and blobs; on failure they go back to the outbox (they are not lost)."""
         events = self._events_for(thread_id)
+        blobs = self.outbox.take_blobs(thread_id) if self.outbox is not None else {}
         try:
-            self.backend.write(thread_id, self._epoch(thread_id), work, events)
+            self.backend.write(thread_id, self._epoch(thread_id), work, events, blobs)
         except BaseException:
-            if events and self.outbox is not None:
-                self.outbox.restore(thread_id, events)
+            if self.outbox is not None:
+                if events:
+                    self.outbox.restore(thread_id, events)
+                if blobs:
+                    self.outbox.restore_blobs(thread_id, blobs)
             raise
 
     def write_events(self, events: Sequence[NewEvent]) -> None:

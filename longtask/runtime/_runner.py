@@ -158,7 +158,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
     ) -> None:
         self._owns_db = not isinstance(db, Database)
         self.db = db if isinstance(db, Database) else Database.open(db)
-        self.codec = ValueCodec(self.db.store, inline_limit)
+        self.codec = ValueCodec(self.db.store, inline_limit, defer=self.db.events.put_blob)
         #: events wait here to commit with their thread's next checkpoint (see EventWriter)
         self.events_writer = self.db.events
         self.on_update = on_update

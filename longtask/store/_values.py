@@ -18,6 +18,7 @@ import importlib
 import json
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -74,9 +75,18 @@ def to_json_bytes(value: Any, what: str) -> tuple[bytes, str | None]:
 class ValueCodec:
     """Encodes values into channel envelopes and back, with a small read cache."""
 
-    def __init__(self, blobs: BlobStore, inline_limit: int = DEFAULT_INLINE_LIMIT) -> None:
+    def __init__(
+        self,
+        blobs: BlobStore,
+        inline_limit: int = DEFAULT_INLINE_LIMIT,
+        defer: Callable[[str, str, bytes], None] | None = None,
+    ) -> None:
         self._blobs = blobs
         self.inline_limit = inline_limit
+        #: ``defer(thread_id, digest, data)``: inside a graph node, a blob is handed over to
+        #: be inserted by the transaction that stores the node's writes (which refer to it)
+        #: instead of costing a commit of its own
+        self._defer = defer
         self._cache: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
@@ -87,7 +97,12 @@ class ValueCodec:
             env = {"v": json.loads(data)}
         else:
             digest = hashlib.sha256(data).hexdigest()[:40]
-            self._blobs.put_blob(digest, data)
+            thread_id = _node_thread() if self._defer is not None else None
+            if thread_id is not None and self._defer is not None:
+                self._defer(thread_id, digest, data)
+                self._remember(digest, data)  # readable here before it commits
+            else:
+                self._blobs.put_blob(digest, data)
             env = {"ref": digest, "size": len(data)}
         if model:
             env["model"] = model
@@ -118,8 +133,22 @@ class ValueCodec:
             data = self._blobs.get_blob(digest)
             if data is None:
                 raise LongTaskError(f"stored value {digest} is missing from longtask_blobs")
-            with self._lock:
-                if len(self._cache) > 256:
-                    self._cache.clear()
-                self._cache[digest] = data
+            self._remember(digest, data)
         return json.loads(data)
+
+    def _remember(self, digest: str, data: bytes) -> None:
+        with self._lock:
+            if len(self._cache) > 256:
+                self._cache.clear()
+            self._cache[digest] = data
+
+
+def _node_thread() -> str | None:
+    """The thread of the graph node running in this context, if any."""
+    from langgraph.config import get_config
+
+    try:
+        thread_id = get_config().get("configurable", {}).get("thread_id")
+    except RuntimeError:  # not inside a node
+        return None
+    return str(thread_id) if thread_id is not None else None

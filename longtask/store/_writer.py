@@ -29,6 +29,20 @@ class EventWriter:
         self._sink = sink
         self._lock = threading.Lock()
         self._pending: dict[str, list[NewEvent]] = {}
+        self._blobs: dict[str, dict[str, bytes]] = {}
+
+    def put_blob(self, thread_id: str, digest: str, data: bytes) -> None:
+        """A content-addressed blob a node's writes will refer to (see ValueCodec)."""
+        with self._lock:
+            self._blobs.setdefault(thread_id, {})[digest] = data
+
+    def take_blobs(self, thread_id: str) -> dict[str, bytes]:
+        with self._lock:
+            return self._blobs.pop(thread_id, {})
+
+    def restore_blobs(self, thread_id: str, blobs: dict[str, bytes]) -> None:
+        with self._lock:
+            self._blobs.setdefault(thread_id, {}).update(blobs)
 
     def put(self, event: NewEvent) -> None:
         with self._lock:
