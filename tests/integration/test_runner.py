@@ -338,10 +338,10 @@ def eager_thread_switches() -> Iterator[None]:
 def test_a_sibling_running_when_a_step_fails_keeps_its_result(
     runner: Runner, tmp_path: Path
 ) -> None:
-    """A step fails at once while its sibling still runs: the sibling's result is saved
-    before the failure is raised, so a resume does not run it again. (Without that, LangGraph
-    lost the result in about half the rounds: the sibling finished while its executor shut
-    down.)"""
+    """A step fails at once while its sibling still runs (or has not even started): the
+    sibling's result is saved before the failure is raised, so a resume does not run it
+    again. (Without that, LangGraph lost the result in about half the rounds: the sibling
+    finished while its executor shut down.)"""
 
     class Down(Exception):
         retryable = False
@@ -358,9 +358,11 @@ def test_a_sibling_running_when_a_step_fails_keeps_its_result(
     def broken(ctx: StepContext) -> str:
         if (tmp_path / "fixed").exists():
             return "fixed"
-        deadline = time.monotonic() + 10  # fail once the sibling has started
-        while not (tmp_path / f"{ctx.thread_id}.calls").exists() and time.monotonic() < deadline:
-            time.sleep(0.001)
+        if ctx.thread_id.endswith("-started"):
+            deadline = time.monotonic() + 10  # fail once the sibling has started
+            calls = tmp_path / f"{ctx.thread_id}.calls"
+            while not calls.exists() and time.monotonic() < deadline:
+                time.sleep(0.001)
         raise Down("upstream is down")
 
     @function_step
@@ -369,7 +371,7 @@ def test_a_sibling_running_when_a_step_fails_keeps_its_result(
 
     task = LongTask("siblings", stages=[Stage("work", [sibling, broken]), Stage("wrap", [join])])
     for n in range(10):
-        thread = f"t-sib-{n}"
+        thread = f"t-sib-{n}" + ("-started" if n % 2 else "")
         (tmp_path / "fixed").unlink(missing_ok=True)
         with pytest.raises(StepFailed, match="upstream is down"):
             runner.start(task, thread_id=thread)
