@@ -32,11 +32,13 @@ from longtask.steps import (
     request_channel,
     request_node_name,
     result_channel,
+    settled,
 )
 
 
 class NodeFn:
-    """A node callable LangGraph takes as is.
+    """A node callable LangGraph takes as is; one that raises lets its parallel siblings'
+    results be saved first (see longtask.steps._siblings).
 
     For a plain function, LangGraph disassembles its code and closure at compile time,
     looking for subgraphs to wire into the checkpointer (~1 ms per step node here: 0.2 s
@@ -44,8 +46,8 @@ class NodeFn:
     object is not inspected.
     """
 
-    def __init__(self, fn: Callable[[Any, RunnableConfig], Any]) -> None:
-        self._fn = fn
+    def __init__(self, fn: Callable[[Any, RunnableConfig], Any], env: StepEnv) -> None:
+        self._fn = settled(env, fn)
         self.__name__ = getattr(fn, "__name__", "node")
 
     def __call__(self, state: Any, config: RunnableConfig) -> Any:
@@ -106,24 +108,24 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
             )
             graph.add_node(
                 entry,
-                NodeFn(function_node(step, info, env)),
+                NodeFn(function_node(step, info, env), env),
                 metadata=meta,
                 destinations=(step.name, f"{step.name}.fix"),
             )
             graph.add_node(
                 f"{step.name}.fix",
-                NodeFn(fix_agent_node(fixer, fix_info, env, task.model, step.name)),
+                NodeFn(fix_agent_node(fixer, fix_info, env, task.model, step.name), env),
                 metadata={**meta, "longtask_kind": "agent"},
                 destinations=(entry,),
             )
-            graph.add_node(step.name, NodeFn(_pass), metadata=meta)
+            graph.add_node(step.name, NodeFn(_pass, env), metadata=meta)
         elif isinstance(step, FunctionStep):
-            graph.add_node(step.name, NodeFn(function_node(step, info, env)), metadata=meta)
+            graph.add_node(step.name, NodeFn(function_node(step, info, env), env), metadata=meta)
         elif isinstance(step, AgentStep):
             # The agent graph is built when the node runs and invoked with the node's config:
             # LangGraph checkpoints it as this node's subgraph (see longtask.steps._agent).
             graph.add_node(
-                step.name, NodeFn(agent_node(step, info, env, task.model)), metadata=meta
+                step.name, NodeFn(agent_node(step, info, env, task.model), env), metadata=meta
             )
         elif isinstance(step, MapStep):
             # Three nodes whatever the number of items; see longtask.steps._map.
@@ -131,23 +133,23 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
             entry = dispatch_node_name(step.name)
             graph.add_node(
                 entry,
-                NodeFn(dispatch),
+                NodeFn(dispatch, env),
                 metadata=meta,
                 destinations=(item_node_name(step.name), step.name),
             )
-            graph.add_node(item_node_name(step.name), NodeFn(item), metadata=meta)
-            graph.add_node(step.name, NodeFn(finish), metadata=meta)
+            graph.add_node(item_node_name(step.name), NodeFn(item, env), metadata=meta)
+            graph.add_node(step.name, NodeFn(finish, env), metadata=meta)
             graph.add_edge(item_node_name(step.name), entry)
         elif isinstance(step, PauseStep):
             # Record the request, pause on it, then the step itself (which dependents wait
             # for, so they run only after a real answer); see longtask.steps._pause.
             request, ask, done = pause_nodes(step, info, env)
             entry = request_node_name(step.name)
-            graph.add_node(entry, NodeFn(request), metadata=meta)
+            graph.add_node(entry, NodeFn(request, env), metadata=meta)
             graph.add_node(
-                f"{step.name}.ask", NodeFn(ask), metadata=meta, destinations=(entry, step.name)
+                f"{step.name}.ask", NodeFn(ask, env), metadata=meta, destinations=(entry, step.name)
             )
-            graph.add_node(step.name, NodeFn(done), metadata=meta)
+            graph.add_node(step.name, NodeFn(done, env), metadata=meta)
             graph.add_edge(entry, f"{step.name}.ask")
         else:  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")

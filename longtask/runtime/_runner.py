@@ -222,6 +222,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                 pauses=frozenset(n for n, s in task.steps.items() if isinstance(s, PauseStep)),
             )
             compiled = build_graph(task, env).compile(checkpointer=self.db.saver, name=task.name)
+            env.snapshot = compiled.get_state
             cached = (task, env, compiled)
             self._graphs[id(task)] = cached
         return cached[1], cached[2]

@@ -20,6 +20,7 @@ from longtask.steps._pause import (
     request_channel,
     request_node_name,
 )
+from longtask.steps._siblings import settled
 
 __all__ = [
     "INPUTS_CHANNEL",
@@ -48,4 +49,5 @@ __all__ = [
     "request_channel",
     "request_node_name",
     "result_channel",
+    "settled",
 ]

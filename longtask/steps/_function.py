@@ -23,6 +23,7 @@ from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.model._decision import utcnow
 from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
 from longtask.steps._context import _CURRENT, StepContext, result_channel
+from longtask.steps._siblings import Siblings, Snapshot
 from longtask.store import Artifact, Attempts, EventWriter, NewEvent, Store, ValueCodec
 
 __all__ = [
@@ -69,6 +70,11 @@ class StepEnv:
     stopping: threading.Event = field(default_factory=threading.Event)
     #: a worker schedules retry waits as jobs instead of sleeping
     defer_waits: bool = False
+    #: the compiled graph's ``get_state``: a step about to raise reads its super-step's
+    #: tasks with it, and waits until their results are saved (see longtask.steps._siblings)
+    snapshot: Snapshot | None = None
+    #: the steps of each thread's current super-step running in this process
+    siblings: Siblings = field(default_factory=Siblings)
     #: once-per-thread event keys this process has queued (stage.started of each sibling)
     _emitted: dict[str, set[str]] = field(default_factory=dict)
     #: durable attempt counts, read once per thread per run (only failures write them)
@@ -223,6 +229,7 @@ class StepEnv:
             self._emitted.pop(thread_id, None)
             self._attempts.pop(thread_id, None)
             self._cancelled.discard(thread_id)
+        self.siblings.forget(thread_id)
 
 
 @dataclass(frozen=True)
