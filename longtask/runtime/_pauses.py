@@ -41,6 +41,11 @@ def pending_from(snapshot: StateSnapshot) -> list[Pending]:
     return out
 
 
+class NotWaiting(InvalidInput):
+    """The answer came too late: the thread stopped waiting for it (another process answered
+    it, a deadline failed the thread, or the thread ended) before this answer could be used."""
+
+
 @dataclass
 class TickResult:
     thread_id: str
@@ -289,6 +294,9 @@ class PauseMixin(RunnerBase):
                 results.append(TickResult(thread_id, step, "timed out"))
             except ThreadBusy:
                 results.append(TickResult(thread_id, step, "busy"))
+            except NotWaiting:
+                # Another tick (or an answer) acted on it first, under the thread's lock.
+                results.append(TickResult(thread_id, step, "not waiting"))
             except StepFailed:
                 results.append(TickResult(thread_id, step, "failed"))
             except LongTaskError as exc:

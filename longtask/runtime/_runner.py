@@ -38,7 +38,7 @@ from longtask.model import FunctionStep, LongTask, MapStep, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._history import HistoryMixin
-from longtask.runtime._pauses import PauseMixin, pending_from
+from longtask.runtime._pauses import NotWaiting, PauseMixin, pending_from
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
@@ -334,9 +334,17 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             ):
                 raise NothingToResume(thread_id, current.status)
             if expect_interrupt is not None:
+                if current.status in ("failed", "completed", "cancelled", "cancelling"):
+                    # Decided under the lock from the stored state: LangGraph keeps the
+                    # interrupt of a pause that failed the thread (a passed deadline), and a
+                    # late answer to it must not revive the thread.
+                    raise NotWaiting(
+                        f"thread {thread_id!r} is {current.status}: it no longer waits for an "
+                        f"answer; see `longtask status {thread_id}`"
+                    )
                 snapshot = self.graph(task).get_state(_config(thread_id))
                 if expect_interrupt not in {p.interrupt_id for p in pending_from(snapshot)}:
-                    raise InvalidInput(
+                    raise NotWaiting(
                         f"thread {thread_id!r} is no longer waiting for that answer (another "
                         "process answered it); see `longtask pending`"
                     )
