@@ -98,6 +98,18 @@ class NothingToResume(LongTaskError):
         super().__init__(f"thread {thread_id!r} is {status}; there is nothing to resume")
 
 
+class TooLateToCancel(NothingToResume):
+    """A cancel that came after the thread ended (completed, or cancelled already): it
+    changed nothing."""
+
+    def __init__(self, thread_id: str, status: str) -> None:
+        LongTaskError.__init__(
+            self, f"too late: thread {thread_id!r} is {status} already; the cancel changed nothing"
+        )
+        self.thread_id = thread_id
+        self.status = status
+
+
 class DefinitionChanged(LongTaskError):
     """The task definition differs from the one the thread started with."""
 

@@ -7,12 +7,19 @@ import getpass
 import json
 import logging
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import StateUpdate
 
-from longtask.errors import CompensationFailed, InvalidInput, NothingToResume, ThreadBusy
+from longtask.errors import (
+    CompensationFailed,
+    InvalidInput,
+    NothingToResume,
+    ThreadBusy,
+    TooLateToCancel,
+)
 from longtask.model import LongTask, PauseStep
 from longtask.runtime._base import RunnerBase
 from longtask.steps import STEP_ATTR, NodeCall, StepContext, StepEnv, result_channel
@@ -29,6 +36,11 @@ log = logging.getLogger("longtask.runtime")
 
 #: waiting kinds that a failing step caused (``retry`` re-runs the step)
 STEP_PAUSES = ("permission", "budget", "deadline")
+
+#: statuses of a thread whose run has ended but whose process may still hold it a moment,
+#: and how long (seconds) a cancel waits for that process to let go
+_SETTLED = ("waiting_user", "waiting_external", "failed")
+_SETTLE_WAIT = 10.0
 
 
 def whoami() -> str:
@@ -101,12 +113,16 @@ class ControlMixin(RunnerBase):
         Running it again after a crash or a failed compensation continues where it stopped.
         """
         rec = self._thread(thread_id)
-        _refuse_closed(rec, "cancel")
+        _refuse_cancel(rec)
         task = task or self._load(rec)
         request = {"reason": reason or "cancelled", "by": by or whoami(), "at": self.clock()}
-        # The event first, so that a crash cannot leave a cancel without its record.
+        # The request first, refused in the same statement once the thread has completed
+        # (a run that finishes decides completion against it the same way): a cancel that
+        # comes too late leaves nothing behind. It holds who, why and when, so a crash
+        # before the event below still leaves the cancel recorded.
+        if not self.db.store.request_cancel(thread_id, request):
+            raise TooLateToCancel(thread_id, self._thread(thread_id).status)
         self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
-        self.db.store.request_cancel(thread_id, request)
         if self.served_by_workers(rec):
             # A worker stops the run (its cancel watch sees the request) and compensates.
             self.enqueue(thread_id, {"kind": "cancel", "reason": reason, "by": by})
@@ -117,13 +133,23 @@ class ControlMixin(RunnerBase):
                 raise _AlreadyCancelled  # the process that held the thread finished it
             _refuse_closed(current, "cancel")
 
-        try:
-            self._advance(rec, task, None, first=False, check=check)
-        except ThreadBusy:
-            return False
-        except _AlreadyCancelled:
-            pass
-        return True
+        settling = 0.0
+        while True:
+            try:
+                self._advance(rec, task, None, first=False, check=check)
+            except ThreadBusy:
+                # A process advancing the thread stops at its next step and compensates.
+                # One that has already paused or failed (it only has to let go of the
+                # thread) does not look again: wait for it and compensate here.
+                status = self._thread(thread_id).status
+                if status not in _SETTLED or settling >= _SETTLE_WAIT:
+                    return False
+                time.sleep(0.05)
+                settling += 0.05
+                continue
+            except _AlreadyCancelled:
+                pass
+            return True
 
     def _compensate(
         self, task: LongTask, thread_id: str, run: int, request: dict[str, Any]
@@ -363,6 +389,11 @@ class _AlreadyCancelled(Exception):
 
 def _skipped(value: Any) -> bool:
     return isinstance(value, dict) and bool(value.get("skipped"))
+
+
+def _refuse_cancel(rec: ThreadRecord) -> None:
+    if rec.status in ("completed", "cancelled") or (rec.error or {}).get("compensated"):
+        raise TooLateToCancel(rec.thread_id, rec.status)
 
 
 def _refuse_closed(rec: ThreadRecord, what: str) -> None:

@@ -553,7 +553,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     if any(w["kind"] in ("approval", "effect") for w in waiting) or not waiting
                     else "waiting_external"
                 )
-                store.set_status(thread_id, status, waiting=waiting)
+                if not store.settle_unless_cancelled(thread_id, status, waiting=waiting):
+                    self._cancel_won(task, thread_id, run)
                 return
             # Steps added by a definition change never got their trigger in the old
             # graph: start those whose dependencies are done.
@@ -576,9 +577,19 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             }
             store.set_status(thread_id, "failed", error=error)
             raise StepFailed(thread_id, missing[0], error["message"])
+        # Decided in one statement against a cancel stored meanwhile (its request is
+        # refused once the thread is completed): a cancel that came while the last step ran
+        # wins and is carried out here; otherwise the thread completes and the cancel is
+        # answered "too late".
+        if not store.settle_unless_cancelled(thread_id, "completed"):
+            self._cancel_won(task, thread_id, run)
+            return
         events.put(NewEvent(thread_id, "longtask.completed", "longtask.completed"))
         events.flush()
-        store.set_status(thread_id, "completed")
+
+    def _cancel_won(self, task: LongTask, thread_id: str, run: int) -> None:
+        request = self.db.store.cancel_request(thread_id) or {"reason": "cancelled"}
+        self._compensate(task, thread_id, run, request)
 
     def _stopped(self, task: LongTask, thread_id: str, run: int, exc: Exception) -> None:
         """A run ended with ``exc``: cancelled (compensate), paused for a person (record what
