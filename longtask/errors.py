@@ -142,6 +142,21 @@ class StepFailed(LongTaskError):
         )
 
 
+class PauseFailed(StepFailed):
+    """An approval was rejected, or a pause reached its deadline, and its policy fails the
+    thread: ``retry`` asks again (``resume`` would only repeat the outcome)."""
+
+    def __init__(self, thread_id: str, step: str, error: str) -> None:
+        LongTaskError.__init__(
+            self,
+            f"step {step!r} failed: {error}\n"
+            f"To ask again (a fresh request), run `longtask retry {thread_id} {step}`.",
+        )
+        self.thread_id = thread_id
+        self.step = step
+        self.error = error
+
+
 class StepTimeout(LongTaskError):
     """A step ran longer than its ``timeout``."""
 

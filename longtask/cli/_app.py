@@ -599,7 +599,8 @@ def retry(
     db: DbOpt = None,
 ) -> None:
     """Run a failed step again (or one paused for permission or budget) with a fresh set
-    of attempts, then continue the thread."""
+    of attempts, then continue the thread. A rejected or timed-out approval (or wait) that
+    failed the thread is asked again, with a fresh request."""
     with _runner(db, on_update=_printer()) as runner:
         runner.retry(thread_id, step, by=by)
         raise typer.Exit(_finish(runner, thread_id))

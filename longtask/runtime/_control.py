@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from langgraph.types import StateUpdate
+from langgraph.types import Command, StateUpdate
 
 from longtask.errors import (
     CompensationFailed,
@@ -22,7 +22,14 @@ from longtask.errors import (
 )
 from longtask.model import LongTask, PauseStep
 from longtask.runtime._base import RunnerBase
-from longtask.steps import STEP_ATTR, NodeCall, StepContext, StepEnv, result_channel
+from longtask.steps import (
+    STEP_ATTR,
+    NodeCall,
+    StepContext,
+    StepEnv,
+    ask_node_name,
+    result_channel,
+)
 from longtask.steps._attempts import describe
 from longtask.steps._effects import effect_key
 from longtask.store import BudgetState, NewEvent, ThreadRecord
@@ -251,7 +258,9 @@ class ControlMixin(RunnerBase):
         task: LongTask | None = None,
     ) -> str:
         """Run a failed step again (or one that paused for permission or budget), with a
-        fresh set of attempts numbered on from the last, then continue the thread."""
+        fresh set of attempts numbered on from the last, then continue the thread. An
+        approval that was rejected, or an approval or wait that timed out, and so failed the
+        thread, is asked again: a fresh request (plan, hash, deadline), and the thread waits."""
         rec = self._thread(thread_id)
         failing = _failing_step(rec)
         if failing is None:
@@ -265,8 +274,35 @@ class ControlMixin(RunnerBase):
                 f"step {step!r} of thread {thread_id!r} has not failed; the failed step is "
                 f"{failing!r}"
             )
+        if (rec.error or {}).get("outcome"):
+            return self._ask_again(rec, failing, by=by, task=task)
         self._manual(thread_id, "manual.retry", failing, {"by": by or whoami()})
         return self.resume(thread_id, task=task)
+
+    def _ask_again(
+        self, rec: ThreadRecord, step: str, *, by: str | None, task: LongTask | None
+    ) -> str:
+        """Ask a rejected (or timed out) approval or wait again: a fresh request, with its
+        plan, hash and deadline, as if the step were reached for the first time."""
+        thread_id = rec.thread_id
+        task = task or self._load(rec)
+        if not isinstance(task.steps.get(step), PauseStep):
+            raise InvalidInput(f"task {task.name!r} has no approval or wait {step!r} any more")
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        with self.db.lock(thread_id):
+            current = self._thread(thread_id)
+            if current.status != "failed" or (current.error or {}).get("step") != step:
+                raise InvalidInput(
+                    f"thread {thread_id!r} changed meanwhile (now {current.status}); see "
+                    f"`longtask status {thread_id}`"
+                )
+            self._manual(thread_id, "manual.retry", step, {"by": by or whoami(), "ask": "again"})
+            # The failed ask node would run again with the answer it was given (and fail the
+            # same way): retire it, as if it had run, and start the step from its request.
+            self.graph(task).bulk_update_state(
+                config, [[StateUpdate(None, as_node=ask_node_name(step))]]
+            )
+        return self.resume(thread_id, Command(goto=step), task=task)
 
     def skip(
         self,

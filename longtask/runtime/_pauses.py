@@ -25,6 +25,8 @@ from longtask.store._values import to_json_bytes
 if TYPE_CHECKING:
     from langgraph.types import StateSnapshot
 
+    from longtask.store import ThreadRecord
+
 
 def pending_from(snapshot: StateSnapshot) -> list[Pending]:
     """The open interrupts of a snapshot that are ours (approval or wait requests)."""
@@ -44,6 +46,20 @@ def pending_from(snapshot: StateSnapshot) -> list[Pending]:
 class NotWaiting(InvalidInput):
     """The answer came too late: the thread stopped waiting for it (another process answered
     it, a deadline failed the thread, or the thread ended) before this answer could be used."""
+
+
+def refuse_repeated_outcome(rec: ThreadRecord) -> None:
+    """A thread that failed because an approval was rejected or a pause timed out: going on
+    from its checkpoint would only repeat that outcome; ``retry`` asks again."""
+    error = rec.error or {}
+    outcome, step = error.get("outcome"), error.get("step")
+    if outcome and step:
+        raise InvalidInput(
+            f"step {step!r} of thread {rec.thread_id!r} "
+            f"{'was rejected' if outcome == 'rejected' else outcome}; resuming would only "
+            f"repeat that. To ask again (a fresh request), run `longtask retry "
+            f"{rec.thread_id} {step}`"
+        )
 
 
 @dataclass

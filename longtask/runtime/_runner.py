@@ -26,6 +26,7 @@ from longtask.errors import (
     LimitReached,
     NeedsPerson,
     NothingToResume,
+    PauseFailed,
     RetryLater,
     StepFailed,
     Stopping,
@@ -38,7 +39,12 @@ from longtask.model import FunctionStep, LongTask, MapStep, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._history import HistoryMixin
-from longtask.runtime._pauses import NotWaiting, PauseMixin, pending_from
+from longtask.runtime._pauses import (
+    NotWaiting,
+    PauseMixin,
+    pending_from,
+    refuse_repeated_outcome,
+)
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
@@ -48,7 +54,14 @@ from longtask.runtime._views import (
     definition_summary,
 )
 from longtask.runtime._watch import WatchMixin
-from longtask.steps import INPUTS_CHANNEL, RUN_KEY, STEP_ATTR, StepEnv, result_channel
+from longtask.steps import (
+    INPUTS_CHANNEL,
+    RUN_KEY,
+    STEP_ATTR,
+    PauseOutcome,
+    StepEnv,
+    result_channel,
+)
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
     Event,
@@ -326,6 +339,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             if (current.error or {}).get("compensated"):
                 # Its completed steps were undone: going forward would build on nothing.
                 raise NothingToResume(thread_id, "failed and compensated")
+            if command is None and current.status == "failed":
+                refuse_repeated_outcome(current)
             if (
                 command is None
                 and current.status in ("completed", "cancelled")
@@ -621,6 +636,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             return
         step = getattr(exc, STEP_ATTR, None)
         error = {"step": step, "type": type(exc).__name__, "message": str(exc)[:4000]}
+        if isinstance(exc, PauseOutcome):
+            # Said to people as what happened ("rejected", "timed out"); `retry` asks again.
+            error["type"] = error["outcome"] = exc.outcome
         if hasattr(exc, "__longtask_item__"):
             error["item"] = exc.__longtask_item__
         error_class = getattr(exc, "__longtask_error_class__", None)
@@ -637,6 +655,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             request = {"reason": f"step {step!r} failed", "by": "longtask", "failure": error}
             store.request_cancel(thread_id, request)
             self._compensate(task, thread_id, run, store.cancel_request(thread_id) or request)
+        if isinstance(exc, PauseOutcome) and step is not None and not task.compensate_on_failure:
+            raise PauseFailed(thread_id, step, str(exc)) from exc
         where = f" (item {error['item']})" if "item" in error else ""
         raise StepFailed(
             thread_id, step or "?", f"{error['type']}: {error['message']}{where}"
