@@ -8,6 +8,7 @@ state is left exactly as it was.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -16,6 +17,7 @@ from langgraph.types import Command
 from longtask.errors import InvalidInput, LongTaskError, StepFailed, ThreadBusy
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
 from longtask.runtime._base import RunnerBase
+from longtask.runtime._control import whoami
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
 from longtask.steps._effects import RESOLVED_AS_FAILED
@@ -108,6 +110,57 @@ class PauseMixin(RunnerBase):
         raise InvalidInput(
             f"{target!r} of thread {thread_id!r} is not waiting for {what}; waiting: {names}"
         )
+
+    def _goto_skips(
+        self,
+        rec: ThreadRecord,
+        task: LongTask,
+        goto: list[str],
+        *,
+        skip_pending: bool,
+        by: str | None,
+        record: bool,
+    ) -> None:
+        """Refuse a ``goto`` that would jump past a pending approval or wait (one that comes
+        before a target): the gated step would run before any decision, and again after it.
+        With ``skip_pending`` it goes on, and (``record``) a ``manual.goto`` event says who
+        skipped what."""
+        if not goto or rec.status in ("failed", "completed", "cancelled"):
+            return
+        snapshot = self.graph(task).get_state({"configurable": {"thread_id": rec.thread_id}})
+        skipped = [
+            p
+            for p in pending_from(snapshot)
+            if p.kind in ("approval", "wait")
+            and any(p.step in task.layout[g].ancestors for g in goto if g in task.layout)
+        ]
+        if not skipped:
+            return
+        if not skip_pending:
+            first = skipped[0]
+            target = next(g for g in goto if first.step in task.layout[g].ancestors)
+            answer = (
+                f"longtask approve {rec.thread_id} {first.step} --by NAME"
+                if first.kind == "approval"
+                else f"longtask signal {rec.thread_id} {first.step} --payload JSON"
+            )
+            what = "approval" if first.kind == "approval" else "wait"
+            raise InvalidInput(
+                f"cannot go to {target!r}: it comes after the pending {what} {first.step!r}, "
+                f"which would be skipped; answer it first (`{answer}`), or go anyway with "
+                "--skip-pending (skip_pending=True)"
+            )
+        if record:
+            self.db.store.append_event(
+                rec.thread_id,
+                "manual.goto",
+                key=f"manual.goto/{uuid.uuid4().hex}",
+                data={
+                    "by": by or whoami(),
+                    "goto": goto,
+                    "skipped_pending": [p.step for p in skipped],
+                },
+            )
 
     def _answer(self, thread_id: str, task: LongTask, item: Pending, value: Any) -> Any:
         """The checked resume value for ``item`` (raises InvalidInput, changing nothing)."""

@@ -308,18 +308,26 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         task: LongTask | None = None,
         allow_changed_definition: bool = False,
         expect_interrupt: str | None = None,
+        skip_pending: bool = False,
+        by: str | None = None,
     ) -> str:
         """Continue a failed, interrupted or paused thread from its last checkpoint.
 
         Finished steps are not run again. ``command`` is passed to LangGraph as is, except
-        that ``update`` keys naming steps (or ``inputs``) are mapped to their channels.
+        that ``update`` keys naming steps (or ``inputs``) are mapped to their channels. A
+        ``goto`` past a pending approval or wait is refused unless ``skip_pending`` (recorded
+        as a ``manual.goto`` event with ``by``).
         """
         rec = self._thread(thread_id)
         task = task or self._load(rec)
         graph_input: Any = self._translate(task, command) if command is not None else None
+        raw: Any = command.goto if command is not None else ()
+        goto = [g for g in ([raw] if isinstance(raw, str) else raw or ()) if isinstance(g, str)]
         if self.served_by_workers(rec):
             if rec.status in ("completed", "cancelled") and command is None:
                 raise NothingToResume(thread_id, rec.status)
+            # Refused here, where the caller sees it; the worker checks again and records.
+            self._goto_skips(rec, task, goto, skip_pending=skip_pending, by=by, record=False)
             self.enqueue(
                 thread_id,
                 {
@@ -327,6 +335,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     "command": encode_command(command),
                     "allow_changed_definition": allow_changed_definition,
                     "expect_interrupt": expect_interrupt,
+                    "skip_pending": skip_pending,
+                    "by": by,
                 },
             )
             return thread_id
@@ -373,6 +383,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                         definition_changes(current.definition, new),
                     )
                 self.db.store.update_definition(thread_id, task.definition_hash, new)
+            self._goto_skips(current, task, goto, skip_pending=skip_pending, by=by, record=True)
 
         self._advance(rec, task, graph_input, first=False, check=check)
         return thread_id
@@ -386,6 +397,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                 decode_command(command.get("command")),
                 allow_changed_definition=bool(command.get("allow_changed_definition")),
                 expect_interrupt=command.get("expect_interrupt"),
+                skip_pending=bool(command.get("skip_pending")),
+                by=command.get("by"),
             )
         elif kind == "cancel":
             self.cancel(thread_id, reason=command.get("reason"), by=command.get("by"))

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from langgraph.types import Command
 
 from longtask import (
     InvalidInput,
@@ -24,6 +25,7 @@ from longtask import (
     StepFailed,
     approval,
     function_step,
+    wait_for,
 )
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
@@ -82,6 +84,16 @@ GATED = LongTask(
     stages=[
         Stage("prepare", [function_step(_build, name="build")]),
         Stage("approve", [approval("gate", plan=_plan, approvers=["carol", "dave"], timeout=3600)]),
+        Stage("ship", [function_step(_publish, name="publish")]),
+    ],
+)
+
+#: build -> ci (an outside event) -> publish
+SIGNALLED = LongTask(
+    "recovery_signalled",
+    stages=[
+        Stage("prepare", [function_step(_build, name="build")]),
+        Stage("check", [wait_for("ci")]),
         Stage("ship", [function_step(_publish, name="publish")]),
     ],
 )
@@ -152,3 +164,58 @@ def test_retry_asks_a_rejected_or_timed_out_approval_again(
     outcomes = [e.data["outcome"] for e in runner.events(thread, kinds=["approval.resolved"])]  # type: ignore[index]
     assert outcomes == (["rejected", "approved"] if how == "rejected" else ["approved"])
     assert kinds(runner, thread)["longtask.failed"] == 1
+
+
+def test_goto_past_a_pending_approval_is_refused_unless_told(
+    runner: Runner, clock: FakeClock
+) -> None:
+    thread = runner.start(GATED, thread_id="jump")
+    before = runner.status(thread)
+    assert before.status == "waiting_user"
+    with pytest.raises(InvalidInput) as info:
+        runner.resume(thread, Command(goto="publish"))
+    message = str(info.value)
+    assert "\n" not in message
+    assert "cannot go to 'publish': it comes after the pending approval 'gate'" in message
+    assert "`longtask approve jump gate --by NAME`" in message
+    assert "--skip-pending" in message
+    after = runner.status(thread)
+    assert (after.status, after.checkpoint_id, after.runs) == (
+        before.status,
+        before.checkpoint_id,
+        before.runs,
+    )
+    assert ran == Counter({"build": 1})
+    assert runner.events(thread, kinds=["manual.goto"]) == []
+
+    # Told explicitly: it goes, and the jump is recorded with who made it.
+    runner.resume(thread, Command(goto="publish"), skip_pending=True, by="ops")
+    assert ran == Counter({"build": 1, "publish": 1})
+    (manual,) = runner.events(thread, kinds=["manual.goto"])
+    assert manual.data == {"by": "ops", "goto": ["publish"], "skipped_pending": ["gate"]}
+    # The approval itself still waits for its answer.
+    assert [p.step for p in runner.pending(thread)] == ["gate"]
+
+
+def test_cli_goto_past_a_pending_wait_is_refused(db_url: str) -> None:
+    # Imported here: the CLI imports this file by path to load the task, without tests/.
+    from conftest import run_cli
+
+    with Runner(db_url) as runner:
+        runner.start(SIGNALLED, thread_id="cli-jump", task_ref=f"{__file__}:SIGNALLED")
+    refused = run_cli("resume", "cli-jump", "--goto", "publish", db=db_url)
+    assert refused.returncode == 1, refused.stderr
+    assert refused.stderr.count("\n") == 1, refused.stderr
+    assert "it comes after the pending wait 'ci'" in refused.stderr
+    assert "`longtask signal cli-jump ci --payload JSON`" in refused.stderr
+    usage = run_cli("resume", "cli-jump", "--skip-pending", db=db_url)
+    assert usage.returncode == 2, usage.stderr
+    went = run_cli(
+        "resume", "cli-jump", "--goto", "publish", "--skip-pending", "--by", "ops", db=db_url
+    )
+    assert went.returncode == 3, went.stdout + went.stderr  # the wait still waits
+    with Runner(db_url) as runner:
+        (manual,) = runner.events("cli-jump", kinds=["manual.goto"])
+        assert manual.data == {"by": "ops", "goto": ["publish"], "skipped_pending": ["ci"]}
+        done = [e.step for e in runner.events("cli-jump", kinds=["step.completed"])]
+        assert done == ["build", "publish"]
