@@ -302,6 +302,9 @@ class ControlMixin(RunnerBase):
             self.graph(task).bulk_update_state(
                 config, [[StateUpdate(None, as_node=ask_node_name(step))]]
             )
+            # Only then may the thread go on (resume refuses while the outcome stands).
+            error = {k: v for k, v in (current.error or {}).items() if k != "outcome"}
+            self.db.store.set_status(thread_id, "failed", error=error)
         return self.resume(thread_id, Command(goto=step), task=task)
 
     def skip(

@@ -52,7 +52,8 @@ class NotWaiting(InvalidInput):
 
 def refuse_repeated_outcome(rec: ThreadRecord) -> None:
     """A thread that failed because an approval was rejected or a pause timed out: going on
-    from its checkpoint would only repeat that outcome; ``retry`` asks again."""
+    from its checkpoint (with or without a command) would run the pause again with the same
+    answer and repeat that outcome; ``retry`` asks again."""
     error = rec.error or {}
     outcome, step = error.get("outcome"), error.get("step")
     if outcome and step:

@@ -326,7 +326,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         if self.served_by_workers(rec):
             if rec.status in ("completed", "cancelled") and command is None:
                 raise NothingToResume(thread_id, rec.status)
-            # Refused here, where the caller sees it; the worker checks again and records.
+            # Refused here, where the caller sees it; the worker checks again (and records).
+            if rec.status == "failed":
+                refuse_repeated_outcome(rec)
             self._goto_skips(rec, task, goto, skip_pending=skip_pending, by=by, record=False)
             self.enqueue(
                 thread_id,
@@ -349,8 +351,6 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             if (current.error or {}).get("compensated"):
                 # Its completed steps were undone: going forward would build on nothing.
                 raise NothingToResume(thread_id, "failed and compensated")
-            if command is None and current.status == "failed":
-                refuse_repeated_outcome(current)
             if (
                 command is None
                 and current.status in ("completed", "cancelled")
@@ -373,6 +373,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                         f"thread {thread_id!r} is no longer waiting for that answer (another "
                         "process answered it); see `longtask pending`"
                     )
+            if current.status == "failed":
+                refuse_repeated_outcome(current)
             if task.definition_hash != current.definition_hash:
                 new = definition_summary(task)
                 if not allow_changed_definition:

@@ -127,6 +127,8 @@ def test_retry_asks_a_rejected_or_timed_out_approval_again(
 
     # resume only repeats the outcome: refused, on one line, changing nothing
     before = kinds(runner, thread)
+    with pytest.raises(InvalidInput, match="longtask retry again gate"):
+        runner.resume(thread, Command(goto="publish"))
     with pytest.raises(InvalidInput) as refused:
         runner.resume(thread)
     assert "\n" not in str(refused.value)
