@@ -319,3 +319,38 @@ def test_a_cancel_just_after_completion_is_too_late_and_leaves_nothing(
     runner.resume("t-after", task=task)
     assert runner.status("t-after").status == "completed"
     assert undo_order(service) == []
+
+
+def test_a_cancel_the_run_has_not_seen_does_not_leave_it_waiting(db_url: str) -> None:
+    """The run's cancel watch has not polled yet (a long poll interval) when the step before
+    an approval finishes: the run must not pause over the stored request."""
+    service, ran = Service(), Counter[str]()
+    started, finish = threading.Event(), threading.Event()
+
+    def before_gate(ctx: StepContext) -> str:
+        started.set()
+        assert finish.wait(30)
+        return "ready"
+
+    task = saga(
+        service,
+        ran,
+        extra=[
+            Stage("ready", [function_step(before_gate, name="ready")]),
+            Stage("confirm", [approval("confirm")]),
+        ],
+    )
+    with Runner(db_url, cancel_poll=3600) as holder:
+        worker = threading.Thread(
+            target=holder.start, args=(task,), kwargs={"thread_id": "t-unseen"}
+        )
+        worker.start()
+        assert started.wait(30)
+        with Runner(db_url) as other:
+            assert other.cancel("t-unseen", by="ops", task=task) is False
+        finish.set()
+        worker.join(30)
+        assert not worker.is_alive()
+        assert holder.status("t-unseen").status == "cancelled"
+        assert holder.pending("t-unseen", task=task) == []
+    assert undo_order(service) == ["undo charge", "undo hotel", "undo flight"]
