@@ -67,6 +67,10 @@ class PauseOutcome(LongTaskError):
         #: what ended the pause, said to people: "rejected" or "timed out"
         self.outcome = outcome
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copied and pickled with both arguments (the default passes only the message).
+        return (type(self), (str(self), self.outcome))
+
 
 def ask_node_name(step: str) -> str:
     return f"{step}.ask"
