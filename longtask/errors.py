@@ -98,6 +98,18 @@ class NothingToResume(LongTaskError):
         super().__init__(f"thread {thread_id!r} is {status}; there is nothing to resume")
 
 
+class TooLateToCancel(NothingToResume):
+    """A cancel that came after the thread ended (completed, or cancelled already): it
+    changed nothing."""
+
+    def __init__(self, thread_id: str, status: str) -> None:
+        LongTaskError.__init__(
+            self, f"too late: thread {thread_id!r} is {status} already; the cancel changed nothing"
+        )
+        self.thread_id = thread_id
+        self.status = status
+
+
 class DefinitionChanged(LongTaskError):
     """The task definition differs from the one the thread started with."""
 
@@ -128,6 +140,21 @@ class StepFailed(LongTaskError):
             f"Fix the cause, then continue with `longtask resume {thread_id}` "
             "(finished steps are not run again)."
         )
+
+
+class PauseFailed(StepFailed):
+    """An approval was rejected, or a pause reached its deadline, and its policy fails the
+    thread: ``retry`` asks again (``resume`` would only repeat the outcome)."""
+
+    def __init__(self, thread_id: str, step: str, error: str) -> None:
+        LongTaskError.__init__(
+            self,
+            f"step {step!r} failed: {error}\n"
+            f"To ask again (a fresh request), run `longtask retry {thread_id} {step}`.",
+        )
+        self.thread_id = thread_id
+        self.step = step
+        self.error = error
 
 
 class StepTimeout(LongTaskError):

@@ -186,15 +186,32 @@ def resume(
             help="Resume even though the task definition changed since the thread started.",
         ),
     ] = False,
+    skip_pending: Annotated[
+        bool,
+        typer.Option(
+            "--skip-pending",
+            help="With --goto: go even past a pending approval or wait (recorded, with --by).",
+        ),
+    ] = False,
+    by: Annotated[
+        str | None,
+        typer.Option("--by", help="Who skips (recorded in the event) [default: you]."),
+    ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Continue a failed, interrupted or paused thread from its last checkpoint."""
+    """Continue a failed, interrupted or paused thread from its last checkpoint. A --goto
+    past a pending approval or wait is refused unless --skip-pending."""
     command = None
     resume_v = _parse_json(resume_value, "--resume")
     if interrupt is not None and (resume_value is None or update is not None or goto):
         raise typer.BadParameter(
             "answers a pause: use it with --resume only (not with --update or --goto)",
             param_hint="--interrupt",
+        )
+    if (skip_pending or by is not None) and not goto:
+        raise typer.BadParameter(
+            "goes with --goto (a jump past a pending approval or wait)",
+            param_hint="--skip-pending" if skip_pending else "--by",
         )
     if resume_value is not None and update is None and not goto:
         # An answer to a pause: checked against what the thread waits for.
@@ -215,7 +232,13 @@ def resume(
             goto=(goto[0] if len(goto) == 1 else list(goto)) if goto else (),
         )
     with _runner(db, on_update=_printer()) as runner:
-        runner.resume(thread_id, command, allow_changed_definition=allow_changed_definition)
+        runner.resume(
+            thread_id,
+            command,
+            allow_changed_definition=allow_changed_definition,
+            skip_pending=skip_pending,
+            by=by,
+        )
         raise typer.Exit(_finish(runner, thread_id))
 
 
@@ -599,7 +622,8 @@ def retry(
     db: DbOpt = None,
 ) -> None:
     """Run a failed step again (or one paused for permission or budget) with a fresh set
-    of attempts, then continue the thread."""
+    of attempts, then continue the thread. A rejected or timed-out approval (or wait) that
+    failed the thread is asked again, with a fresh request."""
     with _runner(db, on_update=_printer()) as runner:
         runner.retry(thread_id, step, by=by)
         raise typer.Exit(_finish(runner, thread_id))

@@ -21,6 +21,7 @@ from longtask.steps import (
     INPUTS_CHANNEL,
     StepEnv,
     agent_node,
+    ask_node_name,
     dispatch_node_name,
     fix_agent_node,
     fix_channel,
@@ -147,10 +148,13 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
             entry = request_node_name(step.name)
             graph.add_node(entry, NodeFn(request, env), metadata=meta)
             graph.add_node(
-                f"{step.name}.ask", NodeFn(ask, env), metadata=meta, destinations=(entry, step.name)
+                ask_node_name(step.name),
+                NodeFn(ask, env),
+                metadata=meta,
+                destinations=(entry, step.name),
             )
             graph.add_node(step.name, NodeFn(done, env), metadata=meta)
-            graph.add_edge(entry, f"{step.name}.ask")
+            graph.add_edge(entry, ask_node_name(step.name))
         else:  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")
         deps = list(info.depends_on)

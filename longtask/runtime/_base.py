@@ -65,6 +65,8 @@ class RunnerBase(ABC):
         task: LongTask | None = None,
         allow_changed_definition: bool = False,
         expect_interrupt: str | None = None,
+        skip_pending: bool = False,
+        by: str | None = None,
     ) -> str: ...
 
     @abstractmethod

@@ -7,15 +7,29 @@ import getpass
 import json
 import logging
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from langgraph.types import StateUpdate
+from langgraph.types import Command, StateUpdate
 
-from longtask.errors import CompensationFailed, InvalidInput, NothingToResume, ThreadBusy
+from longtask.errors import (
+    CompensationFailed,
+    InvalidInput,
+    NothingToResume,
+    ThreadBusy,
+    TooLateToCancel,
+)
 from longtask.model import LongTask, PauseStep
 from longtask.runtime._base import RunnerBase
-from longtask.steps import STEP_ATTR, NodeCall, StepContext, StepEnv, result_channel
+from longtask.steps import (
+    STEP_ATTR,
+    NodeCall,
+    StepContext,
+    StepEnv,
+    ask_node_name,
+    result_channel,
+)
 from longtask.steps._attempts import describe
 from longtask.steps._effects import effect_key
 from longtask.store import BudgetState, NewEvent, ThreadRecord
@@ -29,6 +43,11 @@ log = logging.getLogger("longtask.runtime")
 
 #: waiting kinds that a failing step caused (``retry`` re-runs the step)
 STEP_PAUSES = ("permission", "budget", "deadline")
+
+#: statuses of a thread whose run has ended but whose process may still hold it a moment,
+#: and how long (seconds) a cancel waits for that process to let go
+_SETTLED = ("waiting_user", "waiting_external", "failed")
+_SETTLE_WAIT = 10.0
 
 
 def whoami() -> str:
@@ -101,12 +120,16 @@ class ControlMixin(RunnerBase):
         Running it again after a crash or a failed compensation continues where it stopped.
         """
         rec = self._thread(thread_id)
-        _refuse_closed(rec, "cancel")
+        _refuse_cancel(rec)
         task = task or self._load(rec)
         request = {"reason": reason or "cancelled", "by": by or whoami(), "at": self.clock()}
-        # The event first, so that a crash cannot leave a cancel without its record.
+        # The request first, refused in the same statement once the thread has completed
+        # (a run that finishes decides completion against it the same way): a cancel that
+        # comes too late leaves nothing behind. It holds who, why and when, so a crash
+        # before the event below still leaves the cancel recorded.
+        if not self.db.store.request_cancel(thread_id, request):
+            raise TooLateToCancel(thread_id, self._thread(thread_id).status)
         self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
-        self.db.store.request_cancel(thread_id, request)
         if self.served_by_workers(rec):
             # A worker stops the run (its cancel watch sees the request) and compensates.
             self.enqueue(thread_id, {"kind": "cancel", "reason": reason, "by": by})
@@ -117,13 +140,23 @@ class ControlMixin(RunnerBase):
                 raise _AlreadyCancelled  # the process that held the thread finished it
             _refuse_closed(current, "cancel")
 
-        try:
-            self._advance(rec, task, None, first=False, check=check)
-        except ThreadBusy:
-            return False
-        except _AlreadyCancelled:
-            pass
-        return True
+        settling = 0.0
+        while True:
+            try:
+                self._advance(rec, task, None, first=False, check=check)
+            except ThreadBusy:
+                # A process advancing the thread stops at its next step and compensates.
+                # One that has already paused or failed (it only has to let go of the
+                # thread) does not look again: wait for it and compensate here.
+                status = self._thread(thread_id).status
+                if status not in _SETTLED or settling >= _SETTLE_WAIT:
+                    return False
+                time.sleep(0.05)
+                settling += 0.05
+                continue
+            except _AlreadyCancelled:
+                pass
+            return True
 
     def _compensate(
         self, task: LongTask, thread_id: str, run: int, request: dict[str, Any]
@@ -225,7 +258,9 @@ class ControlMixin(RunnerBase):
         task: LongTask | None = None,
     ) -> str:
         """Run a failed step again (or one that paused for permission or budget), with a
-        fresh set of attempts numbered on from the last, then continue the thread."""
+        fresh set of attempts numbered on from the last, then continue the thread. An
+        approval that was rejected, or an approval or wait that timed out, and so failed the
+        thread, is asked again: a fresh request (plan, hash, deadline), and the thread waits."""
         rec = self._thread(thread_id)
         failing = _failing_step(rec)
         if failing is None:
@@ -239,8 +274,38 @@ class ControlMixin(RunnerBase):
                 f"step {step!r} of thread {thread_id!r} has not failed; the failed step is "
                 f"{failing!r}"
             )
+        if (rec.error or {}).get("outcome"):
+            return self._ask_again(rec, failing, by=by, task=task)
         self._manual(thread_id, "manual.retry", failing, {"by": by or whoami()})
         return self.resume(thread_id, task=task)
+
+    def _ask_again(
+        self, rec: ThreadRecord, step: str, *, by: str | None, task: LongTask | None
+    ) -> str:
+        """Ask a rejected (or timed out) approval or wait again: a fresh request, with its
+        plan, hash and deadline, as if the step were reached for the first time."""
+        thread_id = rec.thread_id
+        task = task or self._load(rec)
+        if not isinstance(task.steps.get(step), PauseStep):
+            raise InvalidInput(f"task {task.name!r} has no approval or wait {step!r} any more")
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        with self.db.lock(thread_id):
+            current = self._thread(thread_id)
+            if current.status != "failed" or (current.error or {}).get("step") != step:
+                raise InvalidInput(
+                    f"thread {thread_id!r} changed meanwhile (now {current.status}); see "
+                    f"`longtask status {thread_id}`"
+                )
+            self._manual(thread_id, "manual.retry", step, {"by": by or whoami(), "ask": "again"})
+            # The failed ask node would run again with the answer it was given (and fail the
+            # same way): retire it, as if it had run, and start the step from its request.
+            self.graph(task).bulk_update_state(
+                config, [[StateUpdate(None, as_node=ask_node_name(step))]]
+            )
+            # Only then may the thread go on (resume refuses while the outcome stands).
+            error = {k: v for k, v in (current.error or {}).items() if k != "outcome"}
+            self.db.store.set_status(thread_id, "failed", error=error)
+        return self.resume(thread_id, Command(goto=step), task=task)
 
     def skip(
         self,
@@ -363,6 +428,11 @@ class _AlreadyCancelled(Exception):
 
 def _skipped(value: Any) -> bool:
     return isinstance(value, dict) and bool(value.get("skipped"))
+
+
+def _refuse_cancel(rec: ThreadRecord) -> None:
+    if rec.status in ("completed", "cancelled") or (rec.error or {}).get("compensated"):
+        raise TooLateToCancel(rec.thread_id, rec.status)
 
 
 def _refuse_closed(rec: ThreadRecord, what: str) -> None:

@@ -8,6 +8,7 @@ state is left exactly as it was.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -16,6 +17,7 @@ from langgraph.types import Command
 from longtask.errors import InvalidInput, LongTaskError, StepFailed, ThreadBusy
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
 from longtask.runtime._base import RunnerBase
+from longtask.runtime._control import whoami
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
 from longtask.steps._effects import RESOLVED_AS_FAILED
@@ -24,6 +26,8 @@ from longtask.store._values import to_json_bytes
 
 if TYPE_CHECKING:
     from langgraph.types import StateSnapshot
+
+    from longtask.store import ThreadRecord
 
 
 def pending_from(snapshot: StateSnapshot) -> list[Pending]:
@@ -39,6 +43,26 @@ def pending_from(snapshot: StateSnapshot) -> list[Pending]:
                     )
                 )
     return out
+
+
+class NotWaiting(InvalidInput):
+    """The answer came too late: the thread stopped waiting for it (another process answered
+    it, a deadline failed the thread, or the thread ended) before this answer could be used."""
+
+
+def refuse_repeated_outcome(rec: ThreadRecord) -> None:
+    """A thread that failed because an approval was rejected or a pause timed out: going on
+    from its checkpoint (with or without a command) would run the pause again with the same
+    answer and repeat that outcome; ``retry`` asks again."""
+    error = rec.error or {}
+    outcome, step = error.get("outcome"), error.get("step")
+    if outcome and step:
+        raise InvalidInput(
+            f"step {step!r} of thread {rec.thread_id!r} "
+            f"{'was rejected' if outcome == 'rejected' else outcome}; resuming would only "
+            f"repeat that. To ask again (a fresh request), run `longtask retry "
+            f"{rec.thread_id} {step}`"
+        )
 
 
 @dataclass
@@ -87,6 +111,57 @@ class PauseMixin(RunnerBase):
         raise InvalidInput(
             f"{target!r} of thread {thread_id!r} is not waiting for {what}; waiting: {names}"
         )
+
+    def _goto_skips(
+        self,
+        rec: ThreadRecord,
+        task: LongTask,
+        goto: list[str],
+        *,
+        skip_pending: bool,
+        by: str | None,
+        record: bool,
+    ) -> None:
+        """Refuse a ``goto`` that would jump past a pending approval or wait (one that comes
+        before a target): the gated step would run before any decision, and again after it.
+        With ``skip_pending`` it goes on, and (``record``) a ``manual.goto`` event says who
+        skipped what."""
+        if not goto or rec.status in ("failed", "completed", "cancelled"):
+            return
+        snapshot = self.graph(task).get_state({"configurable": {"thread_id": rec.thread_id}})
+        skipped = [
+            p
+            for p in pending_from(snapshot)
+            if p.kind in ("approval", "wait")
+            and any(p.step in task.layout[g].ancestors for g in goto if g in task.layout)
+        ]
+        if not skipped:
+            return
+        if not skip_pending:
+            first = skipped[0]
+            target = next(g for g in goto if first.step in task.layout[g].ancestors)
+            answer = (
+                f"longtask approve {rec.thread_id} {first.step} --by NAME"
+                if first.kind == "approval"
+                else f"longtask signal {rec.thread_id} {first.step} --payload JSON"
+            )
+            what = "approval" if first.kind == "approval" else "wait"
+            raise InvalidInput(
+                f"cannot go to {target!r}: it comes after the pending {what} {first.step!r}, "
+                f"which would be skipped; answer it first (`{answer}`), or go anyway with "
+                "--skip-pending (skip_pending=True)"
+            )
+        if record:
+            self.db.store.append_event(
+                rec.thread_id,
+                "manual.goto",
+                key=f"manual.goto/{uuid.uuid4().hex}",
+                data={
+                    "by": by or whoami(),
+                    "goto": goto,
+                    "skipped_pending": [p.step for p in skipped],
+                },
+            )
 
     def _answer(self, thread_id: str, task: LongTask, item: Pending, value: Any) -> Any:
         """The checked resume value for ``item`` (raises InvalidInput, changing nothing)."""
@@ -289,6 +364,9 @@ class PauseMixin(RunnerBase):
                 results.append(TickResult(thread_id, step, "timed out"))
             except ThreadBusy:
                 results.append(TickResult(thread_id, step, "busy"))
+            except NotWaiting:
+                # Another tick (or an answer) acted on it first, under the thread's lock.
+                results.append(TickResult(thread_id, step, "not waiting"))
             except StepFailed:
                 results.append(TickResult(thread_id, step, "failed"))
             except LongTaskError as exc:

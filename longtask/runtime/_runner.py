@@ -26,6 +26,7 @@ from longtask.errors import (
     LimitReached,
     NeedsPerson,
     NothingToResume,
+    PauseFailed,
     RetryLater,
     StepFailed,
     Stopping,
@@ -38,7 +39,12 @@ from longtask.model import FunctionStep, LongTask, MapStep, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._history import HistoryMixin
-from longtask.runtime._pauses import PauseMixin, pending_from
+from longtask.runtime._pauses import (
+    NotWaiting,
+    PauseMixin,
+    pending_from,
+    refuse_repeated_outcome,
+)
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
@@ -48,7 +54,14 @@ from longtask.runtime._views import (
     definition_summary,
 )
 from longtask.runtime._watch import WatchMixin
-from longtask.steps import INPUTS_CHANNEL, RUN_KEY, STEP_ATTR, StepEnv, result_channel
+from longtask.steps import (
+    INPUTS_CHANNEL,
+    RUN_KEY,
+    STEP_ATTR,
+    PauseOutcome,
+    StepEnv,
+    result_channel,
+)
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
     Event,
@@ -289,18 +302,28 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         task: LongTask | None = None,
         allow_changed_definition: bool = False,
         expect_interrupt: str | None = None,
+        skip_pending: bool = False,
+        by: str | None = None,
     ) -> str:
         """Continue a failed, interrupted or paused thread from its last checkpoint.
 
         Finished steps are not run again. ``command`` is passed to LangGraph as is, except
-        that ``update`` keys naming steps (or ``inputs``) are mapped to their channels.
+        that ``update`` keys naming steps (or ``inputs``) are mapped to their channels. A
+        ``goto`` past a pending approval or wait is refused unless ``skip_pending`` (recorded
+        as a ``manual.goto`` event with ``by``).
         """
         rec = self._thread(thread_id)
         task = task or self._load(rec)
         graph_input: Any = self._translate(task, command) if command is not None else None
+        raw: Any = command.goto if command is not None else ()
+        goto = [g for g in ([raw] if isinstance(raw, str) else raw or ()) if isinstance(g, str)]
         if self.served_by_workers(rec):
             if rec.status in ("completed", "cancelled") and command is None:
                 raise NothingToResume(thread_id, rec.status)
+            # Refused here, where the caller sees it; the worker checks again (and records).
+            if rec.status == "failed":
+                refuse_repeated_outcome(rec)
+            self._goto_skips(rec, task, goto, skip_pending=skip_pending, by=by, record=False)
             self.enqueue(
                 thread_id,
                 {
@@ -308,6 +331,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     "command": encode_command(command),
                     "allow_changed_definition": allow_changed_definition,
                     "expect_interrupt": expect_interrupt,
+                    "skip_pending": skip_pending,
+                    "by": by,
                 },
             )
             return thread_id
@@ -328,12 +353,22 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             ):
                 raise NothingToResume(thread_id, current.status)
             if expect_interrupt is not None:
+                if current.status in ("failed", "completed", "cancelled", "cancelling"):
+                    # Decided under the lock from the stored state: LangGraph keeps the
+                    # interrupt of a pause that failed the thread (a passed deadline), and a
+                    # late answer to it must not revive the thread.
+                    raise NotWaiting(
+                        f"thread {thread_id!r} is {current.status}: it no longer waits for an "
+                        f"answer; see `longtask status {thread_id}`"
+                    )
                 snapshot = self.graph(task).get_state(_config(thread_id))
                 if expect_interrupt not in {p.interrupt_id for p in pending_from(snapshot)}:
-                    raise InvalidInput(
+                    raise NotWaiting(
                         f"thread {thread_id!r} is no longer waiting for that answer (another "
                         "process answered it); see `longtask pending`"
                     )
+            if current.status == "failed":
+                refuse_repeated_outcome(current)
             if task.definition_hash != current.definition_hash:
                 new = definition_summary(task)
                 if not allow_changed_definition:
@@ -344,6 +379,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                         definition_changes(current.definition, new),
                     )
                 self.db.store.update_definition(thread_id, task.definition_hash, new)
+            self._goto_skips(current, task, goto, skip_pending=skip_pending, by=by, record=True)
 
         self._advance(rec, task, graph_input, first=False, check=check)
         return thread_id
@@ -357,6 +393,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                 decode_command(command.get("command")),
                 allow_changed_definition=bool(command.get("allow_changed_definition")),
                 expect_interrupt=command.get("expect_interrupt"),
+                skip_pending=bool(command.get("skip_pending")),
+                by=command.get("by"),
             )
         elif kind == "cancel":
             self.cancel(thread_id, reason=command.get("reason"), by=command.get("by"))
@@ -523,7 +561,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     if any(w["kind"] in ("approval", "effect") for w in waiting) or not waiting
                     else "waiting_external"
                 )
-                store.set_status(thread_id, status, waiting=waiting)
+                if not store.settle_unless_cancelled(thread_id, status, waiting=waiting):
+                    self._cancel_won(task, thread_id, run)
                 return
             # Steps added by a definition change never got their trigger in the old
             # graph: start those whose dependencies are done.
@@ -546,9 +585,19 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             }
             store.set_status(thread_id, "failed", error=error)
             raise StepFailed(thread_id, missing[0], error["message"])
+        # Decided in one statement against a cancel stored meanwhile (its request is
+        # refused once the thread is completed): a cancel that came while the last step ran
+        # wins and is carried out here; otherwise the thread completes and the cancel is
+        # answered "too late".
+        if not store.settle_unless_cancelled(thread_id, "completed"):
+            self._cancel_won(task, thread_id, run)
+            return
         events.put(NewEvent(thread_id, "longtask.completed", "longtask.completed"))
         events.flush()
-        store.set_status(thread_id, "completed")
+
+    def _cancel_won(self, task: LongTask, thread_id: str, run: int) -> None:
+        request = self.db.store.cancel_request(thread_id) or {"reason": "cancelled"}
+        self._compensate(task, thread_id, run, request)
 
     def _stopped(self, task: LongTask, thread_id: str, run: int, exc: Exception) -> None:
         """A run ended with ``exc``: cancelled (compensate), paused for a person (record what
@@ -580,6 +629,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             return
         step = getattr(exc, STEP_ATTR, None)
         error = {"step": step, "type": type(exc).__name__, "message": str(exc)[:4000]}
+        if isinstance(exc, PauseOutcome):
+            # Said to people as what happened ("rejected", "timed out"); `retry` asks again.
+            error["type"] = error["outcome"] = exc.outcome
         if hasattr(exc, "__longtask_item__"):
             error["item"] = exc.__longtask_item__
         error_class = getattr(exc, "__longtask_error_class__", None)
@@ -596,6 +648,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             request = {"reason": f"step {step!r} failed", "by": "longtask", "failure": error}
             store.request_cancel(thread_id, request)
             self._compensate(task, thread_id, run, store.cancel_request(thread_id) or request)
+        if isinstance(exc, PauseOutcome) and step is not None and not task.compensate_on_failure:
+            raise PauseFailed(thread_id, step, str(exc)) from exc
         where = f" (item {error['item']})" if "item" in error else ""
         raise StepFailed(
             thread_id, step or "?", f"{error['type']}: {error['message']}{where}"

@@ -30,7 +30,7 @@ EVENT_KINDS = [
     "artifact.created",
     "fix.round",
     "fix.exhausted",
-    *(f"manual.{k}" for k in ("skip", "retry", "resolve", "fork", "cancel", "budget")),
+    *(f"manual.{k}" for k in ("skip", "retry", "resolve", "fork", "cancel", "budget", "goto")),
 ]
 
 CSS = """

@@ -62,6 +62,19 @@ class PauseOutcome(LongTaskError):
 
     retryable = False
 
+    def __init__(self, message: str, outcome: str) -> None:
+        super().__init__(message)
+        #: what ended the pause, said to people: "rejected" or "timed out"
+        self.outcome = outcome
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Copied and pickled with both arguments (the default passes only the message).
+        return (type(self), (str(self), self.outcome))
+
+
+def ask_node_name(step: str) -> str:
+    return f"{step}.ask"
+
 
 def request_node_name(step: str) -> str:
     return f"{step}.request"
@@ -211,7 +224,9 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         env.store.timer_clear(call.thread_id, step.name)
         policy = step.on_timeout
         if policy == "fail":
-            exc = PauseOutcome(f"{kind} {step.name!r} timed out at {req.get('deadline')}")
+            exc = PauseOutcome(
+                f"{kind} {step.name!r} timed out at {req.get('deadline')}", "timed out"
+            )
             step_failed(env, call, info, exc)
             raise exc
         if policy == "reject":
@@ -232,7 +247,10 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         if step.on_reject == "fail":
             who = f" by {decision.by}" if decision else ""
             note = f": {decision.comment}" if decision and decision.comment else ""
-            exc = PauseOutcome(f"approval {step.name!r} was {why}{who}{note}")
+            exc = PauseOutcome(
+                f"approval {step.name!r} was {why}{who}{note}",
+                "rejected" if decision else "timed out",
+            )
             step_failed(env, call, info, exc)
             raise exc
         value.update(skip_to=step.on_reject, reason=why)
@@ -380,6 +398,6 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         return {result_channel(step.name): state[result_channel(step.name)]}
 
     request.__name__ = request_node_name(step.name)
-    ask_node.__name__ = f"{step.name}.ask"
+    ask_node.__name__ = ask_node_name(step.name)
     done_node.__name__ = step.name
     return request, ask_node, done_node

@@ -174,12 +174,29 @@ class LimitTables:
 
     # -- cancel ------------------------------------------------------------------------------
 
-    def request_cancel(self, thread_id: str, request: dict[str, Any]) -> None:
-        """Record a cancel request once (a later request keeps the first one's reason)."""
-        self._run(
-            "UPDATE longtask_threads SET cancel = ? WHERE thread_id = ? AND cancel IS NULL",
+    def request_cancel(self, thread_id: str, request: dict[str, Any]) -> bool:
+        """Record a cancel request once (a later request keeps the first one's reason),
+        unless the thread has completed or been cancelled: returns False then, changing
+        nothing. One statement on the thread's row, so that against
+        :meth:`settle_unless_cancelled` exactly one of the two wins."""
+        rows = self._run(
+            "UPDATE longtask_threads SET cancel = COALESCE(cancel, ?) WHERE thread_id = ? "
+            "AND status NOT IN ('completed', 'cancelled') RETURNING thread_id",
             (json.dumps(request, default=str), thread_id),
         )
+        return bool(rows)
+
+    def settle_unless_cancelled(
+        self, thread_id: str, status: str, *, waiting: list[dict[str, Any]] | None = None
+    ) -> bool:
+        """Record the end of a run (``completed``, or paused for ``waiting``) unless a cancel
+        request is stored; returns False then (the cancel won), changing nothing."""
+        rows = self._run(
+            "UPDATE longtask_threads SET status = ?, error = NULL, waiting = ?, updated_at = ? "
+            "WHERE thread_id = ? AND cancel IS NULL RETURNING thread_id",
+            (status, json.dumps(waiting, default=str) if waiting else None, time.time(), thread_id),
+        )
+        return bool(rows)
 
     def cancel_request(self, thread_id: str) -> dict[str, Any] | None:
         rows = self._run("SELECT cancel FROM longtask_threads WHERE thread_id = ?", (thread_id,))

@@ -6,6 +6,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -243,3 +244,110 @@ def test_skip_refuses_approvals(runner: Runner) -> None:
     runner.start(task, thread_id="t-gate")
     with pytest.raises(InvalidInput, match="longtask approve"):
         runner.skip("t-gate", "gate", True, task=task)
+
+
+def test_a_cancel_during_the_last_step_wins_and_compensates(runner: Runner, db_url: str) -> None:
+    """The cancel is answered "requested" while the last step runs (a step that does not look
+    at ``ctx.cancel_requested``): the run must not complete over it."""
+    service, ran = Service(), Counter[str]()
+    started, finish = threading.Event(), threading.Event()
+
+    def last(ctx: StepContext) -> str:
+        started.set()
+        assert finish.wait(30)
+        return "done"
+
+    task = saga(service, ran, extra=[Stage("last", [function_step(last, name="last")])])
+    worker = threading.Thread(target=runner.start, args=(task,), kwargs={"thread_id": "t-last"})
+    worker.start()
+    assert started.wait(30)
+    with Runner(db_url) as other:
+        assert other.cancel("t-last", by="ops", task=task) is False  # the runner holds it
+    finish.set()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert runner.status("t-last").status == "cancelled"
+    assert undo_order(service) == ["undo charge", "undo hotel", "undo flight"]
+    kinds = [e.kind for e in runner.events("t-last") if e.kind.startswith("longtask.")]
+    assert kinds == ["longtask.started", "longtask.cancelled"]
+    with pytest.raises(NothingToResume):
+        runner.resume("t-last", task=task)
+
+
+def test_a_cancel_just_after_completion_is_too_late_and_leaves_nothing(
+    runner: Runner, db_url: str
+) -> None:
+    """The cancel reads the thread while its last step runs; the thread completes before the
+    cancel is stored. The cancel is answered "too late" and stores nothing: no request (a
+    later fork and resume of the thread runs), no manual.cancel event."""
+    service, ran = Service(), Counter[str]()
+    started, finish = threading.Event(), threading.Event()
+
+    def last(ctx: StepContext) -> str:
+        started.set()
+        assert finish.wait(30)
+        return "done"
+
+    task = saga(service, ran, extra=[Stage("last", [function_step(last, name="last")])])
+    worker = threading.Thread(target=runner.start, args=(task,), kwargs={"thread_id": "t-after"})
+    worker.start()
+    assert started.wait(30)
+
+    def completing_clock() -> datetime:
+        # The cancel asks the time after it read the thread (running) and before it stores
+        # its request: the thread completes in between.
+        finish.set()
+        worker.join(30)
+        return datetime.now(UTC)
+
+    with Runner(db_url, clock=completing_clock) as other, pytest.raises(NothingToResume) as info:
+        other.cancel("t-after", by="ops", task=task)
+    assert not worker.is_alive()
+    assert runner.status("t-after").status == "completed"
+    assert runner.db.store.cancel_request("t-after") is None
+    assert runner.events("t-after", kinds=["manual.cancel"]) == []
+    assert str(info.value) == (
+        "too late: thread 't-after' is completed already; the cancel changed nothing"
+    )
+    assert undo_order(service) == []
+    # A fork before the last step runs forward again instead of being cancelled.
+    (noted, *_) = runner.history("t-after", step="note")
+    runner.fork("t-after", noted.checkpoint_id, update={"note": "again"}, task=task)
+    runner.resume("t-after", task=task)
+    assert runner.status("t-after").status == "completed"
+    assert undo_order(service) == []
+
+
+def test_a_cancel_the_run_has_not_seen_does_not_leave_it_waiting(db_url: str) -> None:
+    """The run's cancel watch has not polled yet (a long poll interval) when the step before
+    an approval finishes: the run must not pause over the stored request."""
+    service, ran = Service(), Counter[str]()
+    started, finish = threading.Event(), threading.Event()
+
+    def before_gate(ctx: StepContext) -> str:
+        started.set()
+        assert finish.wait(30)
+        return "ready"
+
+    task = saga(
+        service,
+        ran,
+        extra=[
+            Stage("ready", [function_step(before_gate, name="ready")]),
+            Stage("confirm", [approval("confirm")]),
+        ],
+    )
+    with Runner(db_url, cancel_poll=3600) as holder:
+        worker = threading.Thread(
+            target=holder.start, args=(task,), kwargs={"thread_id": "t-unseen"}
+        )
+        worker.start()
+        assert started.wait(30)
+        with Runner(db_url) as other:
+            assert other.cancel("t-unseen", by="ops", task=task) is False
+        finish.set()
+        worker.join(30)
+        assert not worker.is_alive()
+        assert holder.status("t-unseen").status == "cancelled"
+        assert holder.pending("t-unseen", task=task) == []
+    assert undo_order(service) == ["undo charge", "undo hotel", "undo flight"]
