@@ -132,6 +132,28 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
                     self.outbox.restore_blobs(thread_id, blobs)
             raise
 
+    def settle(
+        self, thread_id: str, sql: str, params: Sequence[Any], then: NewEvent | None = None
+    ) -> bool:
+        """Run one ``UPDATE ... RETURNING`` of the thread's record in a fenced transaction
+        with the thread's pending events, and insert ``then`` only if it changed a row: the
+        end of a run and the event that tells of it commit together."""
+        from longtask.checkpointers._saver_sql import EVENTS_SQL
+        from longtask.store._store import EVENTS_CHANNEL
+
+        changed = False
+
+        def work(tx: Any) -> None:
+            nonlocal changed
+            changed = bool(tx.execute(sql, params))
+            if changed and then is not None:
+                tx.executemany(EVENTS_SQL, [then.params()])
+                if self.backend.NOTIFY:
+                    tx.execute(self.backend.NOTIFY, (EVENTS_CHANNEL, thread_id))
+
+        self._commit(thread_id, work)
+        return changed
+
     def write_events(self, events: Sequence[NewEvent]) -> None:
         """Store events that no checkpoint carried (the end of a run, a pause), fenced like
         a checkpoint: a writer that lost its lease stores no event either."""

@@ -27,7 +27,7 @@ Row = tuple[Any, ...]
 Work = Callable[[Any], None] | None
 
 _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, base_id, depth, state, metadata"
-_EVENTS_SQL = f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING"
+EVENTS_SQL = f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING"
 _BLOB_SQL = (
     "INSERT INTO longtask_blobs (digest, data, size, created_at) VALUES (?,?,?,?) "
     "ON CONFLICT (digest) DO NOTHING"
@@ -37,12 +37,16 @@ _BLOB_SQL = (
 def _blob_rows(blobs: Mapping[str, bytes]) -> list[tuple[str, bytes, int, float]]:
     now = time.time()
     return [(digest, data, len(data), now) for digest, data in blobs.items()]
+
+
 _WRITE_COLS = (
     "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, value, task_path"
 )
 
 
 class Backend(ABC):
+    #: wakes the followers of a thread when the transaction commits (PostgreSQL)
+    NOTIFY: str | None = None
     PUT_VALUE = (
         "INSERT INTO longtask_cp_values (thread_id, checkpoint_ns, channel, version, type, value) "
         "VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING"
@@ -77,8 +81,8 @@ class Backend(ABC):
         events: Sequence[NewEvent],
         blobs: Mapping[str, bytes] | None = None,
     ) -> None:
-        """One transaction: check ``epoch`` (when held), insert ``blobs``, ``work(tx)``,
-        insert ``events``."""
+        """One transaction: check ``epoch`` (when held), insert ``blobs`` and ``events``,
+        then ``work(tx)``."""
 
     @abstractmethod
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
@@ -304,10 +308,10 @@ class SqliteBackend(Backend):
                         )
                 if blobs:
                     conn.executemany(_BLOB_SQL, _blob_rows(blobs))
+                if events:
+                    conn.executemany(EVENTS_SQL, [e.params() for e in events])
                 if work is not None:
                     work(_SqliteTx(conn))
-                if events:
-                    conn.executemany(_EVENTS_SQL, [e.params() for e in events])
             except BaseException:
                 conn.rollback()
                 raise
@@ -339,8 +343,8 @@ class _SqliteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.conn.execute(sql, tuple(params))
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        return self.conn.execute(sql, tuple(params)).fetchall()
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(sql, rows)
@@ -351,6 +355,8 @@ def _pg(sql: str) -> str:
 
 
 class PostgresBackend(Backend):
+    NOTIFY = "SELECT pg_notify(?, ?)"
+
     def __init__(self, pool: ConnectionPool[Any]) -> None:
         self.pool = pool
 
@@ -395,18 +401,17 @@ class PostgresBackend(Backend):
                     cur.execute("SELECT longtask_fence_check(%s, %s)", (thread_id, epoch))
                 if blobs:
                     cur.executemany(_pg(_BLOB_SQL), _blob_rows(blobs))
+                if events:
+                    cur.executemany(_pg(EVENTS_SQL), [e.params() for e in events])
                 if work is not None:
                     work(_PgTx(cur))
                 if events:
-                    cur.executemany(_pg(_EVENTS_SQL), [e.params() for e in events])
-                    cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, thread_id))
+                    cur.execute(_pg(self.NOTIFY), (EVENTS_CHANNEL, thread_id))
 
         self._on_connection(run)
 
     def _json_pairs(self) -> str:
-        return (
-            "(SELECT e->>0 AS channel, e->>1 AS version FROM jsonb_array_elements(?::jsonb) e) k"
-        )
+        return "(SELECT e->>0 AS channel, e->>1 AS version FROM jsonb_array_elements(?::jsonb) e) k"
 
     def _pairs_in(self) -> str:
         return "(channel, version) IN (SELECT * FROM unnest(?::text[], ?::text[]))"
@@ -425,8 +430,11 @@ class _PgTx:
     def __init__(self, cur: Any) -> None:
         self.cur = cur
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         self.cur.execute(_pg(sql), tuple(params))
+        if "RETURNING" not in sql:
+            return []  # no result to wait for: the pipeline goes on
+        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in self.cur.fetchall()]
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.cur.executemany(_pg(sql), rows)

@@ -70,6 +70,7 @@ from longtask.store import (
     ValueCodec,
 )
 from longtask.store._fence import lease_lost
+from longtask.store._limits import settle_statement
 
 log = logging.getLogger("longtask.runtime")
 
@@ -561,7 +562,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     if any(w["kind"] in ("approval", "effect") for w in waiting) or not waiting
                     else "waiting_external"
                 )
-                if not store.settle_unless_cancelled(thread_id, status, waiting=waiting):
+                if not self.db.saver.settle(
+                    thread_id, *settle_statement(thread_id, status, waiting)
+                ):
                     self._cancel_won(task, thread_id, run)
                 return
             # Steps added by a definition change never got their trigger in the old
@@ -589,11 +592,11 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         # refused once the thread is completed): a cancel that came while the last step ran
         # wins and is carried out here; otherwise the thread completes and the cancel is
         # answered "too late".
-        if not store.settle_unless_cancelled(thread_id, "completed"):
+        completed = NewEvent(thread_id, "longtask.completed", "longtask.completed")
+        if not self.db.saver.settle(
+            thread_id, *settle_statement(thread_id, "completed"), completed
+        ):
             self._cancel_won(task, thread_id, run)
-            return
-        events.put(NewEvent(thread_id, "longtask.completed", "longtask.completed"))
-        events.flush()
 
     def _cancel_won(self, task: LongTask, thread_id: str, run: int) -> None:
         request = self.db.store.cancel_request(thread_id) or {"reason": "cancelled"}

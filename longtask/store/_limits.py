@@ -191,12 +191,7 @@ class LimitTables:
     ) -> bool:
         """Record the end of a run (``completed``, or paused for ``waiting``) unless a cancel
         request is stored; returns False then (the cancel won), changing nothing."""
-        rows = self._run(
-            "UPDATE longtask_threads SET status = ?, error = NULL, waiting = ?, updated_at = ? "
-            "WHERE thread_id = ? AND cancel IS NULL RETURNING thread_id",
-            (status, json.dumps(waiting, default=str) if waiting else None, time.time(), thread_id),
-        )
-        return bool(rows)
+        return bool(self._run(*settle_statement(thread_id, status, waiting)))
 
     def cancel_request(self, thread_id: str) -> dict[str, Any] | None:
         rows = self._run("SELECT cancel FROM longtask_threads WHERE thread_id = ?", (thread_id,))
@@ -204,3 +199,15 @@ class LimitTables:
             return None
         value: dict[str, Any] = json.loads(rows[0][0])
         return value
+
+
+def settle_statement(
+    thread_id: str, status: str, waiting: list[dict[str, Any]] | None = None
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement that ends a run unless a cancel request is stored (it returns the
+    thread's id when it changed the record)."""
+    return (
+        "UPDATE longtask_threads SET status = ?, error = NULL, waiting = ?, updated_at = ? "
+        "WHERE thread_id = ? AND cancel IS NULL RETURNING thread_id",
+        (status, json.dumps(waiting, default=str) if waiting else None, time.time(), thread_id),
+    )
