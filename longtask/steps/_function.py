@@ -125,9 +125,11 @@ class StepEnv:
 
         in_graph = not prefix
 
-        def effect(name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any) -> Any:
+        def effect(
+            name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any, key: str | None = None
+        ) -> Any:
             return run_effect(
-                self, call, info, prefix + name, fn, args, kwargs, reconcile, item, in_graph
+                self, call, info, prefix + name, fn, args, kwargs, reconcile, item, in_graph, key
             )
 
         return effect
