@@ -136,7 +136,7 @@ def run(
 
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
-    thread_id = thread or _new_thread_id()
+    thread_id = _thread_option(thread)
     header = f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}"
     with _runner(db, on_update=_printer(header)) as runner:
         runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
@@ -147,6 +147,21 @@ def _new_thread_id() -> str:
     import uuid
 
     return f"lt-{uuid.uuid4().hex[:12]}"
+
+
+def _thread_option(thread: str | None) -> str:
+    """The id ``--thread`` gives a new thread (checked before anything runs), or a new one
+    when it is left out. An empty ``--thread ""`` is refused, not taken as "left out"."""
+    if thread is None:
+        return _new_thread_id()
+    from longtask.errors import InvalidInput
+    from longtask.runtime._runner import check_thread_id
+
+    try:
+        check_thread_id(thread)
+    except InvalidInput as exc:
+        raise typer.BadParameter(str(exc), param_hint="--thread") from None
+    return thread
 
 
 def _stable_ref(ref: str) -> str:

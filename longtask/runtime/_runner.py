@@ -61,7 +61,23 @@ from longtask.store._fence import lease_lost
 
 log = logging.getLogger("longtask.runtime")
 
-_THREAD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
+_THREAD_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
+
+
+def check_thread_id(thread_id: str) -> None:
+    """Refuse a thread id a new thread may not have (an empty one, a trailing newline...)."""
+    if not thread_id:
+        raise InvalidInput(
+            "the thread id is empty: give one (letters, digits and ._:@-) or leave it out "
+            "for a new random id"
+        )
+    # fullmatch: with match, "$" also matches before a trailing newline ("abc\n").
+    if not _THREAD_ID_RE.fullmatch(thread_id):
+        raise InvalidInput(
+            f"thread id {thread_id!r} is not allowed: use up to 200 letters, digits and "
+            "._:@- characters, starting with a letter or digit"
+        )
+
 
 #: called with (thread_id, step names that just finished) while a run advances
 UpdateHook = Callable[[str, list[str]], None]
@@ -260,12 +276,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         task_ref: str | None,
         mode: str | None,
     ) -> ThreadRecord:
-        thread_id = thread_id or f"lt-{uuid.uuid4().hex[:12]}"
-        if not _THREAD_ID_RE.match(thread_id):
-            raise InvalidInput(
-                f"thread id {thread_id!r} is not allowed: use up to 200 letters, digits and "
-                "._:@- characters, starting with a letter or digit"
-            )
+        if thread_id is None:
+            thread_id = f"lt-{uuid.uuid4().hex[:12]}"
+        check_thread_id(thread_id)
         encoded = self.codec.encode(self._validate_inputs(task, inputs), "the task inputs")
         rec = ThreadRecord(
             thread_id=thread_id,
