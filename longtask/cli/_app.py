@@ -4,6 +4,7 @@ that ``longtask --help`` stays fast."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -54,9 +55,16 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-def _runner(db: str | None, **kw: Any) -> Runner:
+#: what the running command works on, for the message if the database goes away mid-way
+_session: dict[str, str | None] = {"db": None, "thread": None}
+
+
+def _runner(db: str | None, thread: str | None = None, **kw: Any) -> Runner:
+    """A Runner on ``db``; ``thread`` names the thread the command advances (so a lost
+    database connection can say how to continue it)."""
     from longtask.runtime import Runner
 
+    _session.update(db=db, thread=thread)
     return Runner(db, **kw)
 
 
@@ -77,6 +85,18 @@ def _parse_json(value: str | None, option: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"not valid JSON ({exc})", param_hint=option) from None
+    except ValueError:
+        # Python refuses to turn a very long run of digits into an int (a guard against
+        # quadratic-time conversion); the limit is sys.get_int_max_str_digits().
+        raise typer.BadParameter(
+            f"has a number with more than {sys.get_int_max_str_digits()} digits; pass it as "
+            "a JSON string instead",
+            param_hint=option,
+        ) from None
+    except RecursionError:
+        raise typer.BadParameter(
+            "is nested too deeply (thousands of brackets); flatten the value", param_hint=option
+        ) from None
 
 
 def _printer(header: str | None = None) -> Any:
@@ -138,7 +158,7 @@ def run(
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
     header = f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}"
-    with _runner(db, on_update=_printer(header)) as runner:
+    with _runner(db, thread_id, on_update=_printer(header)) as runner:
         runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -213,7 +233,7 @@ def resume(
         )
     if resume_value is not None and update is None and not goto:
         # An answer to a pause: checked against what the thread waits for.
-        with _runner(db, on_update=_printer()) as runner:
+        with _runner(db, thread_id, on_update=_printer()) as runner:
             runner.answer(thread_id, resume_v, interrupt=interrupt)
             raise typer.Exit(_finish(runner, thread_id))
     update_v = _parse_json(update, "--update")
@@ -229,7 +249,7 @@ def resume(
             update=update_v,
             goto=(goto[0] if len(goto) == 1 else list(goto)) if goto else (),
         )
-    with _runner(db, on_update=_printer()) as runner:
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.resume(thread_id, command, allow_changed_definition=allow_changed_definition)
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -294,6 +314,15 @@ def events(
     db: DbOpt = None,
 ) -> None:
     """The thread's event log, oldest first."""
+    from longtask.store._kinds import EVENT_KINDS
+
+    unknown = [k for k in kind or () if k not in EVENT_KINDS]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown event kind {', '.join(map(repr, unknown))}; the kinds are "
+            f"{', '.join(EVENT_KINDS)}",
+            param_hint="--kind",
+        )
 
     def show(e: Event) -> None:
         if json_:
@@ -432,7 +461,12 @@ def _decide(
     comment: str | None,
     plan_hash: str | None,
 ) -> None:
-    with _runner(db, on_update=_printer()) as runner:
+    if not by.strip():
+        raise typer.BadParameter(
+            "must name who decides (it is recorded and checked against the approvers)",
+            param_hint="--by",
+        )
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.decide(
             thread_id, step, approved=approved, by=by, comment=comment, plan_hash=plan_hash
         )
@@ -476,7 +510,7 @@ def signal(
 ) -> None:
     """Deliver an outside event (a CI result, a webhook) to a waiting thread."""
     value = _parse_json(payload, "--payload")
-    with _runner(db, on_update=_printer()) as runner:
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.signal(thread_id, name, value)
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -552,7 +586,7 @@ def effects(
         if result is not None and chosen[0] != "succeeded":
             raise typer.BadParameter("--result goes with --succeeded", param_hint="--result")
         value = _parse_json(result, "--result")
-        with _runner(db, on_update=_printer()) as runner:
+        with _runner(db, args[1], on_update=_printer()) as runner:
             runner.resolve_effect(args[1], args[2], chosen[0], result=value, by=by)  # type: ignore[arg-type]
             raise typer.Exit(_finish(runner, args[1]))
     if len(args) != 1:
@@ -589,7 +623,7 @@ def cancel(
     """Cancel a thread: no further step starts, and the compensations of its completed
     steps run newest first, each at most once. Run it again to finish an interrupted
     cancel. A thread another process is advancing stops at its next step."""
-    with _runner(db) as runner:
+    with _runner(db, thread_id) as runner:
         done = runner.cancel(thread_id, reason=reason, by=by)
         if not done:
             out.print(
@@ -615,7 +649,7 @@ def retry(
 ) -> None:
     """Run a failed step again (or one paused for permission or budget) with a fresh set
     of attempts, then continue the thread."""
-    with _runner(db, on_update=_printer()) as runner:
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.retry(thread_id, step, by=by)
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -632,7 +666,7 @@ def skip(
 ) -> None:
     """Mark a step done with the given result (as if it had returned it) and continue."""
     value = _parse_json(result, "--result")
-    with _runner(db, on_update=_printer()) as runner:
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.skip(thread_id, step, value, by=by)
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -720,6 +754,8 @@ def _dispatch(argv: list[str] | None) -> int:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not debug:
+        _one_line_warnings()
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="longtask", standalone_mode=False)
@@ -747,11 +783,80 @@ def _dispatch(argv: list[str] | None) -> int:
     except Exception as exc:
         if debug:
             err.print_exception()
+        lost = _connection_lost(exc)
+        if lost is not None:
+            err.print(f"error: {escape(_lost_message(lost, args))}")
+            return 1
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
         err.print(
-            f"internal error: {escape(type(exc).__name__)}: {escape(_scrub(str(exc)))}\n"
+            f"internal error: {escape(type(exc).__name__)}: {escape(_scrub(first))}\n"
             "(run with --debug for the traceback)"
         )
         return 1
+
+
+class _OneLineWarning(logging.Handler):
+    """Python's last-resort log handler, one line per record and no traceback (--debug
+    keeps the tracebacks): what went wrong reaches the user as the command's own error.
+    Used only while nothing configured logging (``longtask worker`` does)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not record.name.startswith("longtask") and record.levelno < logging.ERROR:
+            return  # a driver's own notes (a pool discarding a closed connection)
+        text = record.getMessage().strip().splitlines()[0] if record.getMessage() else ""
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and str(exc).strip():
+            text += f": {str(exc).strip().splitlines()[0]}"
+        try:
+            sys.stderr.write(f"warning: {_scrub(text)}\n")
+        except Exception:
+            self.handleError(record)
+
+
+def _one_line_warnings() -> None:
+    logging.lastResort = _OneLineWarning()
+
+
+def _connection_lost(exc: BaseException) -> BaseException | None:
+    """The driver error in ``exc``'s chain if the database connection failed mid-command
+    (the server shut down or terminated it, the network went away)."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None:  # only a PostgreSQL database loads it
+        return None
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, psycopg.OperationalError):
+            return cur  # type: ignore[no-any-return]
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _lost_message(exc: BaseException, args: list[str]) -> str:
+    import shlex
+
+    from longtask.checkpointers import redact, resolve_url
+    from longtask.checkpointers._url import scrub
+
+    url = resolve_url(_session["db"])
+    reason = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
+    reason = scrub(reason, url).rstrip(".") or "no reason given"
+    text = f"lost the connection to the database {redact(url)} ({reason})."
+    thread = _session["thread"]
+    if thread is None:
+        return text + " Run the command again once the database is reachable."
+    # Keep --db only when it was given on the line (not taken from $LONGTASK_DB).
+    given = any(a == "--db" or a.startswith("--db=") for a in args)
+    db = f" --db {shlex.quote(redact(url))}" if given else ""
+    back = " (with the password in place of ***)" if given and redact(url) != url else ""
+    return (
+        f"{text} The thread keeps every step it finished; once the database is reachable, "
+        f"continue with `longtask resume {shlex.quote(thread)}{db}`{back}."
+    )
 
 
 def _scrub(text: str) -> str:
