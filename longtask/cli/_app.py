@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from longtask.cli._output import (
     continue_commands,
@@ -26,11 +27,27 @@ if TYPE_CHECKING:
     from longtask.runtime import Runner
     from longtask.store import BudgetState, Event
 
+
+class _Interrupted(Exception):
+    """Ctrl-C during a command, carried past Typer (which would exit 130 silently) to the
+    one place that prints how to continue."""
+
+
+class _Group(TyperGroup):
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _Interrupted() from exc
+
+
 app = typer.Typer(
     name="longtask",
+    cls=_Group,
     help=(
         "Durable, resumable multi-stage tasks on LangGraph.\n\n"
-        "Exit codes: 0 completed, 1 error or failed, 2 usage, 3 paused (waiting)."
+        "Exit codes: 0 completed, 1 error or failed, 2 usage, 3 paused (waiting), "
+        "130 interrupted (Ctrl-C)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -777,8 +794,8 @@ def _dispatch(argv: list[str] | None) -> int:
             err.print_exception()
         err.print(f"error: {escape(str(exc))}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        err.print("interrupted; continue with `longtask resume THREAD`")
+    except (KeyboardInterrupt, _Interrupted):
+        err.print(f"interrupted; {_continue_hint(args)}")
         return 130
     except Exception as exc:
         if debug:
@@ -836,26 +853,37 @@ def _connection_lost(exc: BaseException) -> BaseException | None:
     return None
 
 
-def _lost_message(exc: BaseException, args: list[str]) -> str:
+def _continue_hint(args: list[str]) -> str:
+    """How to continue the thread this command was advancing: ``longtask resume THREAD``,
+    with ``--db`` when it was given on the line (not when it came from $LONGTASK_DB) and its
+    password redacted."""
     import shlex
 
+    from longtask.checkpointers import redact, resolve_url
+
+    thread = _session["thread"]
+    if thread is None:
+        return "run the command again"
+    command = f"longtask resume {shlex.quote(thread)}"
+    back = ""
+    if any(a == "--db" or a.startswith("--db=") for a in args):
+        url = resolve_url(_session["db"])
+        command += f" --db {shlex.quote(redact(url))}"
+        if redact(url) != url:
+            back = " (with the password in place of ***)"
+    return f"the thread keeps every step it finished; continue with `{command}`{back}"
+
+
+def _lost_message(exc: BaseException, args: list[str]) -> str:
     from longtask.checkpointers import redact, resolve_url
     from longtask.checkpointers._url import scrub
 
     url = resolve_url(_session["db"])
     reason = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
     reason = scrub(reason, url).rstrip(".") or "no reason given"
-    text = f"lost the connection to the database {redact(url)} ({reason})."
-    thread = _session["thread"]
-    if thread is None:
-        return text + " Run the command again once the database is reachable."
-    # Keep --db only when it was given on the line (not taken from $LONGTASK_DB).
-    given = any(a == "--db" or a.startswith("--db=") for a in args)
-    db = f" --db {shlex.quote(redact(url))}" if given else ""
-    back = " (with the password in place of ***)" if given and redact(url) != url else ""
     return (
-        f"{text} The thread keeps every step it finished; once the database is reachable, "
-        f"continue with `longtask resume {shlex.quote(thread)}{db}`{back}."
+        f"lost the connection to the database {redact(url)} ({reason}). Once it is reachable "
+        f"again, {_continue_hint(args)}."
     )
 
 

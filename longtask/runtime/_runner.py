@@ -27,6 +27,7 @@ from longtask.errors import (
     NeedsPerson,
     NothingToResume,
     RetryLater,
+    StepExited,
     StepFailed,
     Stopping,
     TaskRefError,
@@ -49,6 +50,7 @@ from longtask.runtime._views import (
 )
 from longtask.runtime._watch import WatchMixin
 from longtask.steps import INPUTS_CHANNEL, RUN_KEY, STEP_ATTR, StepEnv, result_channel
+from longtask.steps._attempts import error_type
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
     Event,
@@ -550,6 +552,15 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             except Exception as exc:
                 self._stopped(task, thread_id, run, exc)
                 return
+            except KeyboardInterrupt:
+                # Ctrl-C: the thread stays running with no process advancing it, which
+                # `longtask resume` continues (as after a crash); the CLI says so.
+                raise
+            except BaseException as exc:
+                # sys.exit() (or another non-Exception) outside a step's own call, such as
+                # in a tool or a compensation: the thread fails rather than stay running.
+                self._stopped(task, thread_id, run, StepExited(exc, "the run"))
+                return
             snapshot = graph.get_state(_config(thread_id))
             if snapshot.next:
                 waiting = [p.summary() for p in pending_from(snapshot)]
@@ -614,7 +625,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             store.set_status(thread_id, "waiting_user", waiting=waiting)
             return
         step = getattr(exc, STEP_ATTR, None)
-        error = {"step": step, "type": type(exc).__name__, "message": str(exc)[:4000]}
+        error = {"step": step, "type": error_type(exc), "message": str(exc)[:4000]}
         if hasattr(exc, "__longtask_item__"):
             error["item"] = exc.__longtask_item__
         error_class = getattr(exc, "__longtask_error_class__", None)

@@ -1,9 +1,9 @@
 """The side-effect ledger against every backend.
 
-A process that dies during an outside call is simulated by a BaseException raised from the
-call (it passes every `except Exception`, like a kill would): the ledger row stays
-`started`, which is exactly what a real crash leaves behind (the acceptance tests kill real
-processes).
+A process that dies during an outside call is simulated by a KeyboardInterrupt raised from
+the call (it passes every `except Exception` and stops the run as it is, like a kill would;
+another BaseException would fail the step): the ledger row stays `started`, which is exactly
+what a real crash leaves behind (the acceptance tests kill real processes).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from longtask import (
 )
 
 
-class Crash(BaseException):
+class Crash(KeyboardInterrupt):
     pass
 
 
