@@ -91,20 +91,20 @@ EXITS = f"{Path(__file__).resolve().parent / 'exits_task.py'}:task"
         ("base", "Odd: odd (Odd is a BaseException, not an Exception"),
     ],
 )
-def test_a_step_that_exits_fails_the_step(sqlite_url: str, how: str, shown: str) -> None:
-    failed = run_cli("run", EXITS, "--thread", "t", db=sqlite_url, env={"LT_HOW": how})
+def test_a_step_that_exits_fails_the_step(db_url: str, how: str, shown: str) -> None:
+    failed = run_cli("run", EXITS, "--thread", "t", db=db_url, env={"LT_HOW": how})
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "Traceback" not in failed.stderr + failed.stdout
     [line] = _error_lines(failed.stderr)
     assert line.startswith(f"error: step 'leave' failed: {shown}"), failed.stderr
     assert "longtask resume t" in failed.stderr
-    with Runner(sqlite_url) as runner:
+    with Runner(db_url) as runner:
         st = runner.status("t")
         assert (st.status, st.error and st.error["step"]) == ("failed", "leave")
         [event] = runner.events("t", kinds=["step.failed"])
         assert event.step == "leave" and event.data["type"] == shown.split(":")[0]
     # once the cause is gone, the thread continues from the failed step
-    resumed = run_cli("resume", "t", db=sqlite_url)
+    resumed = run_cli("resume", "t", db=db_url)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
 
 
@@ -116,6 +116,10 @@ def _interrupted(db: str, result: subprocess.CompletedProcess[str] | Any) -> Non
         f"`longtask resume t --db {db}`"
     ), result.stderr
     with Runner(db) as runner:
+        # PostgreSQL frees the dead process's lock when it notices the closed connection
+        deadline = time.monotonic() + 10
+        while runner.status("t").active and time.monotonic() < deadline:
+            time.sleep(0.05)
         st = runner.status("t")
         assert (st.status, st.active) == ("running", False)
         assert {s.name: s.state for s in st.steps}["first"] == "completed"
@@ -124,11 +128,11 @@ def _interrupted(db: str, result: subprocess.CompletedProcess[str] | Any) -> Non
     assert "thread t completed" in resumed.stdout
 
 
-def test_a_keyboard_interrupt_in_a_step_leaves_the_thread_resumable(sqlite_url: str) -> None:
+def test_a_keyboard_interrupt_in_a_step_leaves_the_thread_resumable(db_url: str) -> None:
     stopped = run_cli(
-        "run", EXITS, "--thread", "t", "--db", sqlite_url, db=sqlite_url, env={"LT_HOW": "kbd"}
+        "run", EXITS, "--thread", "t", "--db", db_url, db=db_url, env={"LT_HOW": "kbd"}
     )
-    _interrupted(sqlite_url, stopped)
+    _interrupted(db_url, stopped)
 
 
 def test_ctrl_c_leaves_the_thread_resumable(sqlite_url: str, tmp_path: Path) -> None:
