@@ -4,7 +4,6 @@ that ``longtask --help`` stays fast."""
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,8 +11,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from typer.core import TyperGroup
 
+from longtask.cli._errors import (
+    Group,
+    Interrupted,
+    connection_lost,
+    continue_hint,
+    lost_message,
+    one_line_warnings,
+    scrub_env,
+    session,
+)
 from longtask.cli._output import (
     continue_commands,
     print_budget,
@@ -28,22 +36,9 @@ if TYPE_CHECKING:
     from longtask.store import BudgetState, Event
 
 
-class _Interrupted(Exception):
-    """Ctrl-C during a command, carried past Typer (which would exit 130 silently) to the
-    one place that prints how to continue."""
-
-
-class _Group(TyperGroup):
-    def invoke(self, ctx: Any) -> Any:
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt as exc:
-            raise _Interrupted() from exc
-
-
 app = typer.Typer(
     name="longtask",
-    cls=_Group,
+    cls=Group,
     help=(
         "Durable, resumable multi-stage tasks on LangGraph.\n\n"
         "Exit codes: 0 completed, 1 error or failed, 2 usage, 3 paused (waiting), "
@@ -72,16 +67,12 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-#: what the running command works on, for the message if the database goes away mid-way
-_session: dict[str, str | None] = {"db": None, "thread": None}
-
-
 def _runner(db: str | None, thread: str | None = None, **kw: Any) -> Runner:
     """A Runner on ``db``; ``thread`` names the thread the command advances (so a lost
     database connection can say how to continue it)."""
     from longtask.runtime import Runner
 
-    _session.update(db=db, thread=thread)
+    session.update(db=db, thread=thread)
     return Runner(db, **kw)
 
 
@@ -771,8 +762,9 @@ def _dispatch(argv: list[str] | None) -> int:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if not debug:
-        _one_line_warnings()
+    if not debug and (args[:1] or [""])[0] not in ("serve", "worker"):
+        # Long-running servers keep full tracebacks in their logs.
+        one_line_warnings()
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="longtask", standalone_mode=False)
@@ -794,103 +786,19 @@ def _dispatch(argv: list[str] | None) -> int:
             err.print_exception()
         err.print(f"error: {escape(str(exc))}")
         return exc.exit_code
-    except (KeyboardInterrupt, _Interrupted):
-        err.print(f"interrupted; {_continue_hint(args)}")
+    except (KeyboardInterrupt, Interrupted):
+        err.print(f"interrupted; {continue_hint(args)}")
         return 130
     except Exception as exc:
         if debug:
             err.print_exception()
-        lost = _connection_lost(exc)
+        lost = connection_lost(exc)
         if lost is not None:
-            err.print(f"error: {escape(_lost_message(lost, args))}")
+            err.print(f"error: {escape(lost_message(lost, args))}")
             return 1
         first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
         err.print(
-            f"internal error: {escape(type(exc).__name__)}: {escape(_scrub(first))}\n"
+            f"internal error: {escape(type(exc).__name__)}: {escape(scrub_env(first))}\n"
             "(run with --debug for the traceback)"
         )
         return 1
-
-
-class _OneLineWarning(logging.Handler):
-    """Python's last-resort log handler, one line per record and no traceback (--debug
-    keeps the tracebacks): what went wrong reaches the user as the command's own error.
-    Used only while nothing configured logging (``longtask worker`` does)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if not record.name.startswith("longtask") and record.levelno < logging.ERROR:
-            return  # a driver's own notes (a pool discarding a closed connection)
-        text = record.getMessage().strip().splitlines()[0] if record.getMessage() else ""
-        exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and str(exc).strip():
-            text += f": {str(exc).strip().splitlines()[0]}"
-        try:
-            sys.stderr.write(f"warning: {_scrub(text)}\n")
-        except Exception:
-            self.handleError(record)
-
-
-def _one_line_warnings() -> None:
-    logging.lastResort = _OneLineWarning()
-
-
-def _connection_lost(exc: BaseException) -> BaseException | None:
-    """The driver error in ``exc``'s chain if the database connection failed mid-command
-    (the server shut down or terminated it, the network went away)."""
-    psycopg = sys.modules.get("psycopg")
-    if psycopg is None:  # only a PostgreSQL database loads it
-        return None
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, psycopg.OperationalError):
-            return cur  # type: ignore[no-any-return]
-        cur = cur.__cause__ or cur.__context__
-    return None
-
-
-def _continue_hint(args: list[str]) -> str:
-    """How to continue the thread this command was advancing: ``longtask resume THREAD``,
-    with ``--db`` when it was given on the line (not when it came from $LONGTASK_DB) and its
-    password redacted."""
-    import shlex
-
-    from longtask.checkpointers import redact, resolve_url
-
-    thread = _session["thread"]
-    if thread is None:
-        return "run the command again"
-    command = f"longtask resume {shlex.quote(thread)}"
-    back = ""
-    if any(a == "--db" or a.startswith("--db=") for a in args):
-        url = resolve_url(_session["db"])
-        command += f" --db {shlex.quote(redact(url))}"
-        if redact(url) != url:
-            back = " (with the password in place of ***)"
-    return f"the thread keeps every step it finished; continue with `{command}`{back}"
-
-
-def _lost_message(exc: BaseException, args: list[str]) -> str:
-    from longtask.checkpointers import redact, resolve_url
-    from longtask.checkpointers._url import scrub
-
-    url = resolve_url(_session["db"])
-    reason = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")
-    reason = scrub(reason, url).rstrip(".") or "no reason given"
-    return (
-        f"lost the connection to the database {redact(url)} ({reason}). Once it is reachable "
-        f"again, {_continue_hint(args)}."
-    )
-
-
-def _scrub(text: str) -> str:
-    import os
-
-    from longtask.checkpointers._url import scrub
-
-    url = os.environ.get("LONGTASK_DB")
-    return scrub(text, url) if url else text
