@@ -157,6 +157,32 @@ class PauseFailed(StepFailed):
         self.error = error
 
 
+class StepExited(LongTaskError):
+    """A step raised ``SystemExit`` (``sys.exit()``) or another BaseException that is not an
+    Exception (KeyboardInterrupt aside): the step fails, the process does not end quietly.
+    Its error keeps the original's type name (``SystemExit``); the original is ``__cause__``.
+    """
+
+    retryable = False
+
+    def __init__(self, exc: BaseException, what: str) -> None:
+        self.original = exc
+        #: the type name shown for this error (the step's, not this wrapper's)
+        self.__longtask_type__ = type(exc).__name__
+        if isinstance(exc, SystemExit):
+            text = (
+                f"sys.exit({exc.code!r}) was called in {what}; a step cannot end the process: "
+                "return a value or raise an exception"
+            )
+        else:
+            shown = str(exc)
+            text = (
+                f"{shown + ' ' if shown else ''}({type(exc).__name__} is a BaseException, not "
+                f"an Exception, raised in {what}; raise an Exception to fail a step)"
+            )
+        super().__init__(text)
+
+
 class StepTimeout(LongTaskError):
     """A step ran longer than its ``timeout``."""
 

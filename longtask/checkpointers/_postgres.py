@@ -41,6 +41,14 @@ class PgEventWaiter(EventWaiter):
         self._conn.close()
 
 
+def _reason(exc: Exception, url: DatabaseURL) -> str:
+    """The driver's reason on one line, ending as a sentence (psycopg's may span lines and
+    end with a question: "...accepting TCP/IP connections?")."""
+    lines = [" ".join(ln.split()) for ln in scrub(str(exc), url.raw).splitlines()]
+    sentences = [ln if ln.endswith((".", "?", "!")) else ln + "." for ln in lines if ln]
+    return " ".join(sentences) or "no reason given."
+
+
 class PostgresDatabase(Database):
     def __init__(
         self, url: DatabaseURL, *, upgrade: bool, verify: bool = True, max_size: int = 10
@@ -52,9 +60,8 @@ class PostgresDatabase(Database):
             psycopg.connect(url.raw, connect_timeout=10).close()
         except Exception as exc:
             raise DatabaseError(
-                f"cannot connect to PostgreSQL at {url.redacted}: "
-                f"{scrub(str(exc), url.raw).strip()}. Check that the server is running and "
-                "the URL (--db / $LONGTASK_DB) is right."
+                f"cannot connect to PostgreSQL at {url.redacted}: {_reason(exc, url)} Check "
+                "that the server is running and the URL (--db / $LONGTASK_DB) is right."
             ) from exc
         try:
             # The saver needs autocommit and dict rows. prepare_threshold=0 prepares each
@@ -69,8 +76,8 @@ class PostgresDatabase(Database):
             self.pool.open(wait=True, timeout=15)
         except Exception as exc:
             raise DatabaseError(
-                f"cannot connect to PostgreSQL at {url.redacted}: {scrub(str(exc), url.raw)}. "
-                "Check that the server is running and the URL (--db / $LONGTASK_DB) is right."
+                f"cannot connect to PostgreSQL at {url.redacted}: {_reason(exc, url)} Check "
+                "that the server is running and the URL (--db / $LONGTASK_DB) is right."
             ) from exc
         self._wire(PostgresBackend(self.pool))
         self.store = PostgresStore(self.pool, self.fence)

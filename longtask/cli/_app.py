@@ -12,6 +12,16 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from longtask.cli._errors import (
+    Group,
+    Interrupted,
+    connection_lost,
+    continue_hint,
+    lost_message,
+    one_line_warnings,
+    scrub_env,
+    session,
+)
 from longtask.cli._output import (
     continue_commands,
     print_budget,
@@ -25,11 +35,14 @@ if TYPE_CHECKING:
     from longtask.runtime import Runner
     from longtask.store import BudgetState, Event
 
+
 app = typer.Typer(
     name="longtask",
+    cls=Group,
     help=(
         "Durable, resumable multi-stage tasks on LangGraph.\n\n"
-        "Exit codes: 0 completed, 1 error or failed, 2 usage, 3 paused (waiting)."
+        "Exit codes: 0 completed, 1 error or failed, 2 usage, 3 paused (waiting), "
+        "130 interrupted (Ctrl-C)."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -54,9 +67,12 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-def _runner(db: str | None, **kw: Any) -> Runner:
+def _runner(db: str | None, thread: str | None = None, **kw: Any) -> Runner:
+    """A Runner on ``db``; ``thread`` names the thread the command advances (so a lost
+    database connection can say how to continue it)."""
     from longtask.runtime import Runner
 
+    session.update(db=db, thread=thread)
     return Runner(db, **kw)
 
 
@@ -77,6 +93,18 @@ def _parse_json(value: str | None, option: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"not valid JSON ({exc})", param_hint=option) from None
+    except ValueError:
+        # Python refuses to turn a very long run of digits into an int (a guard against
+        # quadratic-time conversion); the limit is sys.get_int_max_str_digits().
+        raise typer.BadParameter(
+            f"has a number with more than {sys.get_int_max_str_digits()} digits; pass it as "
+            "a JSON string instead",
+            param_hint=option,
+        ) from None
+    except RecursionError:
+        raise typer.BadParameter(
+            "is nested too deeply (thousands of brackets); flatten the value", param_hint=option
+        ) from None
 
 
 def _printer(header: str | None = None) -> Any:
@@ -136,9 +164,9 @@ def run(
 
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
-    thread_id = thread or _new_thread_id()
+    thread_id = _thread_option(thread)
     header = f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}"
-    with _runner(db, on_update=_printer(header)) as runner:
+    with _runner(db, thread_id, on_update=_printer(header)) as runner:
         runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -147,6 +175,21 @@ def _new_thread_id() -> str:
     import uuid
 
     return f"lt-{uuid.uuid4().hex[:12]}"
+
+
+def _thread_option(thread: str | None) -> str:
+    """The id ``--thread`` gives a new thread (checked before anything runs), or a new one
+    when it is left out. An empty ``--thread ""`` is refused, not taken as "left out"."""
+    if thread is None:
+        return _new_thread_id()
+    from longtask.errors import InvalidInput
+    from longtask.runtime._runner import check_thread_id
+
+    try:
+        check_thread_id(thread)
+    except InvalidInput as exc:
+        raise typer.BadParameter(str(exc), param_hint="--thread") from None
+    return thread
 
 
 def _stable_ref(ref: str) -> str:
@@ -215,7 +258,7 @@ def resume(
         )
     if resume_value is not None and update is None and not goto:
         # An answer to a pause: checked against what the thread waits for.
-        with _runner(db, on_update=_printer()) as runner:
+        with _runner(db, thread_id, on_update=_printer()) as runner:
             runner.answer(thread_id, resume_v, interrupt=interrupt)
             raise typer.Exit(_finish(runner, thread_id))
     update_v = _parse_json(update, "--update")
@@ -231,7 +274,7 @@ def resume(
             update=update_v,
             goto=(goto[0] if len(goto) == 1 else list(goto)) if goto else (),
         )
-    with _runner(db, on_update=_printer()) as runner:
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.resume(
             thread_id,
             command,
@@ -302,6 +345,15 @@ def events(
     db: DbOpt = None,
 ) -> None:
     """The thread's event log, oldest first."""
+    from longtask.store._kinds import EVENT_KINDS
+
+    unknown = [k for k in kind or () if k not in EVENT_KINDS]
+    if unknown:
+        raise typer.BadParameter(
+            f"unknown event kind {', '.join(map(repr, unknown))}; the kinds are "
+            f"{', '.join(EVENT_KINDS)}",
+            param_hint="--kind",
+        )
 
     def show(e: Event) -> None:
         if json_:
@@ -440,7 +492,12 @@ def _decide(
     comment: str | None,
     plan_hash: str | None,
 ) -> None:
-    with _runner(db, on_update=_printer()) as runner:
+    if not by.strip():
+        raise typer.BadParameter(
+            "must name who decides (it is recorded and checked against the approvers)",
+            param_hint="--by",
+        )
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.decide(
             thread_id, step, approved=approved, by=by, comment=comment, plan_hash=plan_hash
         )
@@ -484,7 +541,7 @@ def signal(
 ) -> None:
     """Deliver an outside event (a CI result, a webhook) to a waiting thread."""
     value = _parse_json(payload, "--payload")
-    with _runner(db, on_update=_printer()) as runner:
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.signal(thread_id, name, value)
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -560,7 +617,7 @@ def effects(
         if result is not None and chosen[0] != "succeeded":
             raise typer.BadParameter("--result goes with --succeeded", param_hint="--result")
         value = _parse_json(result, "--result")
-        with _runner(db, on_update=_printer()) as runner:
+        with _runner(db, args[1], on_update=_printer()) as runner:
             runner.resolve_effect(args[1], args[2], chosen[0], result=value, by=by)  # type: ignore[arg-type]
             raise typer.Exit(_finish(runner, args[1]))
     if len(args) != 1:
@@ -597,7 +654,7 @@ def cancel(
     """Cancel a thread: no further step starts, and the compensations of its completed
     steps run newest first, each at most once. Run it again to finish an interrupted
     cancel. A thread another process is advancing stops at its next step."""
-    with _runner(db) as runner:
+    with _runner(db, thread_id) as runner:
         done = runner.cancel(thread_id, reason=reason, by=by)
         if not done:
             out.print(
@@ -624,7 +681,7 @@ def retry(
     """Run a failed step again (or one paused for permission or budget) with a fresh set
     of attempts, then continue the thread. A rejected or timed-out approval (or wait) that
     failed the thread is asked again, with a fresh request."""
-    with _runner(db, on_update=_printer()) as runner:
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.retry(thread_id, step, by=by)
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -641,7 +698,7 @@ def skip(
 ) -> None:
     """Mark a step done with the given result (as if it had returned it) and continue."""
     value = _parse_json(result, "--result")
-    with _runner(db, on_update=_printer()) as runner:
+    with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.skip(thread_id, step, value, by=by)
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -729,6 +786,9 @@ def _dispatch(argv: list[str] | None) -> int:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not debug and (args[:1] or [""])[0] not in ("serve", "worker"):
+        # Long-running servers keep full tracebacks in their logs.
+        one_line_warnings()
     command = typer.main.get_command(app)
     try:
         result = command.main(args=args, prog_name="longtask", standalone_mode=False)
@@ -750,23 +810,19 @@ def _dispatch(argv: list[str] | None) -> int:
             err.print_exception()
         err.print(f"error: {escape(str(exc))}")
         return exc.exit_code
-    except KeyboardInterrupt:
-        err.print("interrupted; continue with `longtask resume THREAD`")
+    except (KeyboardInterrupt, Interrupted):
+        err.print(f"interrupted; {continue_hint(args)}")
         return 130
     except Exception as exc:
         if debug:
             err.print_exception()
+        lost = connection_lost(exc)
+        if lost is not None:
+            err.print(f"error: {escape(lost_message(lost, args))}")
+            return 1
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
         err.print(
-            f"internal error: {escape(type(exc).__name__)}: {escape(_scrub(str(exc)))}\n"
+            f"internal error: {escape(type(exc).__name__)}: {escape(scrub_env(first))}\n"
             "(run with --debug for the traceback)"
         )
         return 1
-
-
-def _scrub(text: str) -> str:
-    import os
-
-    from longtask.checkpointers._url import scrub
-
-    url = os.environ.get("LONGTASK_DB")
-    return scrub(text, url) if url else text

@@ -13,10 +13,10 @@ from rich.markup import escape
 from longtask.cli._app import (
     DbOpt,
     JsonOpt,
-    _new_thread_id,
     _parse_json,
     _runner,
     _stable_ref,
+    _thread_option,
     app,
     out,
 )
@@ -45,7 +45,7 @@ def submit(
 
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
-    thread_id = thread or _new_thread_id()
+    thread_id = _thread_option(thread)
     with _runner(db) as runner:
         runner.submit(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
     out.print(f"thread {escape(thread_id)} queued; follow it with: longtask watch {thread_id}")

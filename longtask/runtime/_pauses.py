@@ -13,8 +13,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.types import Command
+from pydantic import ValidationError
 
-from longtask.errors import InvalidInput, LongTaskError, StepFailed, ThreadBusy
+from longtask.errors import (
+    InvalidInput,
+    LongTaskError,
+    StepFailed,
+    ThreadBusy,
+    describe_validation,
+)
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._control import whoami
@@ -206,13 +213,16 @@ class PauseMixin(RunnerBase):
         """
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, step, "approval")
-        decision = Decision(
-            approved=approved,
-            by=by,
-            plan_hash=plan_hash or item.request["plan_hash"],
-            comment=comment,
-            at=self.clock(),
-        )
+        try:
+            decision = Decision(
+                approved=approved,
+                by=by,
+                plan_hash=plan_hash or item.request["plan_hash"],
+                comment=comment,
+                at=self.clock(),
+            )
+        except ValidationError as exc:
+            raise InvalidInput(f"the decision is not valid: {describe_validation(exc)}") from None
         value = self._answer(thread_id, task, item, decision)
         return self._resume_pending(thread_id, task, item, value)
 

@@ -28,6 +28,7 @@ from longtask.errors import (
     NothingToResume,
     PauseFailed,
     RetryLater,
+    StepExited,
     StepFailed,
     Stopping,
     TaskRefError,
@@ -62,6 +63,7 @@ from longtask.steps import (
     StepEnv,
     result_channel,
 )
+from longtask.steps._attempts import error_type
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
     Event,
@@ -74,7 +76,23 @@ from longtask.store._limits import settle_statement
 
 log = logging.getLogger("longtask.runtime")
 
-_THREAD_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}$")
+_THREAD_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
+
+
+def check_thread_id(thread_id: str) -> None:
+    """Refuse a thread id a new thread may not have (an empty one, a trailing newline...)."""
+    if not thread_id:
+        raise InvalidInput(
+            "the thread id is empty: give one (letters, digits and ._:@-) or leave it out "
+            "for a new random id"
+        )
+    # fullmatch: with match, "$" also matches before a trailing newline ("abc\n").
+    if not _THREAD_ID_RE.fullmatch(thread_id):
+        raise InvalidInput(
+            f"thread id {thread_id!r} is not allowed: use up to 200 letters, digits and "
+            "._:@- characters, starting with a letter or digit"
+        )
+
 
 #: called with (thread_id, step names that just finished) while a run advances
 UpdateHook = Callable[[str, list[str]], None]
@@ -268,12 +286,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         task_ref: str | None,
         mode: str | None,
     ) -> ThreadRecord:
-        thread_id = thread_id or f"lt-{uuid.uuid4().hex[:12]}"
-        if not _THREAD_ID_RE.match(thread_id):
-            raise InvalidInput(
-                f"thread id {thread_id!r} is not allowed: use up to 200 letters, digits and "
-                "._:@- characters, starting with a letter or digit"
-            )
+        if thread_id is None:
+            thread_id = f"lt-{uuid.uuid4().hex[:12]}"
+        check_thread_id(thread_id)
         encoded = self.codec.encode(self._validate_inputs(task, inputs), "the task inputs")
         rec = ThreadRecord(
             thread_id=thread_id,
@@ -554,6 +569,15 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             except Exception as exc:
                 self._stopped(task, thread_id, run, exc)
                 return
+            except KeyboardInterrupt:
+                # Ctrl-C: the thread stays running with no process advancing it, which
+                # `longtask resume` continues (as after a crash); the CLI says so.
+                raise
+            except BaseException as exc:
+                # sys.exit() (or another non-Exception) outside a step's own call, such as
+                # in a tool or a compensation: the thread fails rather than stay running.
+                self._stopped(task, thread_id, run, StepExited(exc, "the run"))
+                return
             snapshot = graph.get_state(_config(thread_id))
             if snapshot.next:
                 waiting = [p.summary() for p in pending_from(snapshot)]
@@ -631,7 +655,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             store.set_status(thread_id, "waiting_user", waiting=waiting)
             return
         step = getattr(exc, STEP_ATTR, None)
-        error = {"step": step, "type": type(exc).__name__, "message": str(exc)[:4000]}
+        error = {"step": step, "type": error_type(exc), "message": str(exc)[:4000]}
         if isinstance(exc, PauseOutcome):
             # Said to people as what happened ("rejected", "timed out"); `retry` asks again.
             error["type"] = error["outcome"] = exc.outcome

@@ -12,26 +12,11 @@ import json
 import secrets
 from typing import Any
 
+from longtask.store._kinds import EVENT_KINDS as ALL_EVENT_KINDS
+
 #: every event kind the Runner writes; EventSource only delivers named events to listeners
 #: registered for that name, so the page subscribes to each
-EVENT_KINDS = [
-    *(f"longtask.{k}" for k in ("started", "completed", "failed", "cancelled")),
-    "stage.started",
-    "stage.completed",
-    *(f"step.{k}" for k in ("started", "progress", "completed", "failed", "retry", "skipped")),
-    "agent.run.started",
-    "agent.run.completed",
-    "model.call",
-    "tool.call",
-    *(f"effect.{k}" for k in ("started", "succeeded", "failed", "unknown")),
-    *(f"approval.{k}" for k in ("required", "resolved", "expired", "refused")),
-    *(f"wait.{k}" for k in ("started", "resolved", "expired")),
-    "budget.exceeded",
-    "artifact.created",
-    "fix.round",
-    "fix.exhausted",
-    *(f"manual.{k}" for k in ("skip", "retry", "resolve", "fork", "cancel", "budget", "goto")),
-]
+EVENT_KINDS = list(ALL_EVENT_KINDS)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}

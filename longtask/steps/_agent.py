@@ -23,7 +23,6 @@ Nothing secret passes through here: ``ChatOpenAI`` reads ``OPENAI_API_KEY`` and
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -143,11 +142,6 @@ def chat_model(step: AgentStep, name: str) -> Any:
 
     # Retries are ours (by error class, with the injected clock), not the client's.
     return ChatOpenAI(model=name, max_retries=0, timeout=step.timeout)
-
-
-def _tool_key(tool_call_id: str, args: Any) -> str:
-    raw = json.dumps([tool_call_id, args], sort_keys=True, default=str)
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
 class AgentRun:

@@ -37,9 +37,15 @@ E = TypeVar("E", bound=BaseException)
 CONTROL = (Cancelled, NeedsPerson, LimitReached, Stopping, RetryLater)
 
 
+def error_type(exc: BaseException) -> str:
+    """The type name an error is recorded and shown with (a StepExited shows the type the
+    step raised, e.g. SystemExit)."""
+    return str(getattr(exc, "__longtask_type__", None) or type(exc).__name__)
+
+
 def describe(exc: BaseException) -> str:
     text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return f"{error_type(exc)}: {text}" if text else error_type(exc)
 
 
 def _tagged(exc: E, info: StepInfo) -> E:

@@ -149,12 +149,20 @@ class StepContext:
         fn: Callable[..., T],
         *args: Any,
         reconcile: Callable[[str], Any] | None = None,
+        key: str | None = None,
         **kwargs: Any,
     ) -> T:
         """Perform an outside effect at most once: ``fn(*args, **kwargs)``.
 
         The idempotency key comes from the thread, this step (and map item), ``name`` and
-        the arguments; ``fn`` gets it as ``idempotency_key=`` if it takes that parameter (or
+        the arguments, hashed from a canonical encoding that is the same in every process:
+        dict keys sorted, sets sorted, pydantic models and dataclasses dumped, tuples as
+        lists, and ``datetime``/``date``/``time``/``Decimal``/``UUID``/``bytes``/``Enum``/
+        ``Path`` each in a fixed tagged form. An argument with no such encoding (a plain
+        object, whose text holds its address) is refused with ``InvalidInput``: pass
+        ``key="..."``, a string naming this call (an order id, say), and it replaces the
+        arguments in the key (so ``key`` and ``reconcile`` are not passed on to ``fn``).
+        ``fn`` gets the idempotency key as ``idempotency_key=`` if it takes that parameter (or
         ``**kwargs``), so the outside system can deduplicate too. On a re-run a succeeded
         effect returns its recorded result without calling ``fn``. If an earlier call died
         mid-way, ``reconcile(key)`` is asked what happened (a result, or None if nothing
@@ -163,7 +171,7 @@ class StepContext:
         """
         if self._effects is None:
             raise ResultNotAvailable("ctx.effect is available only while a step runs")
-        return self._effects(name, fn, args, kwargs, reconcile)  # type: ignore[no-any-return]
+        return self._effects(name, fn, args, kwargs, reconcile, key)  # type: ignore[no-any-return]
 
     def charge(self, *, tokens: int = 0, cost: float = 0.0, tool_calls: int = 0) -> None:
         """Add to the thread's budget counters (LLM tokens, cost, tool calls). Charges are

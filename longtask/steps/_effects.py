@@ -1,8 +1,10 @@
 """``ctx.effect``: outside calls at most once per idempotency key.
 
 The key is derived from the thread, the step (and map item), the effect's name and a hash
-of its arguments, so a step that runs again — after a crash, a retry or on a fork with the
-same arguments — finds its earlier outcome instead of calling again:
+of the canonical encoding of its arguments (longtask.store._canonical: the same in every
+process; an argument with no such encoding is refused) or the caller's own ``key=``, so a
+step that runs again — after a crash, a retry or on a fork with the same arguments — finds
+its earlier outcome instead of calling again:
 
 - ``succeeded``: the recorded result is returned; the function is not called.
 - ``failed``: the function is called again (the step's retry policy decided to retry).
@@ -16,14 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 from collections.abc import Callable
 from typing import Any
 
 from langgraph.types import interrupt
 
-from longtask.errors import LongTaskError, OutcomeUnknown
+from longtask.errors import InvalidInput, LongTaskError, OutcomeUnknown
 from longtask.model import StepInfo
+from longtask.store._canonical import NotCanonical, canonical_digest
 from longtask.store._values import to_json_bytes
 
 
@@ -44,9 +46,24 @@ def effect_key(thread_id: str, step: str, name: str, args_hash: str, item: int |
     return "eff-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
-def args_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-    canonical = json.dumps([list(args), kwargs], sort_keys=True, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+def args_digest(
+    name: str, args: tuple[Any, ...], kwargs: dict[str, Any], key: str | None = None
+) -> str:
+    """What tells two calls of effect ``name`` in one step apart: the caller's ``key``, or a
+    hash of the arguments' canonical encoding (stable across processes and hash seeds)."""
+    if key is not None:
+        if not isinstance(key, str) or not key:
+            raise InvalidInput(f"the key= of effect {name!r} must be a non-empty string")
+        # Prefixed: a caller's key never equals an argument hash (hex digits only).
+        return "key:" + key
+    try:
+        return canonical_digest([list(args), kwargs], f"an argument of effect {name!r}")
+    except NotCanonical as exc:
+        raise NotCanonical(
+            f'{exc}; the effect\'s key cannot be derived from it. Pass key="..." to '
+            "ctx.effect (a string that names this call, stable across runs) or pass "
+            "JSON-like arguments"
+        ) from None
 
 
 def _accepts_key(fn: Callable[..., Any]) -> bool:
@@ -70,9 +87,10 @@ def run_effect(
     reconcile: Callable[[str], Any] | None,
     item: int | None = None,
     in_graph: bool = True,
+    user_key: str | None = None,
 ) -> Any:
     store = env.store
-    digest = args_digest(args, kwargs)
+    digest = args_digest(name, args, kwargs, user_key)
     key = effect_key(call.thread_id, info.name, name, digest, item)
     data: dict[str, Any] = {"key": key, "name": name}
     row = store.effect(key)

@@ -18,10 +18,10 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from longtask.errors import StepTimeout
+from longtask.errors import StepExited, StepTimeout
 from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.model._decision import utcnow
-from longtask.steps._attempts import CONTROL, check_limits, describe, with_retries
+from longtask.steps._attempts import CONTROL, check_limits, describe, error_type, with_retries
 from longtask.steps._context import _CURRENT, StepContext, result_channel
 from longtask.steps._siblings import Siblings, Snapshot
 from longtask.store import Artifact, Attempts, EventWriter, NewEvent, Store, ValueCodec
@@ -131,9 +131,11 @@ class StepEnv:
 
         in_graph = not prefix
 
-        def effect(name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any) -> Any:
+        def effect(
+            name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any, key: str | None = None
+        ) -> Any:
             return run_effect(
-                self, call, info, prefix + name, fn, args, kwargs, reconcile, item, in_graph
+                self, call, info, prefix + name, fn, args, kwargs, reconcile, item, in_graph, key
             )
 
         return effect
@@ -281,7 +283,21 @@ class NodeCall:
 def call_step(
     fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, what: str
 ) -> Any:
-    """``fn(*args)``, sync or async, failing with StepTimeout after ``timeout`` seconds."""
+    """``fn(*args)``, sync or async, failing with StepTimeout after ``timeout`` seconds.
+
+    ``sys.exit()`` or another BaseException that is not an Exception fails the step
+    (StepExited) instead of passing every handler and ending the process with the thread
+    left running. KeyboardInterrupt is the person's Ctrl-C: it stops the run as it is.
+    """
+    try:
+        return _call(fn, args, timeout, what)
+    except (Exception, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        raise StepExited(exc, what) from exc
+
+
+def _call(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, what: str) -> Any:
     if inspect.iscoroutinefunction(fn):
 
         async def main() -> Any:
@@ -323,7 +339,7 @@ def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **
         call.key("step.failed", attempt),
         info,
         attempt=attempt,
-        data={"error": describe(exc), "type": type(exc).__name__, **extra},
+        data={"error": describe(exc), "type": error_type(exc), **extra},
     )
     setattr(exc, STEP_ATTR, info.name)
     if "item" in extra:

@@ -1,9 +1,9 @@
 """The side-effect ledger against every backend.
 
-A process that dies during an outside call is simulated by a BaseException raised from the
-call (it passes every `except Exception`, like a kill would): the ledger row stays
-`started`, which is exactly what a real crash leaves behind (the acceptance tests kill real
-processes).
+A process that dies during an outside call is simulated by a KeyboardInterrupt raised from
+the call (it passes every `except Exception` and stops the run as it is, like a kill would;
+another BaseException would fail the step): the ledger row stays `started`, which is exactly
+what a real crash leaves behind (the acceptance tests kill real processes).
 """
 
 from __future__ import annotations
@@ -12,10 +12,19 @@ from typing import Any
 
 import pytest
 
-from longtask import InvalidInput, LongTask, Retry, Runner, Stage, StepContext, function_step
+from longtask import (
+    InvalidInput,
+    LongTask,
+    Retry,
+    Runner,
+    Stage,
+    StepContext,
+    StepFailed,
+    function_step,
+)
 
 
-class Crash(BaseException):
+class Crash(KeyboardInterrupt):
     pass
 
 
@@ -143,3 +152,54 @@ def test_failed_calls_follow_the_retry_policy(runner: Runner) -> None:
     assert effect.calls == 3 and len(service.calls) == 3
     failed = [e for e in runner.events(thread) if e.kind == "effect.failed"]
     assert len(failed) == 2 and "service unavailable" in failed[0].data["error"]
+
+
+class Opaque:
+    """An argument whose text holds its memory address: no key can be derived from it."""
+
+
+def test_an_argument_without_a_canonical_encoding_is_refused(runner: Runner) -> None:
+    calls: list[Any] = []
+
+    @function_step(retry=Retry(max_attempts=3, initial_wait=0, max_wait=0))
+    def pay(ctx: StepContext) -> Any:
+        return ctx.effect("charge", lambda obj: calls.append(obj), Opaque())
+
+    task = LongTask("opaque", stages=[Stage("pay", [pay])])
+    with pytest.raises(StepFailed) as info:
+        runner.start(task, thread_id="opaque")
+    message = str(info.value).splitlines()[0]
+    assert "an argument of effect 'charge' holds a " in message
+    assert "Opaque, which has no canonical encoding" in message
+    assert 'Pass key="..." to ctx.effect' in message
+    assert calls == [] and runner.effects("opaque") == []
+    # refused once: the same arguments fail the same way, so no retry
+    assert len([e for e in runner.events("opaque") if e.kind == "step.failed"]) == 1
+
+
+def test_an_explicit_key_replaces_the_arguments(runner: Runner) -> None:
+    service = Service()
+    seen: list[Any] = []
+
+    @function_step
+    def pay(ctx: StepContext) -> Any:
+        def charge(obj: Opaque, amount: int, idempotency_key: str) -> Any:
+            seen.append(obj)
+            return service.charge(amount, idempotency_key)
+
+        return ctx.effect("charge", charge, Opaque(), 42, key="order-17")
+
+    @function_step
+    def receipt(ctx: StepContext) -> str:
+        return f"receipt for {ctx.result('pay')['charged']}"
+
+    task = LongTask("own-key", stages=[Stage("pay", [pay]), Stage("done", [receipt])])
+    thread = runner.start(task)
+    [effect] = runner.effects(thread)
+    assert (effect.status, effect.calls, effect.args_hash) == ("succeeded", 1, "key:order-17")
+    # a re-run of the step with a new (differently printed) object finds the recorded call
+    from langgraph.types import Command
+
+    runner.resume(thread, Command(goto="pay"), task=task)
+    assert len(service.calls) == 1 and len(seen) == 1
+    assert service.calls == [(effect.key, 42)]

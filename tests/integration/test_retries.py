@@ -28,6 +28,7 @@ from longtask import (
     StepFailed,
     function_step,
 )
+from longtask.errors import StepExited
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 REQUEST = httpx.Request("POST", "https://api.example.test/v1/chat/completions")
@@ -322,3 +323,25 @@ def test_a_closed_thread_cannot_be_retried(runner: Runner) -> None:
         runner.retry("t-done", task=task)
     with pytest.raises(NothingToResume):
         runner.skip("t-done", "call", 1, task=task)
+
+
+def test_sys_exit_outside_the_step_function_fails_the_thread(db_url: str) -> None:
+    """A SystemExit raised by the run's own machinery around a step (here the injected
+    sleep between two attempts) fails the thread instead of leaving it running."""
+
+    def leave(seconds: float) -> None:
+        raise SystemExit(3)
+
+    @function_step(retry=Retry(max_attempts=2, initial_wait=1, max_wait=1))
+    def flaky_once(ctx: StepContext) -> int:
+        if ctx.attempt == 1:
+            raise ConnectionResetError("reset")
+        return 1
+
+    task = LongTask("exits", stages=[Stage("one", [flaky_once])])
+    with Runner(db_url, sleep=leave) as runner:
+        with pytest.raises(StepExited, match=r"sys.exit\(3\) was called in the run"):
+            runner.start(task, thread_id="x1")
+        st = runner.status("x1")
+        assert st.status == "failed" and st.error is not None
+        assert st.error["type"] == "SystemExit"

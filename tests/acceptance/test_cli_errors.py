@@ -1,0 +1,232 @@
+"""Bad input on the command line gets one clear line, a usage exit code where it is a usage
+error, and leaves the database as it was (issue 15: thread ids, --input, --by, --kind)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from longtask import InvalidInput, LongTask, Runner, Stage, function_step
+
+TASK = """\
+from longtask import LongTask, Stage, function_step
+
+
+@function_step
+def one(ctx):
+    return {"n": 1}
+
+
+task = LongTask("small", stages=[Stage("one", [one])])
+"""
+
+
+@pytest.fixture
+def ref(tmp_path: Path) -> str:
+    path = tmp_path / "small.py"
+    path.write_text(TASK)
+    return f"{path}:task"
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr and "internal error" not in stderr, stderr
+    errors = [line for line in lines if line.startswith(("error:", "Error:"))]
+    assert len(errors) == 1, stderr
+    return errors[0]
+
+
+def _threads(db: str) -> list[str]:
+    with Runner(db) as runner:
+        return [t.thread_id for t in runner.threads()]
+
+
+# -- thread ids -------------------------------------------------------------------------------
+
+
+def test_a_thread_id_with_a_trailing_newline_is_refused(sqlite_url: str, ref: str) -> None:
+    done = run_cli("run", ref, "--thread", "abc", db=sqlite_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    refused = run_cli("run", ref, "--thread", "abc\n", db=sqlite_url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = _one_error_line(refused.stderr)
+    assert "--thread" in line and "thread id 'abc\\n' is not allowed" in line
+    assert _threads(sqlite_url) == ["abc"]
+
+
+def test_an_empty_thread_id_is_refused(sqlite_url: str, ref: str) -> None:
+    refused = run_cli("run", ref, "--thread", "", db=sqlite_url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = _one_error_line(refused.stderr)
+    assert "the thread id is empty" in line and "leave it out" in line
+    assert _threads(sqlite_url) == []
+
+
+def test_the_runner_refuses_the_same_thread_ids(sqlite_url: str) -> None:
+    @function_step
+    def one(ctx: object) -> int:
+        return 1
+
+    task = LongTask("small", stages=[Stage("one", [one])])
+    with Runner(sqlite_url) as runner:
+        for bad in ("", "abc\n", "\nabc", "a b"):
+            with pytest.raises(InvalidInput):
+                runner.start(task, thread_id=bad)
+        assert runner.threads() == []
+        assert runner.start(task).startswith("lt-")  # left out: a new random id
+
+
+# -- JSON options, --by, --kind -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("1" * 5000, "has a number with more than 4300 digits; pass it as a JSON string"),
+        ("[" * 100_000 + "]" * 100_000, "is nested too deeply"),
+    ],
+    ids=["long-integer", "deep-nesting"],
+)
+def test_unreadable_input_json_is_one_line(
+    sqlite_url: str, ref: str, tmp_path: Path, value: str, says: str
+) -> None:
+    # from a file: 200,000 characters are more than one command-line argument may hold
+    (tmp_path / "input.json").write_text(value)
+    at = f"@{tmp_path / 'input.json'}"
+    refused = run_cli("run", ref, "--thread", "t1", "--input", at, db=sqlite_url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = _one_error_line(refused.stderr)
+    assert "--input" in line and says in line, line
+    assert _threads(sqlite_url) == []
+
+
+def test_an_empty_approver_is_one_line(sqlite_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "gate.py"
+    path.write_text(
+        "from longtask import LongTask, Stage, approval\n"
+        "gate = approval('gate', plan=lambda ctx: {'go': True})\n"
+        "task = LongTask('gated', stages=[Stage('one', [gate])])\n"
+    )
+    paused = run_cli("run", f"{path}:task", "--thread", "g1", db=sqlite_url)
+    assert paused.returncode == 3, paused.stdout + paused.stderr
+    for by in ("", "  "):
+        refused = run_cli("approve", "g1", "--by", by, db=sqlite_url)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        line = _one_error_line(refused.stderr)
+        assert "--by" in line and "must name who decides" in line, line
+    with Runner(sqlite_url) as runner:
+        assert runner.status("g1").status == "waiting_user"
+        assert not [e for e in runner.events("g1") if e.kind == "approval.resolved"]
+
+
+def test_an_unknown_event_kind_is_refused(sqlite_url: str, ref: str) -> None:
+    assert run_cli("run", ref, "--thread", "k1", db=sqlite_url).returncode == 0
+    refused = run_cli("events", "k1", "--kind", "bogus.kind", db=sqlite_url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = _one_error_line(refused.stderr)
+    assert "unknown event kind 'bogus.kind'" in line
+    assert "step.completed" in line and "longtask.completed" in line
+    known = run_cli("events", "k1", "--kind", "step.completed", db=sqlite_url)
+    assert known.returncode == 0, known.stderr
+    assert "step.completed" in known.stdout and "step.started" not in known.stdout
+
+
+# -- PostgreSQL ---------------------------------------------------------------------------------
+
+CUT = """\
+import os
+import time
+from pathlib import Path
+
+import psycopg
+from longtask import LongTask, Stage, function_step
+
+
+@function_step
+def first(ctx):
+    return 1
+
+
+@function_step
+def cut(ctx):
+    # Once: end every other connection to this database, the runner's own included.
+    marker = Path(os.environ["LT_CUT_MARKER"])
+    if not marker.exists():
+        marker.write_text("cut")
+        with psycopg.connect(os.environ["LT_PG_URL"], autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+    return 2
+
+
+@function_step
+def last(ctx):
+    return 3
+
+
+task = LongTask("cut", stages=[Stage("a", [first]), Stage("b", [cut]), Stage("c", [last])])
+"""
+
+
+def test_a_connection_lost_mid_run_says_so_and_how_to_resume(pg_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "cut.py"
+    path.write_text(CUT)
+    # a password the server ignores (trust auth) but the message must not show
+    base, _, rest = pg_url.partition("://")
+    url = f"{base}://{rest.replace('@', ':s3cret@', 1)}"
+    env = {"LT_PG_URL": pg_url, "LT_CUT_MARKER": str(tmp_path / "cut")}
+    lost = run_cli("run", f"{path}:task", "--thread", "c1", "--db", url, db=url, env=env)
+    assert lost.returncode == 1, lost.stdout + lost.stderr
+    assert (tmp_path / "cut").exists()
+    assert "s3cret" not in lost.stderr + lost.stdout
+    line = _one_error_line(lost.stderr)
+    assert "internal error" not in lost.stderr and "AdminShutdown" not in line, line
+    redacted = url.replace("s3cret", "***")
+    assert line.startswith(f"error: lost the connection to the database {redacted} ("), line
+    command = f"longtask resume c1 --db '{redacted}'"
+    assert f"continue with `{command}` (with the password in place of ***)" in line, line
+    assert lost.stderr.count("Traceback") == 0
+
+    # the printed command (password put back) continues the thread to the end
+    deadline = time.monotonic() + 10
+    with Runner(pg_url) as runner:
+        while runner.status("c1").active and time.monotonic() < deadline:
+            time.sleep(0.05)
+    args = shlex.split(command.replace("***", "s3cret"))[1:]
+    resumed = run_cli(*args, db=url, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    with Runner(pg_url) as runner:
+        assert runner.status("c1").status == "completed"
+        assert runner.result("c1", "last") == 3
+
+
+def test_a_refused_connection_reads_as_sentences(sqlite_url: str) -> None:
+    refused = run_cli("ls", db="postgresql://root:s3cret@127.0.0.1:9/nowhere")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    line = _one_error_line(refused.stderr)
+    assert "s3cret" not in refused.stderr
+    assert "?." not in line and ".." not in line, line
+    assert line.startswith("error: cannot connect to PostgreSQL at postgresql://root:***@"), line
+    assert line.endswith(
+        "? Check that the server is running and the URL (--db / $LONGTASK_DB) is right."
+    ), line
+
+
+def test_the_runner_refuses_an_empty_approver_in_one_line(sqlite_url: str) -> None:
+    from longtask import approval
+
+    task = LongTask("gated", stages=[Stage("one", [approval("gate", plan=lambda ctx: {})])])
+    with Runner(sqlite_url) as runner:
+        runner.start(task, thread_id="g2")
+        with pytest.raises(InvalidInput) as info:
+            runner.approve("g2", by="", task=task)
+        assert str(info.value) == (
+            "the decision is not valid: by: String should have at least 1 character"
+        )
+        assert runner.status("g2").status == "waiting_user"
