@@ -372,7 +372,7 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         out = ask(state, config)
         if isinstance(out, dict) and result_channel(step.name) in out:
             call = NodeCall.from_config(config)
-            step_completed(env, call, info, None, {})
+            step_completed(env, call, info, 1, {})
             return Command(update=out, goto=step.name)
         return out
 
