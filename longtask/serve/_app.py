@@ -232,7 +232,7 @@ def create_app(
         thread_id = request.path_params["thread_id"]
         event = await body(request, SignalBody)
         try:
-            await call(runner.signal, thread_id, event.name, event.payload)
+            await call(runner.signal, thread_id, event.name, event.payload, by=by)
         except RUN_OUTCOMES as exc:
             log.info("thread %s stopped after signal %s by %s: %s", thread_id, event.name, by, exc)
         return await new_status(thread_id)

@@ -296,6 +296,9 @@ def test_signal_delivers_the_payload_and_checks_its_schema(
     assert ok.status_code == 200, ok.text
     assert ok.json()["status"] == "completed"
     assert runner.result("ci-1", "after_ci") == "passed"
+    # The event is recorded as delivered by the token's name.
+    (resolved,) = runner.events("ci-1", kinds=["wait.resolved"])
+    assert resolved.data == {"payload": {"status": "passed"}, "by": "bob"}
 
 
 def test_cancel_is_recorded_as_the_tokens_name(runner: Runner, client: TestClient) -> None:
