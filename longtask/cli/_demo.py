@@ -204,6 +204,12 @@ def _answer_until_done(
             print_status(out, status)
             raise typer.Exit(1)
         for item in runner.pending(thread, task=task):
+            if item.kind == "effect":
+                # A side effect cut off by a crash: only a person knows whether it happened.
+                print_status(out, status)
+                again = f"longtask demo --dir {root}" + (" --yes" if auto else "")
+                out.print(f"then continue the demo: {again}")
+                raise typer.Exit(3)
             if item.kind == "wait":
                 out.print(f"waiting for CI: the simulated CI callback arrives in {CI_SECONDS:g} s")
                 time.sleep(CI_SECONDS)
