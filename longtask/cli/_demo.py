@@ -1,20 +1,36 @@
-"""``longtask demo``: the migration LongTask on a fresh sample repository, end to end."""
+"""``longtask demo``: the migration LongTask on a fresh sample repository, end to end.
+
+The demo runs the one migration task, with its approvals and its CI wait. It answers them
+through the Runner as anyone would (``approve``/``reject``, ``signal``): asking at the
+terminal, or, with ``--yes``, deciding by itself, recorded as ``demo --yes``. Run again on
+the same ``--dir`` it continues the unfinished demo there (after ``--crash-at``).
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
 
-from longtask.cli._app import _printer, app, out
-from longtask.cli._output import print_status
+from longtask.cli._app import app, out
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
+    from longtask.runtime import Runner
+
+#: who decides the approvals and delivers the CI event with --yes (in the events' ``by``)
+AUTO = "demo --yes"
+#: the simulated CI run: its callback arrives this long after the wait starts
+CI_SECONDS = 1.0
 
 
 def _make_repo(repo: Path) -> None:
@@ -32,14 +48,51 @@ def _ask(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+def _printer(task: LongTask) -> Any:
+    """Prints each finished step under its stage, as they finish: the demo's one view."""
+    stage_of = {step.name: stage.name for stage in task.stages for step in stage.steps}
+    last: list[str | None] = [None]
+
+    def on_update(thread_id: str, steps: list[str]) -> None:
+        for step in steps:
+            stage = stage_of.get(step, "")
+            if stage != last[0]:
+                out.print(f"[bold]{escape(stage)}[/bold]")
+                last[0] = stage
+            out.print(f"  [green]✓[/green] {escape(step)}")
+
+    return on_update
+
+
+def _unfinished(db: str, root: Path) -> str:
+    """The thread of the demo in ``root`` to continue (refuses a finished one)."""
+    from longtask.runtime import Runner
+
+    with Runner(db) as runner:
+        threads = [t for t in runner.threads() if t.task_name == "jwt_migration"]
+    if not threads:
+        raise typer.BadParameter(
+            f"{root} holds files but no demo thread; choose another --dir or remove it",
+            param_hint="--dir",
+        )
+    rec = threads[0]
+    if rec.status in ("completed", "cancelled"):
+        raise typer.BadParameter(
+            f"{root} already holds a {rec.status} demo (thread {rec.thread_id}); choose another "
+            "--dir or remove it",
+            param_hint="--dir",
+        )
+    return rec.thread_id
+
+
 @app.command()
 def demo(
     dir: Annotated[
         Path | None,
         typer.Option(
             "--dir",
-            help="Where to put the sample repository and the database [default: "
-            "./longtask-demo, or -2, -3... if taken].",
+            help="Where to put the sample repository and the database [default: a new "
+            "temporary directory]. A directory holding an unfinished demo: continue it.",
         ),
     ] = None,
     crash_at: Annotated[
@@ -48,11 +101,14 @@ def demo(
             "--crash-at",
             metavar="STEP",
             help="Kill this process inside STEP (then continue with the printed `longtask "
-            "resume`); implies --yes.",
+            "demo --dir ...`); implies --yes.",
         ),
     ] = None,
     yes: Annotated[
-        bool, typer.Option("--yes", help="Approve every approval and simulate CI unattended.")
+        bool,
+        typer.Option(
+            "--yes", help="Approve every approval and deliver the simulated CI result unattended."
+        ),
     ] = False,
     model: Annotated[
         str | None, typer.Option("--model", help="Model for a real run (with OPENAI_API_KEY).")
@@ -60,29 +116,33 @@ def demo(
 ) -> None:
     """Move a sample service from sessions to JWT: agents analyse, design, edit a git
     worktree and fix the tests; you approve the plan and the release; CI is simulated."""
-    from longtask.demo.migration import Inputs, auto_task, task
+    from longtask.demo.migration import Inputs, task
     from longtask.runtime import Runner
 
     auto = yes or crash_at is not None
-    chosen = auto_task if auto else task
-    if crash_at is not None and crash_at not in chosen.steps:
+    if crash_at is not None and crash_at not in task.steps:
         raise typer.BadParameter(
-            f"no step {crash_at!r}; steps: {', '.join(chosen.steps)}", param_hint="--crash-at"
+            f"no step {crash_at!r}; steps: {', '.join(task.steps)}", param_hint="--crash-at"
         )
     if model:
         os.environ["LONGTASK_MODEL"] = model
-    if dir is None:
-        dir = Path("longtask-demo")
-        n = 2
-        while (dir / "authsvc").exists():
-            dir = Path(f"longtask-demo-{n}")
-            n += 1
-    root = dir.resolve()
+    root = (dir or Path(tempfile.mkdtemp(prefix="longtask-demo-"))).resolve()
     repo, worktree, state = root / "authsvc", root / "authsvc-jwt", root / ".longtask"
-    if repo.exists():
+    db = f"sqlite:///{state / 'longtask.db'}"
+    thread: str | None = None
+    if (state / "longtask.db").exists():
+        thread = _unfinished(db, root)
+        if crash_at is not None:
+            raise typer.BadParameter(
+                f"{root} holds an unfinished demo (thread {thread}), which is continued without "
+                "--crash-at; leave it out, or choose another --dir",
+                param_hint="--crash-at",
+            )
+    elif repo.exists():
         raise typer.BadParameter(
             f"{root} already holds a demo; choose another --dir or remove it", param_hint="--dir"
         )
+    out.print(f"demo directory: {root}" + ("" if dir else " (choose another with --dir)"))
     if os.environ.get("OPENAI_API_KEY"):
         name = os.environ.get("LONGTASK_MODEL") or "gpt-4o-mini"
         out.print(f"model: {escape(name)} (OPENAI_API_KEY is set)")
@@ -92,55 +152,98 @@ def demo(
             "OPENAI_API_KEY (and OPENAI_BASE_URL for an OpenAI-compatible server) and pass "
             "--model NAME."
         )
-    state.mkdir(parents=True, exist_ok=True)
-    _make_repo(repo)
-    db = f"sqlite:///{state / 'longtask.db'}"
-    thread = f"migration-{uuid.uuid4().hex[:8]}"
-    ref = "longtask.demo.migration:" + ("auto_task" if auto else "task")
-    inputs = Inputs(repo=str(repo), worktree=str(worktree), state_dir=str(state), crash_at=crash_at)
-    out.print(f"sample repository: {repo}")
-    out.print(f"thread {thread} (database {db})")
     interactive = sys.stdin.isatty() and not auto
-    with Runner(db, on_update=_printer()) as runner:
-        runner.start(chosen, inputs, thread_id=thread, task_ref=ref)
-        while True:
-            status = runner.status(thread)
-            if status.status == "completed":
-                break
-            if status.status not in ("waiting_user", "waiting_external"):
-                print_status(out, status)
-                raise typer.Exit(1)
-            for item in runner.pending(thread, task=chosen):
-                if item.kind == "wait":
-                    out.print("waiting for CI: the simulated CI callback arrives in 2 s")
-                    time.sleep(2)
-                    runner.signal(thread, "ci", {"status": "passed", "url": "https://ci.invalid/1"})
-                    break
-                out.print(f"\n[bold]approval {escape(item.step)}[/bold]")
-                _show_plan(item.request.get("plan"))
-                if not interactive:
-                    out.print(
-                        f"waiting for your decision; approve with:\n  longtask approve {thread} "
-                        f"{item.step} --by YOUR_NAME --db {db}"
-                    )
-                    raise typer.Exit(3)
-                if _ask(f"approve {item.step}?"):
-                    runner.approve(thread, item.step, by=os.environ.get("USER") or "you")
-                else:
-                    runner.reject(thread, item.step, by=os.environ.get("USER") or "you")
-                break
-        print_status(out, runner.status(thread))
+    with Runner(db, on_update=_printer(task)) as runner:
+        if thread is None:
+            state.mkdir(parents=True, exist_ok=True)
+            _make_repo(repo)
+            thread = f"migration-{uuid.uuid4().hex[:8]}"
+            inputs = Inputs(
+                repo=str(repo), worktree=str(worktree), state_dir=str(state), crash_at=crash_at
+            )
+            out.print(f"sample repository: {repo}")
+            out.print(f"thread {thread} (database {db})")
+            runner.start(task, inputs, thread_id=thread, task_ref="longtask.demo.migration:task")
+        else:
+            out.print(f"continuing thread {thread} (database {db})")
+            if runner.status(thread).status not in ("waiting_user", "waiting_external"):
+                runner.resume(thread)
+        _answer_until_done(runner, task, thread, root, db, auto=auto, interactive=interactive)
+        status = runner.status(thread)
         result: dict[str, Any] = runner.result(thread, "publish")
-    out.print(f"\nbranch:       {result['branch']} (checked out in {result['worktree']})")
+    rounds = sum(s.fix_rounds or 0 for s in status.steps)
+    out.print(
+        f"\nthread {thread} completed: {len(status.steps)} steps, {rounds} fix "
+        f"round{'s' if rounds != 1 else ''}"
+    )
+    out.print(f"branch:       {result['branch']} (checked out in {result['worktree']})")
     out.print(f"patch:        {result['patch_file']}")
     out.print(f"MIGRATION.md: {result['migration_file']}")
     out.print(f"events:       longtask events {thread} --db {db}")
+
+
+def _answer_until_done(
+    runner: Runner,
+    task: LongTask,
+    thread: str,
+    root: Path,
+    db: str,
+    *,
+    auto: bool,
+    interactive: bool,
+) -> None:
+    """Answer the thread's approvals and its CI wait through the Runner until it completes."""
+    from longtask.cli._output import print_status
+    from longtask.runtime._control import whoami
+
+    while True:
+        status = runner.status(thread)
+        if status.status == "completed":
+            return
+        if status.status not in ("waiting_user", "waiting_external"):
+            print_status(out, status)
+            raise typer.Exit(1)
+        for item in runner.pending(thread, task=task):
+            if item.kind == "effect":
+                # A side effect cut off by a crash: only a person knows whether it happened.
+                print_status(out, status)
+                again = f"longtask demo --dir {root}" + (" --yes" if auto else "")
+                out.print(f"then continue the demo: {again}")
+                raise typer.Exit(3)
+            if item.kind == "wait":
+                out.print(f"waiting for CI: the simulated CI callback arrives in {CI_SECONDS:g} s")
+                time.sleep(CI_SECONDS)
+                ci = {"status": "passed", "url": "https://ci.invalid/authsvc/jwt-migration/1"}
+                runner.signal(thread, item.step, ci, by=AUTO if auto else "simulated CI")
+                break
+            out.print(f"\n[bold]approval {escape(item.step)}[/bold]")
+            _show_plan(item.request.get("plan"))
+            if auto:
+                out.print(f"approved by {AUTO}")
+                runner.approve(thread, item.step, by=AUTO, task=task)
+                break
+            if not interactive:
+                out.print(
+                    f"waiting for your decision; approve with:\n  longtask approve {thread} "
+                    f"{item.step} --by YOUR_NAME --db {db}\nthen continue the demo (it "
+                    f"simulates CI):\n  longtask demo --dir {root}"
+                )
+                raise typer.Exit(3)
+            if _ask(f"approve {item.step}?"):
+                runner.approve(thread, item.step, by=whoami(), task=task)
+            else:
+                runner.reject(thread, item.step, by=whoami(), task=task)
+            break
+        else:
+            print_status(out, status)
+            raise typer.Exit(3)
 
 
 def _show_plan(plan: Any) -> None:
     if isinstance(plan, dict):
         for key, value in plan.items():
             out.print(f"[bold]{escape(str(key))}[/bold]:")
-            out.print(escape(value if isinstance(value, str) else repr(value)))
+            text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
+            out.print(escape(text.rstrip()))
     else:
-        out.print(escape(repr(plan)))
+        out.print(escape(json.dumps(plan, indent=2, default=str)))

@@ -34,6 +34,8 @@ class ScriptedChatModel(BaseChatModel):
 
     script: dict[str, list[Reply]]
     log_path: str | None = None
+    #: what the events name as the model requested (a ChatOpenAI has the same attribute)
+    model_name: str = MODEL_NAME
 
     @property
     def _llm_type(self) -> str:
@@ -83,7 +85,7 @@ class ScriptedChatModel(BaseChatModel):
             "total_tokens": tokens_in + tokens_out,
         }
         message.response_metadata = {
-            "model_name": MODEL_NAME,
+            "model_name": self.model_name,
             "finish_reason": finish,
             "id": f"offline-{digest}",
         }

@@ -7,9 +7,9 @@ ledger), verify (the project's tests in a subprocess, with a fix loop of at most
 ci (an outside event), the release's approval (showing the diff), docs (an agent writes
 MIGRATION.md) and publish (a commit on the branch, a patch file, artifacts).
 
-``task`` pauses for people and for the CI callback; ``auto_task`` (``longtask demo --yes``)
-approves and simulates CI by itself, so a plain ``longtask resume`` can finish it. Both use
-the offline scripted model unless ``OPENAI_API_KEY`` is set.
+``task`` pauses for people (the two approvals) and for the CI callback (``signal ci``);
+``longtask demo`` answers them through the Runner, asking or, with ``--yes``, by itself. It
+uses the offline scripted model unless ``OPENAI_API_KEY`` is set.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -74,11 +73,10 @@ def maybe_crash(step: str) -> None:
     if marker.exists():
         return
     marker.write_text(str(os.getpid()))
-    thread = current_context().thread_id
-    db = f"sqlite:///{Path(inputs.state_dir) / 'longtask.db'}"
+    # The demo continues the unfinished thread it finds in its directory.
     print(
         f"\n!! crashing on purpose inside step {step!r} (--crash-at)\n"
-        f"!! continue with: longtask resume {thread} --db {db}",
+        f"!! continue with: longtask demo --dir {Path(inputs.state_dir).parent} --yes",
         flush=True,
     )
     os.kill(os.getpid(), signal.SIGKILL)
@@ -270,21 +268,6 @@ def _release_plan(ctx: StepContext) -> dict[str, Any]:
     return {"diff": _diff(ctx.inputs.worktree), "tests": ctx.result("verify")}
 
 
-def _auto(plan: Any) -> Any:
-    def approve(ctx: StepContext) -> dict[str, Any]:
-        from longtask.model._decision import plan_hash
-
-        value = plan(ctx)
-        return {"approved": True, "by": "longtask demo --yes", "plan_hash": plan_hash(value)}
-
-    return approve
-
-
-def _simulated_ci(ctx: StepContext) -> dict[str, str]:
-    time.sleep(1.0)  # the CI run; its callback arrives a moment later
-    return {"status": "passed", "url": "https://ci.invalid/authsvc/jwt-migration/1"}
-
-
 def _agent(name: str, version: str, system: str, template: str, **kw: Any) -> Any:
     prompt = Prompt(
         name=name, version=version, system=f"{system} (agent: {name})", template=template
@@ -297,7 +280,7 @@ EDIT = [list_files, read_file, write_file, delete_file]
 READ_ONLY = ["list_files", "read_file"]
 
 
-def build(auto: bool) -> LongTask:
+def build() -> LongTask:
     analysis = _agent(
         "analysis",
         "1",
@@ -344,16 +327,8 @@ def build(auto: bool) -> LongTask:
         tools=EDIT,
         read_only_tools=READ_ONLY,
     )
-    if auto:
-        plan_ok: Any = function_step(_auto(_plan), name="approve_plan")
-        ci: Any = function_step(_simulated_ci, name="ci")
-        release_ok: Any = function_step(_auto(_release_plan), name="approve_release")
-    else:
-        plan_ok = approval("approve_plan", plan=_plan)
-        ci = wait_for("ci", schema=CiResult)
-        release_ok = approval("approve_release", plan=_release_plan)
     return LongTask(
-        "jwt_migration" if not auto else "jwt_migration_auto",
+        "jwt_migration",
         version="1",
         inputs=Inputs,
         description="Move authsvc's authentication from sessions to JWT",
@@ -361,19 +336,18 @@ def build(auto: bool) -> LongTask:
             Stage("setup", [function_step(prepare, name="prepare")]),
             Stage("analysis", [analysis]),
             Stage("design", [design]),
-            Stage("plan_approval", [plan_ok]),
+            Stage("plan_approval", [approval("approve_plan", plan=_plan)]),
             Stage("code", [backend, api]),
             Stage(
                 "verify",
                 [function_step(verify, name="verify", on_failure=fix_with(fixer, max_rounds=3))],
             ),
-            Stage("ci", [ci]),
-            Stage("release_approval", [release_ok]),
+            Stage("ci", [wait_for("ci", schema=CiResult)]),
+            Stage("release_approval", [approval("approve_release", plan=_release_plan)]),
             Stage("docs", [docs]),
             Stage("publish", [function_step(publish, name="publish")]),
         ],
     )
 
 
-task = build(auto=False)
-auto_task = build(auto=True)
+task = build()

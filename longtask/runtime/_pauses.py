@@ -28,6 +28,7 @@ from longtask.runtime._control import whoami
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
 from longtask.steps._effects import RESOLVED_AS_FAILED
+from longtask.steps._pause import signal_value
 from longtask.store import Effect
 from longtask.store._values import to_json_bytes
 
@@ -262,13 +263,15 @@ class PauseMixin(RunnerBase):
         name: str,
         payload: Any = None,
         *,
+        by: str | None = None,
         task: LongTask | None = None,
     ) -> str:
-        """Deliver the outside event ``name`` (a ``wait_for`` step) with ``payload``."""
+        """Deliver the outside event ``name`` (a ``wait_for`` step) with ``payload``;
+        ``wait.resolved`` records ``by`` (the user of this process if None)."""
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, name, "wait")
         value = self._answer(thread_id, task, item, payload)
-        return self._resume_pending(thread_id, task, item, value)
+        return self._resume_pending(thread_id, task, item, signal_value(value, by or whoami()))
 
     def answer(
         self,

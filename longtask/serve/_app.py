@@ -232,7 +232,7 @@ def create_app(
         thread_id = request.path_params["thread_id"]
         event = await body(request, SignalBody)
         try:
-            await call(runner.signal, thread_id, event.name, event.payload)
+            await call(runner.signal, thread_id, event.name, event.payload, by=by)
         except RUN_OUTCOMES as exc:
             log.info("thread %s stopped after signal %s by %s: %s", thread_id, event.name, by, exc)
         return await new_status(thread_id)
@@ -254,7 +254,12 @@ def create_app(
         return page_response(index_page(reads_need_token=not open_reads))
 
     async def thread_view(request: Request) -> Response:
-        return page_response(thread_page(request.path_params["thread_id"], not open_reads))
+        thread_id = request.path_params["thread_id"]
+        # Only where anyone may read: with closed reads, whether a thread exists is the
+        # API's answer to a token, and the page asks it.
+        if open_reads and await call(runner.db.store.get_thread, thread_id) is None:
+            return page_response(thread_page(thread_id, False, missing=True), 404)
+        return page_response(thread_page(thread_id, not open_reads))
 
     api = "/api/threads/{thread_id}"
     routes = [

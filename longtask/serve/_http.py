@@ -108,14 +108,14 @@ def unauthorized(message: str) -> Response:
     return error(401, message, {"WWW-Authenticate": 'Bearer realm="longtask"'})
 
 
-def page_response(page: tuple[str, str]) -> Response:
+def page_response(page: tuple[str, str], status: int = 200) -> Response:
     html, nonce = page
     csp = (
         f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
         "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
         "frame-ancestors 'none'"
     )
-    return HTMLResponse(html, headers={"Content-Security-Policy": csp})
+    return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": csp})
 
 
 def int_value(raw: str, name: str, low: int = 0, high: int | None = None) -> int:

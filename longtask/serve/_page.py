@@ -36,12 +36,19 @@ ul.tree,ul.tree ul{list-style:none;margin:0;padding-left:18px}ul.tree{padding-le
 .st-completed>.mark{color:#3f8f4f}.st-failed>.mark{color:#c03b3b}.st-waiting>.mark{color:#b7791f}
 .st-running>.mark{color:#2f6fd0}.st-skipped{color:#8a91a0}
 pre{background:#f1f3f6;padding:8px;border-radius:4px;overflow:auto;max-height:360px}
+.mark svg{width:.8em;height:.8em;vertical-align:-.05em;fill:currentColor}
+dl.fields{margin:0 0 8px}dl.fields dt{font-weight:600;margin-top:6px}
+dl.fields dd{margin:2px 0 0 14px}
+dl.fields pre{margin:2px 0;white-space:pre-wrap;overflow-wrap:anywhere}
+dl.fields pre.text{white-space:pre;overflow-wrap:normal}
+dl.fields pre.line{background:none;padding:0}
+#not-found{font-size:16px}ul#artifacts{margin:0;padding-left:18px}
 textarea,input{font:inherit;padding:4px 6px;border:1px solid #c5cbd6;border-radius:4px}
 textarea{width:100%;box-sizing:border-box;min-height:48px}
 button{font:inherit;padding:5px 14px;border-radius:4px;border:1px solid #8a91a0;cursor:pointer}
 button.ok{background:#3f8f4f;color:#fff;border-color:#3f8f4f}
 button.no{background:#c03b3b;color:#fff;border-color:#c03b3b}button:disabled{opacity:.5}
-#message.error,#error{color:#8b1f1f}ol#events{margin:0;padding-left:0;list-style:none}
+#message.error,#error,#not-found{color:#8b1f1f}ol#events{margin:0;padding-left:0;list-style:none}
 ol#events li{border-bottom:1px solid #eef0f3;padding:2px 0;font-family:ui-monospace,monospace;
 font-size:12px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:4px 8px;
@@ -67,7 +74,11 @@ async function api(path, init) {
   const r = await fetch(path, Object.assign({}, init || {}, {headers}));
   let data = null;
   try { data = await r.json(); } catch (e) { data = null; }
-  if (!r.ok) throw new Error((data && data.error) || (r.status + " " + r.statusText));
+  if (!r.ok) {
+    const err = new Error((data && data.error) || (r.status + " " + r.statusText));
+    err.status = r.status;
+    throw err;
+  }
   return data;
 }
 function bindToken(onChange) {
@@ -108,10 +119,30 @@ setInterval(load, 5000);
 THREAD_JS = r"""
 const THREAD = CONFIG.thread;
 const BASE = "/api/threads/" + encodeURIComponent(THREAD);
-const MARKS = {completed: "✓", running: "●", waiting: "⏸", failed: "✗", pending: "○",
-  skipped: "↷"};
+// Glyphs every stock system's fonts have (DejaVu); the pause sign is not among them, so it
+// is drawn as an inline SVG (two bars).
+const MARKS = {completed: "✓", running: "●", failed: "✗", pending: "○", skipped: "↷"};
+const SVG = "http://www.w3.org/2000/svg";
+function mark(state) {
+  const span = el("span", "mark");
+  span.dataset.state = state;
+  if (state !== "waiting") { span.textContent = MARKS[state] || "?"; return span; }
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", "0 0 10 10");
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", "waiting");
+  for (const x of [1.5, 6]) {
+    const bar = document.createElementNS(SVG, "rect");
+    const box = {x, y: 1, width: 2.5, height: 8};
+    for (const [k, v] of Object.entries(box)) bar.setAttribute(k, v);
+    svg.append(bar);
+  }
+  span.append(svg);
+  return span;
+}
 const CLOSED = ["completed", "cancelled"];
 let lastId = 0, source = null, current = null, pendingKey = null, events = [];
+let missing = false, artifactsShown = false;
 let refreshing = false, again = false;
 
 function stageState(steps) {
@@ -123,7 +154,7 @@ function stageState(steps) {
 function stepLine(s) {
   const li = el("li", "step st-" + s.state);
   li.dataset.step = s.name;
-  li.append(el("span", "mark", MARKS[s.state] || "?"), s.name + " ", el("span", "kind", s.kind));
+  li.append(mark(s.state), s.name + " ", el("span", "kind", s.kind));
   const extra = [];
   if (s.items_total !== null && s.items_total !== undefined) {
     extra.push("items " + s.items_done + "/" + s.items_total);
@@ -154,7 +185,7 @@ function renderStatus(st) {
   for (const [name, steps] of stages) {
     const state = stageState(steps);
     const li = el("li", "stage st-" + state);
-    li.append(el("span", "mark", MARKS[state]), el("strong", null, name));
+    li.append(mark(state), el("strong", null, name));
     const ul = el("ul");
     for (const s of steps) ul.append(stepLine(s));
     li.append(ul);
@@ -164,6 +195,23 @@ function renderStatus(st) {
   err.hidden = !st.error;
   err.textContent = st.error ? "error in " + (st.error.step || "?") + ": " + st.error.message : "";
 }
+function planView(value) {
+  // An object as labelled rows; a multi-line string (a diff stat, a plan in prose) as a text
+  // block, not one escaped JSON line; anything else as indented JSON.
+  if (typeof value === "string") return el("pre", value.includes("\n") ? "text" : "line", value);
+  if (value && typeof value === "object" && !Array.isArray(value)) {
+    const dl = el("dl", "fields");
+    for (const [k, v] of Object.entries(value)) {
+      const dd = el("dd");
+      dd.dataset.key = k;
+      dd.append(planView(v));
+      dl.append(el("dt", null, k), dd);
+    }
+    return dl;
+  }
+  if (value === null || typeof value !== "object") return el("pre", "line", JSON.stringify(value));
+  return el("pre", "json", JSON.stringify(value, null, 2));
+}
 function pendingCard(p) {
   const card = el("div", "pending");
   card.dataset.step = p.step;
@@ -172,7 +220,9 @@ function pendingCard(p) {
     card.append(el("h3", null, "Approval: " + p.step));
     if (r.approvers) card.append(el("div", "muted", "approvers: " + r.approvers.join(", ")));
     if (r.deadline) card.append(el("div", "muted", "deadline: " + r.deadline));
-    card.append(el("pre", "plan", JSON.stringify(r.plan, null, 2)));
+    const plan = el("div", "plan");
+    plan.append(planView(r.plan));
+    card.append(plan);
     const hash = el("div", null, "plan hash: ");
     hash.append(el("code", "plan-hash", r.plan_hash));
     card.append(hash);
@@ -229,12 +279,54 @@ async function refresh() {
     renderStatus(st);
     renderPending(items);
     $("load-error").textContent = "";
+    if (CLOSED.includes(st.status) && !artifactsShown) await loadArtifacts();
   } catch (e) {
-    $("load-error").textContent = e.message;
+    if (e.status === 404) notFound();
+    else $("load-error").textContent = e.message;
   } finally {
     refreshing = false;
     if (again) { again = false; refresh(); }
   }
+}
+function notFound() {
+  // Nothing will ever appear: stop the stream rather than reconnect forever.
+  missing = true;
+  if (source) source.close();
+  $("status").textContent = "no such thread";
+  $("status").className = "badge s-failed";
+  $("task").textContent = "";
+  $("live").textContent = "";
+  $("not-found").hidden = false;
+}
+async function download(a, event) {
+  // Reads that need a token: a plain link would go without it, so fetch with the header.
+  if (!CONFIG.readsNeedToken) return;
+  event.preventDefault();
+  const r = await fetch(a.href, {headers: {"Authorization": "Bearer " + token()}});
+  if (!r.ok) { $("load-error").textContent = "download failed: " + r.status; return; }
+  const url = URL.createObjectURL(await r.blob());
+  const tmp = el("a");
+  tmp.href = url;
+  tmp.download = a.download;
+  tmp.click();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+async function loadArtifacts() {
+  const found = await api(BASE + "/artifacts");
+  artifactsShown = true;
+  const list = $("artifacts");
+  list.replaceChildren(...found.map((f) => {
+    const li = el("li");
+    li.dataset.name = f.name;
+    const a = el("a", null, f.name);
+    a.href = BASE + "/artifacts/" + f.name.split("/").map(encodeURIComponent).join("/");
+    a.download = f.name.split("/").pop();
+    a.addEventListener("click", (event) => download(a, event));
+    li.append(a, " ", el("span", "muted", (f.media_type || "") + " · " + f.size + " bytes" +
+      (f.step ? " · from " + f.step : "")));
+    return li;
+  }));
+  $("artifacts-section").hidden = found.length === 0;
 }
 function addEvent(ev) {
   events.unshift(ev);
@@ -242,7 +334,8 @@ function addEvent(ev) {
   $("events").replaceChildren(...events.map((e) => {
     const data = JSON.stringify(e.data || {});
     const text = "#" + e.id + " " + new Date(e.ts).toLocaleTimeString() + " " + e.kind +
-      (e.step ? " " + e.step : "") + (data !== "{}" ? " " + data : "");
+      (e.step ? " " + e.step : e.stage ? " stage " + e.stage : "") +
+      (data !== "{}" ? " " + data : "");
     const li = el("li", null, text);
     li.dataset.kind = e.kind;
     li.title = text;
@@ -258,6 +351,7 @@ function onEvent(msg) {
 }
 function connect() {
   if (source) source.close();
+  if (missing) return;
   const params = new URLSearchParams();
   if (lastId) params.set("since", lastId);
   if (CONFIG.readsNeedToken && token()) params.set("access_token", token());
@@ -269,6 +363,7 @@ function connect() {
   source.onerror = async () => {
     // The server ends the stream once the thread is finished; the browser would reconnect.
     await refresh();
+    if (missing) return;
     if (current && CLOSED.includes(current.status)) {
       source.close();
       $("live").textContent = "finished";
@@ -277,9 +372,9 @@ function connect() {
     }
   };
 }
-bindToken(() => { if (CONFIG.readsNeedToken) { refresh(); connect(); } });
-refresh();
-connect();
+bindToken(() => { if (CONFIG.readsNeedToken && !missing) { refresh(); connect(); } });
+if (CONFIG.missing) notFound();
+else { refresh(); connect(); }
 """
 
 
@@ -318,19 +413,28 @@ def index_page(*, reads_need_token: bool) -> tuple[str, str]:
     return _document("longtask", body, INDEX_JS, {"readsNeedToken": reads_need_token})
 
 
-def thread_page(thread_id: str, reads_need_token: bool) -> tuple[str, str]:
-    """The live view of one thread; returns the HTML and its CSP nonce."""
+def thread_page(thread_id: str, reads_need_token: bool, missing: bool = False) -> tuple[str, str]:
+    """The live view of one thread (``missing``: say there is no such thread); returns the
+    HTML and its CSP nonce."""
     name = html.escape(thread_id)
     body = f"""<header><h1><a href="/">threads</a> / {name}</h1>
 <span id="live" class="muted">connecting…</span>{TOKEN_FIELD}</header>
 <main>
 <section><h2><span id="task">…</span> <span id="status" class="badge">loading</span></h2>
 <div class="bar"><div id="bar"></div></div><div id="progress" class="muted"></div>
+<p id="not-found" hidden>no such thread: {name} is not in this database.
+<a href="/">See the threads</a>.</p>
 <p id="error" hidden></p><p id="load-error" class="error"></p>
 <p id="message" role="status"></p></section>
 <section id="pending-section" hidden><h2>Waiting for</h2><div id="pending"></div></section>
+<section id="artifacts-section" hidden><h2>Artifacts</h2><ul id="artifacts"></ul></section>
 <section><h2>Steps</h2><ul id="tree" class="tree"></ul></section>
 <section><h2>Latest events</h2><ol id="events"></ol></section>
 </main>"""
-    config = {"thread": thread_id, "readsNeedToken": reads_need_token, "kinds": EVENT_KINDS}
+    config = {
+        "thread": thread_id,
+        "readsNeedToken": reads_need_token,
+        "kinds": EVENT_KINDS,
+        "missing": missing,
+    }
     return _document(f"longtask · {thread_id}", body, THREAD_JS, config)

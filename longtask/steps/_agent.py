@@ -122,8 +122,17 @@ def model_name(step: AgentStep, task_model: str | None) -> str:
     if isinstance(model, str):
         return model
     if model is not None:
-        return str(getattr(model, "model_name", None) or getattr(model, "model", None) or "custom")
+        return _name_of(model)
     return task_model or os.environ.get("LONGTASK_MODEL") or DEFAULT_MODEL
+
+
+def _name_of(model: Any) -> str:
+    """The model name a chat model object carries (ChatOpenAI: ``model_name``)."""
+    for attr in ("model_name", "model"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    return "custom"
 
 
 def chat_model(step: AgentStep, name: str) -> Any:
@@ -155,6 +164,8 @@ class AgentRun:
         self.tool_calls = 0
         self.tokens = 0
         self.cost = 0.0
+        #: a call whose model has no price: the run's cost is unknown, not 0
+        self.cost_unknown = False
 
     def middleware(self) -> Any:
         from langchain.agents.middleware import AgentMiddleware
@@ -211,6 +222,7 @@ class AgentRun:
         self.model_calls += 1
         self.tokens += total
         self.cost += cost or 0.0
+        self.cost_unknown = self.cost_unknown or cost is None
         self.env.store.charge(self.call.thread_id, tokens=total, cost=cost or 0.0)
         self.env.emit(
             self.call,
@@ -374,18 +386,23 @@ def run_agent(
     from langchain_core.messages import HumanMessage, messages_to_dict
 
     call = NodeCall.from_config(config)
-    step_started(env, call, info)
+    # A fix agent runs once per round: its events say which.
+    rounds = {"fix_round": extras["round"]} if "round" in extras else {}
+    step_started(env, call, info, 1, rounds or None)
     started = time.monotonic()
-    name = model_name(step, task_model)
+    requested = model_name(step, task_model)
     ctx = env.context(call, info, state)
     # The model factory and the agent's tools may read current_context().
     token = _CURRENT.set(ctx)
     try:
         check_limits(env, call, info)
         system, user = render_prompt(step, ctx, extras)
+        model = chat_model(step, requested)
+        # A factory's model is named only once built (a ChatOpenAI knows its model name).
+        name = requested if isinstance(step.model, str) or step.model is None else _name_of(model)
         run = AgentRun(env, call, info, step, name)
         agent = create_agent(
-            chat_model(step, name),
+            model,
             list(step.tools),
             system_prompt=system,
             middleware=[run.middleware()],
@@ -435,12 +452,14 @@ def run_agent(
             "model_calls": run.model_calls,
             "tool_calls": run.tool_calls,
             "tokens": run.tokens,
-            "cost": round(run.cost, 6),
+            # None when a call's model has no price (its model.call says so too)
+            "cost": None if run.cost_unknown else round(run.cost, 6),
             "messages": len(out["messages"]),
             "transcript": artifact.name,
         },
     )
-    step_completed(env, call, info, None, {"duration": round(time.monotonic() - started, 6)})
+    took = {"duration": round(time.monotonic() - started, 6), **rounds}
+    step_completed(env, call, info, 1, took)
     return answer
 
 

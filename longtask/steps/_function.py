@@ -24,7 +24,7 @@ from longtask.model._decision import utcnow
 from longtask.steps._attempts import CONTROL, check_limits, describe, error_type, with_retries
 from longtask.steps._context import _CURRENT, StepContext, result_channel
 from longtask.steps._siblings import Siblings, Snapshot
-from longtask.store import Artifact, Attempts, EventWriter, NewEvent, Store, ValueCodec
+from longtask.store import NO_ITEM, Artifact, Attempts, EventWriter, NewEvent, Store, ValueCodec
 
 __all__ = [
     "CONTROL",
@@ -346,17 +346,37 @@ def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **
         exc.__longtask_item__ = extra["item"]  # type: ignore[attr-defined]
 
 
-def step_started(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
+def step_started(
+    env: StepEnv,
+    call: NodeCall,
+    info: StepInfo,
+    attempt: int = 1,
+    data: dict[str, Any] | None = None,
+) -> None:
+    """Record ``step.started`` with the number of the attempt about to run (a step run again
+    after failed attempts, by a fix round or ``longtask retry``, goes on counting)."""
     stage_key = f"stage.started/{info.stage}"
     if env.first_time(call.thread_id, stage_key):
         env.emit(call, "stage.started", stage_key, stage=info.stage)
-    env.emit(call, "step.started", call.key("step.started"), info, attempt=1)
+    env.emit(call, "step.started", call.key("step.started"), info, attempt=attempt, data=data)
 
 
 def step_completed(
-    env: StepEnv, call: NodeCall, info: StepInfo, attempt: int | None, data: dict[str, Any]
+    env: StepEnv, call: NodeCall, info: StepInfo, attempt: int, data: dict[str, Any]
 ) -> None:
     env.emit(call, "step.completed", call.key("step.completed"), info, attempt=attempt, data=data)
+
+
+def first_attempt(env: StepEnv, call: NodeCall, info: StepInfo) -> int:
+    """The number of the next attempt of a step (its own attempts, not its model calls')."""
+    prior = env.attempts_of(call.thread_id, (info.name, NO_ITEM))
+    return (prior.failed if prior else 0) + 1
+
+
+def fix_round_of(state: Mapping[str, Any], step: str) -> dict[str, Any]:
+    """``{"fix_round": n}`` while a step runs again after ``n`` fix rounds, else ``{}``."""
+    done = int((state.get(f"fix.{step}") or {}).get("round", 0))
+    return {"fix_round": done} if done else {}
 
 
 def function_node(
@@ -380,7 +400,8 @@ def function_node(
             if reason:
                 update = skip_update(env, call, info, reason)
                 return Command(update=update, goto=step.name) if loop else update
-        step_started(env, call, info)
+        rounds = fix_round_of(state, step.name) if loop is not None else {}
+        step_started(env, call, info, first_attempt(env, call, info), rounds or None)
         started = time.monotonic()
 
         def attempt_fn(attempt: int) -> Any:
@@ -401,7 +422,8 @@ def function_node(
             if loop is not None:
                 return fix_loop_failure(env, call, info, state, loop, exc)
             raise
-        step_completed(env, call, info, attempt, {"duration": round(time.monotonic() - started, 6)})
+        took = {"duration": round(time.monotonic() - started, 6), **rounds}
+        step_completed(env, call, info, attempt, took)
         if loop is not None:
             return Command(update={channel: encoded}, goto=step.name)
         return {channel: encoded}

@@ -126,7 +126,7 @@ def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, 
             env,
             call,
             info,
-            None,
+            1,
             {"items": total, "failed": len(progress.failed) if progress else 0},
         )
         update = {

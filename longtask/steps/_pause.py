@@ -141,6 +141,31 @@ def check_payload(step: WaitStep, payload: Any) -> Any:
     return payload
 
 
+#: marks a wait's resume value that carries who delivered the event (``Runner.signal``)
+SIGNAL_KEY = "__longtask_signal__"
+
+
+def signal_value(payload: Any, by: str) -> dict[str, Any]:
+    """The resume value of a wait: its checked payload, and who delivered it."""
+    return {SIGNAL_KEY: 1, "payload": payload, "by": by}
+
+
+def _unwrap_signal(answer: Any) -> tuple[Any, str | None]:
+    # A bare payload (LangGraph's own Command) is still accepted: nobody is named then.
+    if (
+        isinstance(answer, dict)
+        and answer.get(SIGNAL_KEY) == 1
+        and set(answer)
+        == {
+            SIGNAL_KEY,
+            "payload",
+            "by",
+        }
+    ):
+        return answer["payload"], answer["by"]
+    return answer, None
+
+
 def skipped_by(state: dict[str, Any], info: StepInfo, pauses: frozenset[str]) -> str | None:
     """Why this step is skipped: an earlier pause sent execution ahead to a later step
     that this one is not on the way to (and is not)."""
@@ -263,7 +288,8 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
                 raise InvalidInput(f"{kind} {step.name!r} has not reached its deadline")
             return TIMEOUT
         if isinstance(step, WaitStep):
-            return check_payload(step, answer)
+            payload, by = _unwrap_signal(answer)
+            return check_payload(step, payload), by
         return check_decision(ApprovalRequest.model_validate(req), answer, now, step=step.name)
 
     def earlier_approval(
@@ -347,11 +373,16 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         if accepted is TIMEOUT:
             return timed_out(call, req)
         if not isinstance(accepted, Decision):
+            payload, by = accepted
             env.store.timer_clear(call.thread_id, step.name)
             env.emit(
-                call, "wait.resolved", call.key(kind, "resolved"), info, data={"payload": accepted}
+                call,
+                "wait.resolved",
+                call.key(kind, "resolved"),
+                info,
+                data={"payload": payload, "by": by},
             )
-            return {result_channel(step.name): env.codec.encode(accepted, f"signal {step.name!r}")}
+            return {result_channel(step.name): env.codec.encode(payload, f"signal {step.name!r}")}
         assert isinstance(step, ApprovalStep)
         decision = accepted
         if step.valid_for is not None and (now - decision.at).total_seconds() > step.valid_for:
@@ -390,7 +421,7 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         out = ask(state, config)
         if isinstance(out, dict) and result_channel(step.name) in out:
             call = NodeCall.from_config(config)
-            step_completed(env, call, info, None, {})
+            step_completed(env, call, info, 1, {})
             return Command(update=out, goto=step.name)
         return out
 

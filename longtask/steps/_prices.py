@@ -1,8 +1,9 @@
 """Prices of models, per million tokens (input, output), for the budget's cost counter.
 
 The table is a default; override it per step (``agent_step(prices=...)``) or for the process
-(``longtask.steps.PRICES[...] = ...``). A model the table does not know costs nothing and its
-``model.call`` events say ``"cost": null``.
+(``longtask.steps.PRICES[...] = ...``). A model the table does not know is not charged to
+the budget; its ``model.call`` events, and the ``agent.run.completed`` of a run that called
+it, say ``"cost": null`` (unknown).
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 A weekly report thread waits for its CI event. The page (headless Chromium, driven by
 Playwright) shows it; the event arrives from another process and the page shows the approval
-and its plan without a reload; a wrong token is refused on the page; with the right token
-Approve continues the thread, and the page shows it completed, live.
+and its plan (a multi-line string as a text block) without a reload; a wrong token is refused
+on the page; with the right token Approve continues the thread, and the page shows it
+completed, live, with its artifacts to download. A thread that does not exist gets a page
+that says so.
 
 Needs /usr/bin/chromium (Debian package ``chromium``) and the ``playwright`` package: without
 them the test is skipped, except when ``CI`` is set, where it fails.
@@ -23,6 +25,7 @@ from typing import Any
 
 import httpx
 import pytest
+import web_task  # the task module (tests/acceptance is on sys.path), for its constants
 from conftest import ROOT, run_cli
 
 from longtask import Runner
@@ -32,8 +35,8 @@ HERE = Path(__file__).resolve().parent
 TASK_REF = f"{HERE / 'web_task.py'}:task"
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / "artifacts"
-#: the README's picture of the page: refreshed from a run's screenshot with
-#: LT_UPDATE_DOCS_IMAGE=1 (a normal run leaves the tracked file alone)
+#: the README's picture of the page waiting for an approval: refreshed from a run's
+#: screenshot with LT_UPDATE_DOCS_IMAGE=1 (a normal run leaves the tracked file alone)
 README_IMAGE = ROOT / "docs" / "images" / "web-page.png"
 THREAD = "weekly-2030-08"
 TOKEN = "tok-alice-7f3c9a"
@@ -108,6 +111,17 @@ def server(sqlite_url: str) -> Iterator[str]:
         assert TOKEN not in out + err, "the server printed a token"
 
 
+def test_a_missing_thread_has_a_page_that_says_so(server: str, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = browser.new_page()
+    response = page.goto(f"{server}/threads/nope")
+    assert response is not None and response.status == 404
+    expect(page.locator("#status")).to_have_text("no such thread", timeout=WAIT)
+    expect(page.locator("#not-found")).to_be_visible()
+    expect(page.locator("#live")).not_to_have_text("reconnecting…")
+
+
 def test_approve_on_the_page_and_watch_the_thread_complete(
     sqlite_url: str, server: str, browser: Any
 ) -> None:
@@ -129,7 +143,8 @@ def test_approve_on_the_page_and_watch_the_thread_complete(
     expect(status).to_have_text("waiting_external", timeout=WAIT)
     expect(page.locator("#task")).to_have_text("weekly_report v1")
     expect(page.locator('li.step[data-step="parse"]')).to_contain_text("items 8/8")
-    expect(page.locator('li.step[data-step="ci"] .mark')).to_have_text("⏸")
+    # The pause sign is drawn (an SVG): Debian's fonts have no glyph for U+23F8.
+    expect(page.locator('li.step[data-step="ci"] .mark[data-state="waiting"] svg')).to_be_visible()
     # Marks the document: after a reload the mark would be gone.
     page.evaluate("window.__sameDocument = true")
 
@@ -137,14 +152,21 @@ def test_approve_on_the_page_and_watch_the_thread_complete(
     signal = run_cli("signal", THREAD, "ci", "--payload", '"passed"', db=sqlite_url)
     assert signal.returncode == 3, signal.stdout + signal.stderr
     expect(status).to_have_text("waiting_user", timeout=WAIT)
-    plan = page.locator(f'.pending[data-step="{STEP}"] pre.plan')
+    plan = page.locator(f'.pending[data-step="{STEP}"] .plan')
     expect(plan).to_contain_text("s3://reports/weekly-2030-08.md")
-    expect(plan).to_contain_text('"documents": 8')
+    expect(plan.locator('dd[data-key="documents"]')).to_have_text("8")
+    # The diff stat is a block of lines, not one escaped JSON string behind a scrollbar.
+    diff = plan.locator('dd[data-key="diff"] pre.text')
+    assert diff.inner_text().splitlines() == web_task.DIFF_STAT.splitlines()
+    assert diff.evaluate("e => e.scrollWidth <= e.clientWidth")
+    assert "\\n" not in plan.inner_text()
     with Runner(sqlite_url) as runner:
         [pending] = runner.pending(THREAD)
     expect(page.locator(".plan-hash")).to_have_text(pending.request["plan_hash"])
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "browser-pending.png"), full_page=True)
+    if os.environ.get("LT_UPDATE_DOCS_IMAGE"):
+        shutil.copyfile(ARTIFACTS / "browser-pending.png", README_IMAGE)
 
     # A wrong token is refused on the page, and the thread still waits.
     page.fill("#token", "not-the-token")
@@ -162,17 +184,26 @@ def test_approve_on_the_page_and_watch_the_thread_complete(
         1, timeout=WAIT
     )
     expect(page.locator("#events li").first).to_contain_text("longtask.completed")
+    # Stage events name their stage.
+    expect(page.locator('#events li[data-kind="stage.completed"]').first).to_contain_text(
+        "stage.completed stage publish"
+    )
     expect(page.locator('li.step[data-step="publish"] .mark')).to_have_text("✓", timeout=WAIT)
     expect(page.locator("#progress")).to_contain_text("5/5 steps (100%)")
     expect(page.locator("#pending-section")).to_be_hidden()
     expect(page.locator("#live")).to_have_text("finished", timeout=WAIT)
     assert page.evaluate("window.__sameDocument") is True, "the page was reloaded"
     assert page.evaluate("sessionStorage.getItem('longtask.token')") == TOKEN
+    # The finished thread lists its artifacts, each a download link.
+    link = page.locator('#artifacts li[data-name="report.md"] a')
+    expect(link).to_be_visible(timeout=WAIT)
+    with page.expect_download() as download:
+        link.click()
+    assert Path(download.value.path()).read_text() == web_task.REPORT
+    assert download.value.suggested_filename == "report.md"
     assert errors == []
 
     page.screenshot(path=str(ARTIFACTS / "browser-approval.png"), full_page=True)
-    if os.environ.get("LT_UPDATE_DOCS_IMAGE"):
-        shutil.copyfile(ARTIFACTS / "browser-approval.png", README_IMAGE)
 
     with Runner(sqlite_url) as runner:
         assert runner.status(THREAD).status == "completed"

@@ -46,11 +46,42 @@ def _model_calls(root: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _pauses_answered_by_the_demo(runner: Runner, thread: str) -> None:
+    """The approvals and the CI wait went through the real pause path, answered by --yes."""
+    kinds = ["approval.required", "approval.resolved", "wait.started", "wait.resolved"]
+    story = [(e.kind, e.step, (e.data or {}).get("by")) for e in runner.events(thread, kinds=kinds)]
+    assert story == [
+        ("approval.required", "approve_plan", None),
+        ("approval.resolved", "approve_plan", "demo --yes"),
+        ("wait.started", "ci", None),
+        ("wait.resolved", "ci", "demo --yes"),
+        ("approval.required", "approve_release", None),
+        ("approval.resolved", "approve_release", "demo --yes"),
+    ]
+    assert runner.result(thread, "approve_release")["by"] == "demo --yes"
+    assert runner.result(thread, "ci")["status"] == "passed"
+
+
 def test_demo_runs_the_migration(tmp_path: Path) -> None:
-    root = tmp_path / "demo"
-    done = run_cli("demo", "--dir", str(root), "--yes", db=_db(root), timeout=300)
+    # Run from a clone's directory: the demo puts nothing there, but in a new directory
+    # under the temporary directory, which it names first.
+    clone, tmp = tmp_path / "clone", tmp_path / "tmp"
+    clone.mkdir()
+    tmp.mkdir()
+    done = run_cli(
+        "demo", "--yes", db="sqlite:///unused.db", cwd=clone, env={"TMPDIR": str(tmp)}, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert list(clone.iterdir()) == []
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("demo directory: "), done.stdout
+    root = Path(first.removeprefix("demo directory: ").split(" (")[0])
+    assert root.parent == tmp and root.name.startswith("longtask-demo-")
     assert "offline demo model" in done.stdout
+    # One view of the steps: each finished step once, under its stage.
+    for step in ("prepare", "approve_plan", "verify", "ci", "approve_release", "publish"):
+        assert done.stdout.count(f"✓ {step}\n") == 1, done.stdout
+    assert "completed: 11 steps, 1 fix round" in done.stdout
     worktree = root / "authsvc-jwt"
     assert (worktree / "MIGRATION.md").is_file()
     assert (root / "migration.patch").read_text().startswith("From ")
@@ -73,6 +104,8 @@ def test_demo_runs_the_migration(tmp_path: Path) -> None:
         assert {a.name for a in runner.artifacts(thread)} >= {"migration.patch", "MIGRATION.md"}
         calls = runner.events(thread, kinds=["model.call"])
         assert {e.data["model"] for e in calls} == {"longtask-offline-demo"}
+        assert {e.data["model_requested"] for e in calls} == {"longtask-offline-demo"}
+        _pauses_answered_by_the_demo(runner, thread)
 
 
 def test_demo_crash_in_verify_then_resume(tmp_path: Path) -> None:
@@ -84,10 +117,11 @@ def test_demo_crash_in_verify_then_resume(tmp_path: Path) -> None:
     with Runner(db) as runner:
         (thread,) = [t.thread_id for t in runner.threads()]
         assert runner.status(thread).status == "running"
-    assert f"longtask resume {thread} --db {db}" in crashed.stdout
+    assert f"continue with: longtask demo --dir {root} --yes" in crashed.stdout
     before = _model_calls(root)
-    resumed = run_cli("resume", thread, "--db", db, db=db, timeout=300)
+    resumed = run_cli("demo", "--dir", str(root), "--yes", db=db, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"continuing thread {thread}" in resumed.stdout
     _tests_pass(root / "authsvc-jwt")
     calls = _model_calls(root)
     # every model call answered once: the resumed run made only the calls after the crash
@@ -100,3 +134,8 @@ def test_demo_crash_in_verify_then_resume(tmp_path: Path) -> None:
         assert edits and all(e.calls == 1 and e.status == "succeeded" for e in edits)
         stages = [e.stage for e in runner.events(thread, kinds=["stage.completed"])]
         assert stages == STAGES
+        _pauses_answered_by_the_demo(runner, thread)
+    # A finished demo is not run again in its directory.
+    again = run_cli("demo", "--dir", str(root), "--yes", db=db)
+    assert again.returncode == 2
+    assert f"already holds a completed demo (thread {thread})" in again.stderr

@@ -39,12 +39,20 @@ def summarise(ctx: StepContext) -> dict[str, int]:
     return {"documents": len(parsed), "words": sum(p["words"] for p in parsed)}
 
 
+#: a multi-line string in the plan, as ``git diff --stat`` prints it
+DIFF_STAT = """ reports/weekly-2030-08.md | 42 ++++++++++++++++++++
+ reports/index.md          |  1 +
+ 2 files changed, 43 insertions(+)"""
+REPORT = "# Weekly report 2030-08\n\n8 documents.\n"
+
+
 def publish_plan(ctx: StepContext) -> dict[str, Any]:
-    return {"target": TARGET, **ctx.result("summarise"), "ci": ctx.result("ci")}
+    return {"target": TARGET, **ctx.result("summarise"), "ci": ctx.result("ci"), "diff": DIFF_STAT}
 
 
 @function_step
 def publish(ctx: StepContext) -> str:
+    ctx.artifact("report.md", REPORT, media_type="text/markdown")
     return f"published {TARGET} (approved by {ctx.result('approve_publish')['by']})"
 
 

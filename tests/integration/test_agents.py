@@ -297,6 +297,42 @@ def test_fix_loop_runs_the_agent_until_the_tests_pass(
     assert step.fix_rounds == 2
     agents = runner.events(thread, kinds=["agent.run.completed"])
     assert [e.step for e in agents] == ["fix_tests", "fix_tests"]
+    # Every started attempt is the one that completes or fails, numbered on across rounds,
+    # and the events after a fix round say which round they follow.
+    kinds = ["step.started", "step.failed", "step.completed"]
+    story = [
+        (e.kind, e.step, e.attempt, (e.data or {}).get("fix_round"))
+        for e in runner.events(thread, kinds=kinds)
+    ]
+    assert story == [
+        ("step.started", "run_tests", 1, None),
+        ("step.failed", "run_tests", 1, None),
+        ("step.started", "fix_tests", 1, 1),
+        ("step.completed", "fix_tests", 1, 1),
+        ("step.started", "run_tests", 2, 1),
+        ("step.failed", "run_tests", 2, None),
+        ("step.started", "fix_tests", 1, 2),
+        ("step.completed", "fix_tests", 1, 2),
+        ("step.started", "run_tests", 3, 2),
+        ("step.completed", "run_tests", 3, 2),
+    ]
+
+
+def test_a_model_factory_is_named_and_an_unpriced_model_costs_unknown(
+    runner: Runner, llm: Any
+) -> None:
+    from langchain_openai import ChatOpenAI
+
+    llm(by_turn([Reply.text("The sum is 5", usage=(100, 20), model="local-llama-3")]))
+    task = adder_task([], model=lambda: ChatOpenAI(model="local-llama-3", max_retries=0))
+    thread = runner.start(task, {"x": 2}, thread_id="t-factory")
+    (call,) = runner.events(thread, kinds=["model.call"])
+    assert (call.data["model_requested"], call.data["model"]) == ("local-llama-3", "local-llama-3")
+    (started,) = runner.events(thread, kinds=["agent.run.started"])
+    assert started.data["model"] == "local-llama-3"
+    # No price for the model: unknown in both events, not 0 in one and null in the other.
+    (done,) = runner.events(thread, kinds=["agent.run.completed"])
+    assert call.data["cost"] is None and done.data["cost"] is None
 
 
 def test_fix_loop_gives_up_after_max_rounds(runner: Runner, llm: Any) -> None:

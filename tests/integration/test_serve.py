@@ -296,6 +296,9 @@ def test_signal_delivers_the_payload_and_checks_its_schema(
     assert ok.status_code == 200, ok.text
     assert ok.json()["status"] == "completed"
     assert runner.result("ci-1", "after_ci") == "passed"
+    # The event is recorded as delivered by the token's name.
+    (resolved,) = runner.events("ci-1", kinds=["wait.resolved"])
+    assert resolved.data == {"payload": {"status": "passed"}, "by": "bob"}
 
 
 def test_cancel_is_recorded_as_the_tokens_name(runner: Runner, client: TestClient) -> None:
@@ -440,6 +443,10 @@ def test_closed_reads_need_a_token(runner: Runner) -> None:
         for path in ("/api/threads", f"/api/threads/{thread}", f"/api/threads/{thread}/pending"):
             assert client.get(path).status_code == 401, path
             assert client.get(path, headers=ALICE).status_code == 200, path
+        # The page's download links: the artifact's bytes, under the same token.
+        notes = f"/api/threads/{thread}/artifacts/notes.md"
+        assert client.get(notes).status_code == 401
+        assert client.get(notes, headers=ALICE).content == b"# release notes\n"
         stream = f"/api/threads/{thread}/events/stream"
         assert client.get(stream).status_code == 401
         with client.stream("GET", stream, params={"access_token": "tok-alice"}) as r:
@@ -464,12 +471,25 @@ def test_loopback_server_refuses_other_host_names(runner: Runner) -> None:
 def test_the_page_escapes_the_thread_id_and_sets_a_nonce_policy(runner: Runner) -> None:
     with TestClient(create_app(runner, TOKENS)) as client:
         page = client.get("/threads/%3Cscript%3Ealert(1)%3C")
-        assert page.status_code == 200
+        assert page.status_code == 404
         assert "<script>alert(1)" not in page.text
         policy = page.headers["content-security-policy"]
         assert "script-src 'nonce-" in policy and "unsafe-inline" not in policy
         home = client.get("/")
         assert home.status_code == 200 and "longtask threads" in home.text
+
+
+def test_the_page_of_a_missing_thread_says_so(runner: Runner) -> None:
+    runner.start(CI, {}, thread_id="ci-here")
+    with TestClient(create_app(runner, TOKENS)) as client:
+        assert client.get("/threads/ci-here").status_code == 200
+        page = client.get("/threads/nope")
+        assert page.status_code == 404
+        assert "no such thread" in page.text
+    # With closed reads the page does not tell, without a token, which threads exist: it
+    # asks the API with the token it is given.
+    with TestClient(create_app(runner, TOKENS, open_reads=False)) as client:
+        assert client.get("/threads/nope").status_code == 200
 
 
 def test_run_server_refuses_a_public_host_without_a_token(
