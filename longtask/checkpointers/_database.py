@@ -35,7 +35,12 @@ class Database(ABC):
 
     @classmethod
     def open(
-        cls, url: str | None = None, *, upgrade: bool | None = None, verify: bool = True
+        cls,
+        url: str | None = None,
+        *,
+        upgrade: bool | None = None,
+        verify: bool = True,
+        create: bool = True,
     ) -> Database:
         """Open ``url`` (else ``$LONGTASK_DB``, else ``sqlite:///.longtask/longtask.db``).
 
@@ -43,9 +48,17 @@ class Database(ABC):
         user) and False for PostgreSQL, where ``longtask db upgrade`` is an explicit step.
         ``verify``: without ``upgrade``, check that the schema is current (else
         :class:`SchemaVersionError` naming the command that fixes it).
+        ``create``: False for read-only use: a missing SQLite file is an error, not created.
         """
         parsed = parse_url(resolve_url(url))
         if parsed.scheme == "sqlite":
+            assert parsed.path is not None
+            if not create and not parsed.path.exists():
+                raise DatabaseError(
+                    f"there is no longtask database at {parsed.path.resolve()}; start a task "
+                    "to create it (`longtask run FILE.py:TASK`), create it empty with "
+                    "`longtask db upgrade`, or point --db / $LONGTASK_DB at another one"
+                )
             return SqliteDatabase(
                 parsed, upgrade=True if upgrade is None else upgrade, verify=verify
             )
@@ -95,6 +108,13 @@ class EventWaiter:
         pass
 
 
+def migrated(applied: list[int]) -> str:
+    """What applying the longtask migrations ``applied`` did, as ``db upgrade`` reports it."""
+    if applied[0] == 1:
+        return f"longtask tables created (schema version {applied[-1]})"
+    return f"longtask tables migrated to version {applied[-1]}"
+
+
 def _lock_key(thread_id: str) -> bytes:
     return hashlib.blake2b(thread_id.encode(), digest_size=8).digest()
 
@@ -130,10 +150,16 @@ class SqliteDatabase(Database):
 
     def upgrade(self) -> list[str]:
         done = []
+        with self.sqlite_saver.lock:
+            had = self.sqlite_saver.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'"
+            ).fetchone()
         self.sqlite_saver.setup()  # idempotent: CREATE TABLE IF NOT EXISTS
+        if not had:
+            done.append("LangGraph checkpoint tables created")
         applied = self.store.upgrade()
         if applied:
-            done.append(f"longtask tables migrated to version {applied[-1]}")
+            done.append(migrated(applied))
         return done
 
     def _lock_path(self, thread_id: str) -> Path:

@@ -13,7 +13,7 @@ from langgraph.checkpoint.postgres import PostgresSaver
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from longtask.checkpointers._database import Database, EventWaiter, _lock_key
+from longtask.checkpointers._database import Database, EventWaiter, _lock_key, migrated
 from longtask.checkpointers._url import DatabaseURL, scrub
 from longtask.errors import DatabaseError, SchemaVersionError, ThreadBusy
 from longtask.store import PostgresStore
@@ -98,14 +98,22 @@ class PostgresDatabase(Database):
     def event_waiter(self, poll: float = 0.2) -> EventWaiter:
         return PgEventWaiter(self.url.raw, poll)
 
-    def _check(self) -> None:
-        self.store.check_schema(self.url.redacted)
+    def _checkpoint_migration(self) -> int:
+        """The last LangGraph checkpoint migration applied here (-1: no tables)."""
         with self.pool.connection() as conn:
             row = conn.execute(
-                "SELECT CASE WHEN to_regclass('checkpoint_migrations') IS NULL THEN -1 "
-                "ELSE (SELECT coalesce(max(v), -1) FROM checkpoint_migrations) END AS v"
+                "SELECT to_regclass('checkpoint_migrations') IS NULL AS no"
             ).fetchone()
-        have = int(row["v"]) if row else -1
+            if row is None or row["no"]:
+                return -1
+            row = conn.execute(
+                "SELECT coalesce(max(v), -1) AS v FROM checkpoint_migrations"
+            ).fetchone()
+        return int(row["v"]) if row else -1
+
+    def _check(self) -> None:
+        self.store.check_schema(self.url.redacted)
+        have = self._checkpoint_migration()
         need = len(self.pg_saver.MIGRATIONS) - 1
         if have < need:
             raise SchemaVersionError(
@@ -121,15 +129,20 @@ class PostgresDatabase(Database):
         with psycopg.connect(self.url.raw, autocommit=True) as lock_conn:
             lock_conn.execute("SELECT pg_advisory_lock(7428061905412)")
             try:
+                have = self._checkpoint_migration()
                 self.pg_saver.setup()
-                done.append("LangGraph checkpoint tables up to date")
+                need = len(self.pg_saver.MIGRATIONS) - 1
+                if have < 0:
+                    done.append("LangGraph checkpoint tables created")
+                elif have < need:
+                    done.append(f"LangGraph checkpoint tables migrated to migration {need}")
                 applied = self.store.upgrade()
                 if self._queue_schema(lock_conn):
                     done.append("procrastinate's job queue tables created")
             finally:
                 lock_conn.execute("SELECT pg_advisory_unlock(7428061905412)")
         if applied:
-            done.append(f"longtask tables migrated to version {applied[-1]}")
+            done.append(migrated(applied))
         return done
 
     @staticmethod
