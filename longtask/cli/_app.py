@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from longtask.cli._hints import cmd, in_text, remember_db
 from longtask.cli._output import (
     continue_commands,
     print_budget,
@@ -20,6 +21,7 @@ from longtask.cli._output import (
     print_threads,
     status_exit_code,
 )
+from longtask.cli._values import jsonable, render, render_text
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner
@@ -54,10 +56,12 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-def _runner(db: str | None, **kw: Any) -> Runner:
+def _runner(db: str | None, *, create: bool = False, **kw: Any) -> Runner:
+    """A Runner on ``db``. Only commands that start threads ``create`` a missing SQLite
+    database; the others say there is none and leave the disk as it was."""
     from longtask.runtime import Runner
 
-    return Runner(db, **kw)
+    return Runner(db, create=create, **kw)
 
 
 def _parse_json(value: str | None, option: str) -> Any:
@@ -98,13 +102,14 @@ def _finish(runner: Runner, thread_id: str) -> int:
     if runner.worker is None and record is not None and record.mode == "worker":
         out.print(
             f"thread {escape(thread_id)} is served by workers: sent to the queue; follow it "
-            f"with `longtask watch {escape(thread_id)}`"
+            f"with `{escape(cmd(f'longtask watch {thread_id}'))}`"
         )
         return 0
     status = runner.status(thread_id)
     code = status_exit_code(status.status)
     if status.status == "completed":
         out.print(f"thread {escape(thread_id)} completed ({len(status.steps)} steps)")
+        out.print(f"results: {escape(cmd(f'longtask result {thread_id}'))}")
     elif code == 3:
         out.print(f"thread {escape(thread_id)} is paused ({status.status}); continue with:")
         for line in continue_commands(status):
@@ -131,14 +136,16 @@ def run(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Start a task on a new thread and run it until it completes, pauses or fails."""
+    """Start a task on a new thread and run it.
+
+    It runs until it completes, pauses (exit 3) or fails."""
     from longtask.runtime import load_task
 
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
     thread_id = thread or _new_thread_id()
     header = f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}"
-    with _runner(db, on_update=_printer(header)) as runner:
+    with _runner(db, create=True, on_update=_printer(header)) as runner:
         runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -188,7 +195,9 @@ def resume(
     ] = False,
     db: DbOpt = None,
 ) -> None:
-    """Continue a failed, interrupted or paused thread from its last checkpoint."""
+    """Continue a thread from its last checkpoint.
+
+    For a failed, interrupted or paused thread; finished steps do not run again."""
     command = None
     resume_v = _parse_json(resume_value, "--resume")
     if interrupt is not None and (resume_value is None or update is not None or goto):
@@ -225,13 +234,62 @@ def status(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Status, progress, current stage and the state of every step."""
+    """Status, progress and the state of every step."""
     with _runner(db) as runner:
         st = runner.status(thread_id)
     if json_:
         print(st.model_dump_json(indent=2))
     else:
         print_status(out, st)
+
+
+@app.command()
+def result(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
+    step: Annotated[
+        str | None, typer.Argument(help="Only this step's result [default: the final results].")
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Every step's result, not only the final ones.")
+    ] = False,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """A thread's results: by default those of its last stage.
+
+    The final results are the results of the steps of the task's last stage; before the
+    thread completes, every result so far. STEP prints one step's result alone (a string
+    as its text, so `longtask result T STEP > file` saves it); --all prints every step's.
+    Text shows JSON with multi-line strings as text blocks; --json prints JSON (an object
+    of step name to result, or the one result for STEP).
+    """
+    if step is not None and all_:
+        raise typer.BadParameter("give a STEP or --all, not both", param_hint="--all")
+    with _runner(db) as runner:
+        if step is not None:
+            value = runner.result(thread_id, step)
+        else:
+            st = runner.status(thread_id)
+            found = runner.results(thread_id)
+            final = st.status == "completed" and not all_
+            last = st.steps[-1].stage if st.steps else None
+            chosen = [s.name for s in st.steps if not final or s.stage == last]
+            results = {name: found[name] for name in chosen if name in found}
+    if step is not None:
+        if json_:
+            print(json.dumps(jsonable(value), indent=2, ensure_ascii=False))
+        else:
+            out.print(escape(render_text(value)))
+        return
+    if json_:
+        print(json.dumps(jsonable(results), indent=2, ensure_ascii=False))
+        return
+    if st.status != "completed":
+        out.print(f"thread {escape(thread_id)} is {st.status}; its results so far:")
+    if not results:
+        out.print("no results yet")
+    for name, value in results.items():
+        out.print(f"{escape(name)}: {escape(render(value))}")
 
 
 @app.command("ls")
@@ -278,7 +336,9 @@ def events(
     json_: Annotated[bool, typer.Option("--json", help="JSON Lines, one event a line.")] = False,
     db: DbOpt = None,
 ) -> None:
-    """The thread's event log, oldest first."""
+    """A thread's event log, oldest first.
+
+    A table, one event a line; --json prints JSON Lines."""
 
     def show(e: Event) -> None:
         if json_:
@@ -321,9 +381,10 @@ def watch(
     ] = False,
     db: DbOpt = None,
 ) -> None:
-    """Watch a thread live, whichever process or machine advances it: stages, steps,
-    progress, retries, what it waits for. Exits when it completes (0), fails (1) or pauses
-    (3), like `run`."""
+    """Watch a thread live until it completes, fails or pauses.
+
+    Whichever process or machine advances it: stages, steps, progress, retries, what it
+    waits for. Exits when it completes (0), fails (1) or pauses (3), like `run`."""
     from rich.live import Live
 
     from longtask.cli._watch import WatchState, render
@@ -368,7 +429,9 @@ def artifacts(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Artifacts (reports, transcripts, patches): `artifacts THREAD` lists them;
+    """List a thread's artifacts, or write one out.
+
+    Artifacts are reports, transcripts, patches: `artifacts THREAD` lists them;
     `artifacts get THREAD NAME [-o FILE]` writes one out."""
     if args and args[0] == "get":
         if len(args) != 3:
@@ -446,7 +509,7 @@ def reject(
     plan_hash: PlanHashOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Reject a pending approval; the step's on_reject policy decides what follows."""
+    """Reject a pending approval (its on_reject decides what follows)."""
     _decide(db, thread_id, step, False, by, comment, plan_hash)
 
 
@@ -459,7 +522,7 @@ def signal(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Deliver an outside event (a CI result, a webhook) to a waiting thread."""
+    """Deliver an outside event (CI result, webhook) to a thread."""
     value = _parse_json(payload, "--payload")
     with _runner(db, on_update=_printer()) as runner:
         runner.signal(thread_id, name, value)
@@ -472,7 +535,10 @@ def pending(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """What a paused thread waits for: approvals (plan, hash, deadline) and events."""
+    """What a paused thread waits for, and how to answer it.
+
+    Approvals (plan, hash, deadline), outside events (payload schema) and effects whose
+    outcome is unknown (arguments, result schema)."""
     with _runner(db) as runner:
         items = runner.pending(thread_id)
     if json_:
@@ -487,7 +553,9 @@ def tick(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Act on every approval or wait whose deadline has passed (safe to run from cron)."""
+    """Act on approvals and waits whose deadline has passed.
+
+    Safe to run from cron, and from several processes at once."""
     with _runner(db) as runner:
         results = runner.tick(limit=limit)
     if json_:
@@ -520,8 +588,10 @@ def effects(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """The side-effect ledger: `effects THREAD` lists it; `effects resolve THREAD KEY
-    --succeeded [--result JSON] | --failed | --retry` settles an effect cut off mid-call."""
+    """List a thread's side effects, or settle one cut off mid-call.
+
+    `effects THREAD` lists the ledger; `effects resolve THREAD KEY --succeeded [--result
+    JSON] | --failed | --retry` settles an effect whose outcome is unknown."""
     if args and args[0] == "resolve":
         if len(args) != 3:
             raise typer.BadParameter(
@@ -571,15 +641,18 @@ def cancel(
     by: WhoOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Cancel a thread: no further step starts, and the compensations of its completed
-    steps run newest first, each at most once. Run it again to finish an interrupted
-    cancel. A thread another process is advancing stops at its next step."""
+    """Cancel a thread and undo its completed steps.
+
+    No further step starts, and the compensations of its completed steps run newest
+    first, each at most once. Run it again to finish an interrupted cancel. A thread
+    another process is advancing stops at its next step."""
     with _runner(db) as runner:
         done = runner.cancel(thread_id, reason=reason, by=by)
         if not done:
             out.print(
                 f"cancel of {escape(thread_id)} requested: the process advancing it stops at "
-                "its next step and runs the compensations (see `longtask status`)"
+                f"its next step and runs the compensations (see "
+                f"`{escape(cmd(f'longtask status {thread_id}'))}`)"
             )
             raise typer.Exit(0)
         status = runner.status(thread_id)
@@ -598,8 +671,9 @@ def retry(
     by: WhoOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Run a failed step again (or one paused for permission or budget) with a fresh set
-    of attempts, then continue the thread."""
+    """Run a failed step again, then continue the thread.
+
+    Also a step paused for permission or budget; it gets a fresh set of attempts."""
     with _runner(db, on_update=_printer()) as runner:
         runner.retry(thread_id, step, by=by)
         raise typer.Exit(_finish(runner, thread_id))
@@ -615,7 +689,9 @@ def skip(
     by: WhoOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Mark a step done with the given result (as if it had returned it) and continue."""
+    """Mark a step done with a given result, then continue.
+
+    As if the step had returned the result."""
     value = _parse_json(result, "--result")
     with _runner(db, on_update=_printer()) as runner:
         runner.skip(thread_id, step, value, by=by)
@@ -646,8 +722,9 @@ def budget(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Show a thread's budget (limits and usage), or raise it. A thread paused by its
-    budget continues with `longtask resume THREAD` afterwards."""
+    """Show a thread's budget and usage, or raise its limits.
+
+    A thread paused by its budget continues with `longtask resume THREAD` afterwards."""
     raising = any(
         v is not None for v in (add_tokens, add_cost, add_tool_calls, add_time, extend_deadline)
     )
@@ -671,12 +748,12 @@ def budget(
         return
     print_budget(out, state, thread_id)
     if raising and paused:
-        out.print(f"continue with: longtask resume {escape(thread_id)}")
+        out.print(f"continue with: {escape(cmd(f'longtask resume {thread_id}'))}")
 
 
 @db_app.command("upgrade")
 def db_upgrade(db: DbOpt = None) -> None:
-    """Create or migrate longtask's tables and LangGraph's checkpoint tables."""
+    """Create or migrate longtask's and LangGraph's tables."""
     from longtask.checkpointers import Database
 
     with Database.open(db, upgrade=False, verify=False) as database:
@@ -684,10 +761,34 @@ def db_upgrade(db: DbOpt = None) -> None:
         out.print(f"{database.url.redacted}: " + ("; ".join(done) or "already up to date"))
 
 
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(dist: str) -> str:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return "not installed"
+
+    out.print(f"longtask {of('langgraph-longtask')} (langgraph {of('langgraph')})")
+    raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
     ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the versions of longtask and LangGraph and exit.",
+        ),
+    ] = False,
 ) -> None:
     ctx.obj = {"debug": debug}
 
@@ -701,6 +802,7 @@ def _dispatch(argv: list[str] | None) -> int:
     from longtask.errors import LongTaskError
 
     args = list(sys.argv[1:] if argv is None else argv)
+    remember_db(args)
     # --debug is accepted anywhere on the line, not only before the command.
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
@@ -724,10 +826,10 @@ def _dispatch(argv: list[str] | None) -> int:
     except LongTaskError as exc:
         if debug:
             err.print_exception()
-        err.print(f"error: {escape(str(exc))}")
+        err.print(f"error: {escape(in_text(str(exc)))}")
         return exc.exit_code
     except KeyboardInterrupt:
-        err.print("interrupted; continue with `longtask resume THREAD`")
+        err.print(f"interrupted; continue with `{escape(cmd('longtask resume THREAD'))}`")
         return 130
     except Exception as exc:
         if debug:

@@ -58,8 +58,10 @@ def demo(
         str | None, typer.Option("--model", help="Model for a real run (with OPENAI_API_KEY).")
     ] = None,
 ) -> None:
-    """Move a sample service from sessions to JWT: agents analyse, design, edit a git
-    worktree and fix the tests; you approve the plan and the release; CI is simulated."""
+    """The migration demo: a sample service from sessions to JWT.
+
+    Agents analyse, design, edit a git worktree and fix the tests; you approve the plan
+    and the release; CI is simulated."""
     from longtask.demo.migration import Inputs, auto_task, task
     from longtask.runtime import Runner
 
@@ -138,9 +140,11 @@ def demo(
 
 
 def _show_plan(plan: Any) -> None:
+    from longtask.cli._values import render_text
+
     if isinstance(plan, dict):
         for key, value in plan.items():
             out.print(f"[bold]{escape(str(key))}[/bold]:")
-            out.print(escape(value if isinstance(value, str) else repr(value)))
+            out.print(escape(render_text(value)))
     else:
-        out.print(escape(repr(plan)))
+        out.print(escape(render_text(plan)))
