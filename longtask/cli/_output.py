@@ -159,8 +159,8 @@ def _details(w: Mapping[str, Any], option: str) -> list[str]:
     """What ``option``'s JSON must look like to answer ``w`` (a wait or an effect), when
     the pause says."""
     lines = []
-    if w["kind"] == "effect" and w.get("name"):
-        called = json.dumps(w.get("args", []), ensure_ascii=False)
+    if w["kind"] == "effect" and w.get("name") and "args" in w:  # older pauses lack them
+        called = json.dumps(w["args"], ensure_ascii=False)
         called = called if len(called) <= 160 else called[:159] + "…"
         lines.append(f"effect {w['name']} called with {called}")
     schema = w.get("result_schema" if w["kind"] == "effect" else "schema")
