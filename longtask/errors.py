@@ -63,11 +63,11 @@ class SchemaVersionError(DatabaseError):
 
 
 class ThreadNotFound(LongTaskError):
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, database: str | None = None) -> None:
+        """``database``: the redacted URL of the database searched, named in the message."""
         self.thread_id = thread_id
-        super().__init__(
-            f"no thread {thread_id!r} in this database; list threads with `longtask ls`"
-        )
+        where = database or "this database"
+        super().__init__(f"no thread {thread_id!r} in {where}; list threads with `longtask ls`")
 
 
 class ThreadExists(LongTaskError):
@@ -131,15 +131,24 @@ class DefinitionChanged(LongTaskError):
 class StepFailed(LongTaskError):
     """A step raised; the thread is marked failed and can be resumed."""
 
-    def __init__(self, thread_id: str, step: str, error: str) -> None:
+    def __init__(self, thread_id: str, step: str, error: str, *, rejected: bool = False) -> None:
+        """``rejected``: the step is an approval that was rejected (or timed out) and its
+        policy is to fail: resuming asks for a new decision."""
         self.thread_id = thread_id
         self.step = step
         self.error = error
-        super().__init__(
-            f"step {step!r} failed: {error}\n"
-            f"Fix the cause, then continue with `longtask resume {thread_id}` "
-            "(finished steps are not run again)."
-        )
+        if rejected:
+            message = (
+                f"{error}; the thread failed.\nTo ask for a new decision, continue with "
+                f"`longtask resume {thread_id}` (finished steps are not run again)."
+            )
+        else:
+            message = (
+                f"step {step!r} failed: {error}\n"
+                f"Fix the cause, then continue with `longtask resume {thread_id}` "
+                "(finished steps are not run again)."
+            )
+        super().__init__(message)
 
 
 class PauseFailed(StepFailed):

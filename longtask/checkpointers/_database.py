@@ -40,7 +40,12 @@ class Database(ABC):
 
     @classmethod
     def open(
-        cls, url: str | None = None, *, upgrade: bool | None = None, verify: bool = True
+        cls,
+        url: str | None = None,
+        *,
+        upgrade: bool | None = None,
+        verify: bool = True,
+        create: bool = True,
     ) -> Database:
         """Open ``url`` (else ``$LONGTASK_DB``, else ``sqlite:///.longtask/longtask.db``).
 
@@ -48,9 +53,17 @@ class Database(ABC):
         user) and False for PostgreSQL, where ``longtask db upgrade`` is an explicit step.
         ``verify``: without ``upgrade``, check that the schema is current (else
         :class:`SchemaVersionError` naming the command that fixes it).
+        ``create``: False for read-only use: a missing SQLite file is an error, not created.
         """
         parsed = parse_url(resolve_url(url))
         if parsed.scheme == "sqlite":
+            assert parsed.path is not None
+            if not create and not parsed.path.exists():
+                raise DatabaseError(
+                    f"there is no longtask database at {parsed.path.resolve()}; start a task "
+                    "to create it (`longtask run FILE.py:TASK`), create it empty with "
+                    "`longtask db upgrade`, or point --db / $LONGTASK_DB at another one"
+                )
             return SqliteDatabase(
                 parsed, upgrade=True if upgrade is None else upgrade, verify=verify
             )
@@ -79,7 +92,7 @@ class Database(ABC):
         done = []
         applied = self.store.upgrade()
         if applied:
-            done.append(f"longtask tables migrated to version {applied[-1]}")
+            done.append(migrated(applied))
         copied = copy_legacy(self.store, legacy, self.saver, legacy_table)
         if copied:
             done.append(f"{copied} thread(s) copied from LangGraph's checkpoint tables")
@@ -121,6 +134,13 @@ class EventWaiter:
 
     def close(self) -> None:
         pass
+
+
+def migrated(applied: list[int]) -> str:
+    """What applying the longtask migrations ``applied`` did, as ``db upgrade`` reports it."""
+    if applied[0] == 1:
+        return f"longtask tables created (schema version {applied[-1]})"
+    return f"longtask tables migrated to version {applied[-1]}"
 
 
 def _lock_key(thread_id: str) -> bytes:

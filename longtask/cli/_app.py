@@ -22,6 +22,7 @@ from longtask.cli._errors import (
     scrub_env,
     session,
 )
+from longtask.cli._hints import cmd, in_text, remember_db
 from longtask.cli._output import (
     continue_commands,
     print_budget,
@@ -30,6 +31,7 @@ from longtask.cli._output import (
     print_threads,
     status_exit_code,
 )
+from longtask.cli._values import jsonable, render, render_text
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner
@@ -67,13 +69,17 @@ DbOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
 
 
-def _runner(db: str | None, thread: str | None = None, **kw: Any) -> Runner:
+def _runner(
+    db: str | None, thread: str | None = None, *, create: bool = False, **kw: Any
+) -> Runner:
     """A Runner on ``db``; ``thread`` names the thread the command advances (so a lost
-    database connection can say how to continue it)."""
+    database connection can say how to continue it). Only commands that start threads
+    ``create`` a missing SQLite database; the others say there is none and leave the disk
+    as it was."""
     from longtask.runtime import Runner
 
     session.update(db=db, thread=thread)
-    return Runner(db, **kw)
+    return Runner(db, create=create, **kw)
 
 
 def _parse_json(value: str | None, option: str) -> Any:
@@ -126,13 +132,14 @@ def _finish(runner: Runner, thread_id: str) -> int:
     if runner.worker is None and record is not None and record.mode == "worker":
         out.print(
             f"thread {escape(thread_id)} is served by workers: sent to the queue; follow it "
-            f"with `longtask watch {escape(thread_id)}`"
+            f"with `{escape(cmd(f'longtask watch {thread_id}'))}`"
         )
         return 0
     status = runner.status(thread_id)
     code = status_exit_code(status.status)
     if status.status == "completed":
         out.print(f"thread {escape(thread_id)} completed ({len(status.steps)} steps)")
+        out.print(f"results: {escape(cmd(f'longtask result {thread_id}'))}")
     elif code == 3:
         out.print(f"thread {escape(thread_id)} is paused ({status.status}); continue with:")
         for line in continue_commands(status):
@@ -159,14 +166,16 @@ def run(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Start a task on a new thread and run it until it completes, pauses or fails."""
+    """Start a task on a new thread and run it.
+
+    It runs until it completes, pauses (exit 3) or fails."""
     from longtask.runtime import load_task
 
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
     header = f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}"
-    with _runner(db, thread_id, on_update=_printer(header)) as runner:
+    with _runner(db, thread_id, create=True, on_update=_printer(header)) as runner:
         runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -242,7 +251,9 @@ def resume(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Continue a failed, interrupted or paused thread from its last checkpoint. A --goto
+    """Continue a thread from its last checkpoint.
+
+    For a failed, interrupted or paused thread; finished steps do not run again. A --goto
     past a pending approval or wait is refused unless --skip-pending."""
     command = None
     resume_v = _parse_json(resume_value, "--resume")
@@ -291,13 +302,62 @@ def status(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Status, progress, current stage and the state of every step."""
+    """Status, progress and the state of every step."""
     with _runner(db) as runner:
         st = runner.status(thread_id)
     if json_:
         print(st.model_dump_json(indent=2))
     else:
         print_status(out, st)
+
+
+@app.command()
+def result(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
+    step: Annotated[
+        str | None, typer.Argument(help="Only this step's result [default: the final results].")
+    ] = None,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Every step's result, not only the final ones.")
+    ] = False,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """A thread's results: by default those of its last stage.
+
+    The final results are the results of the steps of the task's last stage; before the
+    thread completes, every result so far. STEP prints one step's result alone (a string
+    as its text, so `longtask result T STEP > file` saves it); --all prints every step's.
+    Text shows JSON with multi-line strings as text blocks; --json prints JSON (an object
+    of step name to result, or the one result for STEP).
+    """
+    if step is not None and all_:
+        raise typer.BadParameter("give a STEP or --all, not both", param_hint="--all")
+    with _runner(db) as runner:
+        if step is not None:
+            value = runner.result(thread_id, step)
+        else:
+            st = runner.status(thread_id)
+            found = runner.results(thread_id)
+            final = st.status == "completed" and not all_
+            last = st.steps[-1].stage if st.steps else None
+            chosen = [s.name for s in st.steps if not final or s.stage == last]
+            results = {name: found[name] for name in chosen if name in found}
+    if step is not None:
+        if json_:
+            print(json.dumps(jsonable(value), indent=2, ensure_ascii=False))
+        else:
+            out.print(escape(render_text(value)))
+        return
+    if json_:
+        print(json.dumps(jsonable(results), indent=2, ensure_ascii=False))
+        return
+    if st.status != "completed":
+        out.print(f"thread {escape(thread_id)} is {st.status}; its results so far:")
+    if not results:
+        out.print("no results yet")
+    for name, value in results.items():
+        out.print(f"{escape(name)}: {escape(render(value))}")
 
 
 @app.command("ls")
@@ -344,7 +404,9 @@ def events(
     json_: Annotated[bool, typer.Option("--json", help="JSON Lines, one event a line.")] = False,
     db: DbOpt = None,
 ) -> None:
-    """The thread's event log, oldest first."""
+    """A thread's event log, oldest first.
+
+    A table, one event a line; --json prints JSON Lines."""
     from longtask.store._kinds import EVENT_KINDS
 
     unknown = [k for k in kind or () if k not in EVENT_KINDS]
@@ -396,9 +458,10 @@ def watch(
     ] = False,
     db: DbOpt = None,
 ) -> None:
-    """Watch a thread live, whichever process or machine advances it: stages, steps,
-    progress, retries, what it waits for. Exits when it completes (0), fails (1) or pauses
-    (3), like `run`."""
+    """Watch a thread live until it completes, fails or pauses.
+
+    Whichever process or machine advances it: stages, steps, progress, retries, what it
+    waits for. Exits when it completes (0), fails (1) or pauses (3), like `run`."""
     from rich.live import Live
 
     from longtask.cli._watch import WatchState, render
@@ -443,7 +506,9 @@ def artifacts(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Artifacts (reports, transcripts, patches): `artifacts THREAD` lists them;
+    """List a thread's artifacts, or write one out.
+
+    Artifacts are reports, transcripts, patches: `artifacts THREAD` lists them;
     `artifacts get THREAD NAME [-o FILE]` writes one out."""
     if args and args[0] == "get":
         if len(args) != 3:
@@ -526,7 +591,7 @@ def reject(
     plan_hash: PlanHashOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Reject a pending approval; the step's on_reject policy decides what follows."""
+    """Reject a pending approval (its on_reject decides what follows)."""
     _decide(db, thread_id, step, False, by, comment, plan_hash)
 
 
@@ -539,7 +604,7 @@ def signal(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Deliver an outside event (a CI result, a webhook) to a waiting thread."""
+    """Deliver an outside event (CI result, webhook) to a thread."""
     value = _parse_json(payload, "--payload")
     with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.signal(thread_id, name, value)
@@ -552,7 +617,10 @@ def pending(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """What a paused thread waits for: approvals (plan, hash, deadline) and events."""
+    """What a paused thread waits for, and how to answer it.
+
+    Approvals (plan, hash, deadline), outside events (payload schema) and effects whose
+    outcome is unknown (arguments, result schema)."""
     with _runner(db) as runner:
         items = runner.pending(thread_id)
     if json_:
@@ -567,7 +635,9 @@ def tick(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Act on every approval or wait whose deadline has passed (safe to run from cron)."""
+    """Act on approvals and waits whose deadline has passed.
+
+    Safe to run from cron, and from several processes at once."""
     with _runner(db) as runner:
         results = runner.tick(limit=limit)
     if json_:
@@ -600,8 +670,10 @@ def effects(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """The side-effect ledger: `effects THREAD` lists it; `effects resolve THREAD KEY
-    --succeeded [--result JSON] | --failed | --retry` settles an effect cut off mid-call."""
+    """List a thread's side effects, or settle one cut off mid-call.
+
+    `effects THREAD` lists the ledger; `effects resolve THREAD KEY --succeeded [--result
+    JSON] | --failed | --retry` settles an effect whose outcome is unknown."""
     if args and args[0] == "resolve":
         if len(args) != 3:
             raise typer.BadParameter(
@@ -651,15 +723,18 @@ def cancel(
     by: WhoOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Cancel a thread: no further step starts, and the compensations of its completed
-    steps run newest first, each at most once. Run it again to finish an interrupted
-    cancel. A thread another process is advancing stops at its next step."""
+    """Cancel a thread and undo its completed steps.
+
+    No further step starts, and the compensations of its completed steps run newest
+    first, each at most once. Run it again to finish an interrupted cancel. A thread
+    another process is advancing stops at its next step."""
     with _runner(db, thread_id) as runner:
         done = runner.cancel(thread_id, reason=reason, by=by)
         if not done:
             out.print(
                 f"cancel of {escape(thread_id)} requested: the process advancing it stops at "
-                "its next step and runs the compensations (see `longtask status`)"
+                f"its next step and runs the compensations (see "
+                f"`{escape(cmd(f'longtask status {thread_id}'))}`)"
             )
             raise typer.Exit(0)
         status = runner.status(thread_id)
@@ -678,9 +753,11 @@ def retry(
     by: WhoOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Run a failed step again (or one paused for permission or budget) with a fresh set
-    of attempts, then continue the thread. A rejected or timed-out approval (or wait) that
-    failed the thread is asked again, with a fresh request."""
+    """Run a failed step again, then continue the thread.
+
+    Also a step paused for permission or budget; it gets a fresh set of attempts. A rejected
+    or timed-out approval (or wait) that failed the thread is asked again, with a fresh
+    request."""
     with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.retry(thread_id, step, by=by)
         raise typer.Exit(_finish(runner, thread_id))
@@ -696,7 +773,9 @@ def skip(
     by: WhoOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Mark a step done with the given result (as if it had returned it) and continue."""
+    """Mark a step done with a given result, then continue.
+
+    As if the step had returned the result."""
     value = _parse_json(result, "--result")
     with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.skip(thread_id, step, value, by=by)
@@ -727,8 +806,9 @@ def budget(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Show a thread's budget (limits and usage), or raise it. A thread paused by its
-    budget continues with `longtask resume THREAD` afterwards."""
+    """Show a thread's budget and usage, or raise its limits.
+
+    A thread paused by its budget continues with `longtask resume THREAD` afterwards."""
     raising = any(
         v is not None for v in (add_tokens, add_cost, add_tool_calls, add_time, extend_deadline)
     )
@@ -752,12 +832,12 @@ def budget(
         return
     print_budget(out, state, thread_id)
     if raising and paused:
-        out.print(f"continue with: longtask resume {escape(thread_id)}")
+        out.print(f"continue with: {escape(cmd(f'longtask resume {thread_id}'))}")
 
 
 @db_app.command("upgrade")
 def db_upgrade(db: DbOpt = None) -> None:
-    """Create or migrate longtask's tables and LangGraph's checkpoint tables."""
+    """Create or migrate longtask's and LangGraph's tables."""
     from longtask.checkpointers import Database
 
     with Database.open(db, upgrade=False, verify=False) as database:
@@ -765,10 +845,34 @@ def db_upgrade(db: DbOpt = None) -> None:
         out.print(f"{database.url.redacted}: " + ("; ".join(done) or "already up to date"))
 
 
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(dist: str) -> str:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return "not installed"
+
+    out.print(f"longtask {of('langgraph-longtask')} (langgraph {of('langgraph')})")
+    raise typer.Exit(0)
+
+
 @app.callback()
 def _main(
     ctx: typer.Context,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the versions of longtask and LangGraph and exit.",
+        ),
+    ] = False,
 ) -> None:
     ctx.obj = {"debug": debug}
 
@@ -782,6 +886,7 @@ def _dispatch(argv: list[str] | None) -> int:
     from longtask.errors import LongTaskError
 
     args = list(sys.argv[1:] if argv is None else argv)
+    remember_db(args)
     # --debug is accepted anywhere on the line, not only before the command.
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
@@ -808,7 +913,7 @@ def _dispatch(argv: list[str] | None) -> int:
     except LongTaskError as exc:
         if debug:
             err.print_exception()
-        err.print(f"error: {escape(str(exc))}")
+        err.print(f"error: {escape(in_text(str(exc)))}")
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
         err.print(f"interrupted; {continue_hint(args)}")

@@ -8,7 +8,6 @@ the same ``--dir`` it continues the unfinished demo there (after ``--crash-at``)
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -114,8 +113,10 @@ def demo(
         str | None, typer.Option("--model", help="Model for a real run (with OPENAI_API_KEY).")
     ] = None,
 ) -> None:
-    """Move a sample service from sessions to JWT: agents analyse, design, edit a git
-    worktree and fix the tests; you approve the plan and the release; CI is simulated."""
+    """The migration demo: a sample service from sessions to JWT.
+
+    Agents analyse, design, edit a git worktree and fix the tests; you approve the plan
+    and the release; CI is simulated."""
     from longtask.demo.migration import Inputs, task
     from longtask.runtime import Runner
 
@@ -240,10 +241,11 @@ def _answer_until_done(
 
 
 def _show_plan(plan: Any) -> None:
+    from longtask.cli._values import render_text
+
     if isinstance(plan, dict):
         for key, value in plan.items():
             out.print(f"[bold]{escape(str(key))}[/bold]:")
-            text = value if isinstance(value, str) else json.dumps(value, indent=2, default=str)
-            out.print(escape(text.rstrip()))
+            out.print(escape(render_text(value)))
     else:
-        out.print(escape(json.dumps(plan, indent=2, default=str)))
+        out.print(escape(render_text(plan)))

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from longtask.cli._hints import cmd, in_text
+from longtask.cli._values import render
 
 if TYPE_CHECKING:
     from longtask.runtime import CheckpointView, ThreadStatus
@@ -87,42 +91,108 @@ def print_status(out: Console, st: ThreadStatus) -> None:
             )
     if st.worker:
         out.print(f"held by worker {escape(st.worker)}")
+    t = st.thread_id
     if st.status == "cancelling":
-        out.print(f"finish cancelling with: longtask cancel {escape(st.thread_id)}")
+        out.print(f"finish cancelling with: {escape(cmd(f'longtask cancel {t}'))}")
     elif st.status == "failed" and (st.error or {}).get("compensated") is not None:
         done = ", ".join(st.error["compensated"]) if st.error else ""
         out.print(f"compensated (undone): {escape(done) or 'nothing to undo'}")
     elif st.status == "failed" or (st.status == "running" and not st.active):
-        out.print(f"continue with: longtask resume {escape(st.thread_id)}")
+        out.print(f"continue with: {escape(cmd(f'longtask resume {t}'))}")
         if st.status == "failed" and st.error and st.error.get("step"):
-            out.print(
-                f"  or: longtask retry {escape(st.thread_id)}   |   longtask skip "
-                f"{escape(st.thread_id)} {escape(str(st.error['step']))} --result JSON"
-            )
+            retry = cmd(f"longtask retry {t}")
+            skip = cmd(f"longtask skip {t} {st.error['step']} --result JSON")
+            out.print(f"  or: {escape(retry)}   |   {escape(skip)}")
     elif st.waiting:
         out.print("waiting for:")
         for line in continue_commands(st):
             out.print(f"  {escape(line)}")
+    elif st.status == "completed":
+        out.print(f"results: {escape(cmd(f'longtask result {t}'))}")
+
+
+def schema_text(schema: dict[str, Any]) -> str:
+    """A JSON schema on one line, without pydantic's titles and descriptions."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: strip(v)
+                for k, v in value.items()
+                if k not in ("title", "description") or not isinstance(v, str)
+            }
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return json.dumps(strip(schema))
+
+
+def schema_example(schema: Mapping[str, Any]) -> Any:
+    """A value of the shape ``schema`` describes (a pydantic JSON schema), to show what an
+    answer looks like: the first choice of an enum, "..." for a string, and so on."""
+    defs = schema.get("$defs", {})
+
+    def example(node: Mapping[str, Any]) -> Any:
+        if "$ref" in node:
+            return example(defs.get(node["$ref"].rsplit("/", 1)[-1], {}))
+        if "default" in node:
+            return node["default"]
+        if node.get("enum"):
+            return node["enum"][0]
+        if "const" in node:
+            return node["const"]
+        for key in ("anyOf", "oneOf", "allOf"):
+            if node.get(key):
+                return example(node[key][0])
+        kind = node.get("type")
+        if kind == "object" or "properties" in node:
+            return {k: example(v) for k, v in node.get("properties", {}).items()}
+        if kind == "array":
+            return [example(node["items"])] if node.get("items") else []
+        return {"string": "...", "integer": 0, "number": 0, "boolean": True}.get(str(kind))
+
+    return example(schema)
+
+
+def _details(w: Mapping[str, Any], option: str) -> list[str]:
+    """What ``option``'s JSON must look like to answer ``w`` (a wait or an effect), when
+    the pause says."""
+    lines = []
+    if w["kind"] == "effect" and w.get("name") and "args" in w:  # older pauses lack them
+        called = json.dumps(w["args"], ensure_ascii=False)
+        called = called if len(called) <= 160 else called[:159] + "…"
+        lines.append(f"effect {w['name']} called with {called}")
+    schema = w.get("result_schema" if w["kind"] == "effect" else "schema")
+    if schema:
+        value = json.dumps(schema_example(schema), ensure_ascii=False)
+        lines.append(f"{option} looks like {shlex.quote(value)}")
+        lines.append(f"{option} JSON schema: {schema_text(schema)}")
+    return lines
 
 
 def continue_commands(st: ThreadStatus) -> list[str]:
-    """The exact commands that continue a paused thread."""
+    """The exact commands that continue a paused thread (ready to paste), each followed by
+    what its JSON must look like when that is known."""
     lines = []
+    t = st.thread_id
     for w in st.waiting:
         if w["kind"] == "approval":
             who = (w.get("approvers") or ["NAME"])[0]
-            lines.append(f"longtask approve {st.thread_id} {w['step']} --by {who}")
+            lines.append(cmd(f"longtask approve {t} {w['step']} --by {who}"))
         elif w.get("command"):
             # a step that stopped for a person (permission, budget, deadline) says how
-            lines.append(f"{w.get('reason')}: {w['command']}")
+            lines.append(f"{w.get('reason')}: {in_text(w['command'])}")
         elif w["kind"] == "effect":
             lines.append(
-                f"longtask effects resolve {st.thread_id} {w.get('key')} "
-                "--succeeded --result JSON  (or --failed, or --retry)"
+                cmd(f"longtask effects resolve {t} {w.get('key')} --succeeded --result JSON")
+                + "  (or --failed, or --retry)"
             )
         else:
-            lines.append(f"longtask signal {st.thread_id} {w['step']} --payload JSON")
-    return lines or [f"longtask resume {st.thread_id} --resume JSON"]
+            lines.append(cmd(f"longtask signal {t} {w['step']} --payload JSON"))
+        option = "--result" if w["kind"] == "effect" else "--payload"
+        lines.extend(f"  {line}" for line in _details(w, option))
+    return lines or [cmd(f"longtask resume {t} --resume JSON")]
 
 
 def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> None:
@@ -131,14 +201,38 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
         return
     for p in items:
         req = p.request
-        out.print(f"[bold]{escape(p.step)}[/bold] ({p.kind}, interrupt {p.interrupt_id})")
+        what = "effect outcome unknown" if p.kind == "effect" else p.kind
+        out.print(f"[bold]{escape(p.step)}[/bold] ({what}, interrupt {p.interrupt_id})")
         if p.kind == "approval":
-            out.print(f"  plan: {escape(json.dumps(req.get('plan'), indent=2, default=str))}")
+            out.print(f"  plan: {escape(render(req.get('plan'), '  '))}")
             out.print(f"  plan hash: {req.get('plan_hash')}")
             if req.get("approvers"):
                 out.print(f"  approvers: {escape(', '.join(req['approvers']))}")
-        elif req.get("schema"):
-            out.print(f"  payload schema: {escape(json.dumps(req['schema']))}")
+            who = (req.get("approvers") or ["NAME"])[0]
+            line = cmd(f"longtask approve {thread_id} {p.step} --by {who}")
+            out.print(f"  approve: {escape(line)}")
+            line = cmd(f"longtask reject {thread_id} {p.step} --by {who} --comment WHY")
+            out.print(f"  reject:  {escape(line)}")
+        elif p.kind == "effect":
+            out.print(f"  effect: {escape(str(req.get('name')))} (key {req.get('key')})")
+            if "args" in req:
+                out.print(f"  arguments: {escape(render(req['args'], '  '))}")
+            if req.get("result_schema"):
+                example = json.dumps(schema_example(req["result_schema"]), ensure_ascii=False)
+                out.print(f"  result looks like: {escape(example)}")
+                out.print(f"  result schema: {escape(schema_text(req['result_schema']))}")
+            line = cmd(
+                f"longtask effects resolve {thread_id} {req.get('key')} --succeeded --result JSON"
+            )
+            out.print(f"  it happened: {escape(line)}")
+            out.print("  it did not, or call it again: the same with --failed, or --retry")
+        else:
+            if req.get("schema"):
+                example = json.dumps(schema_example(req["schema"]), ensure_ascii=False)
+                out.print(f"  payload looks like: {escape(example)}")
+                out.print(f"  payload schema: {escape(schema_text(req['schema']))}")
+            line = cmd(f"longtask signal {thread_id} {p.step} --payload JSON")
+            out.print(f"  deliver it: {escape(line)}")
         if req.get("deadline"):
             out.print(f"  deadline: {req['deadline']}")
 
@@ -162,20 +256,42 @@ def print_threads(out: Console, threads: Sequence[ThreadRecord]) -> None:
 
 
 def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
+    """A table that fits the console: optional columns go first (LangGraph's source and step
+    number, then the year of the time, then the stages); then the list of completed
+    steps wraps. The full checkpoint id always shows: `show` and `fork` need it."""
+    columns: dict[str, list[str]] = {
+        "checkpoint": [v.checkpoint_id for v in views],
+        "step": [str(v.step) for v in views],
+        "source": [v.source or "" for v in views],
+        "time": [(v.created_at or "")[:19].replace("T", " ") for v in views],
+        "completed": [escape(", ".join(v.completed)) for v in views],
+        "stage": [escape(", ".join(v.stages)) for v in views],
+        "done": [f"{v.done}/{v.total}" for v in views],
+    }
+
+    def width(names: list[str]) -> int:
+        # two spaces between columns (box=None pads each cell by one on either side)
+        return sum(max(len(n), *map(len, columns[n]), 0) for n in names) + 2 * (len(names) - 1)
+
+    names = list(columns)
+    for drop in ("source", "step", "year", "stage"):
+        if width(names) <= out.width:
+            break
+        if drop == "year":
+            columns["time"] = [t[5:] for t in columns["time"]]
+        else:
+            names.remove(drop)
     table = Table(box=None, pad_edge=False)
-    table.add_column("checkpoint", no_wrap=True, min_width=36)
-    for col in ("step", "source", "time", "completed", "stage", "done"):
-        table.add_column(col, no_wrap=col == "time")
-    for v in views:
-        table.add_row(
-            v.checkpoint_id,
-            str(v.step),
-            v.source or "",
-            (v.created_at or "")[:19].replace("T", " "),
-            escape(", ".join(v.completed)),
-            escape(", ".join(v.stages)),
-            f"{v.done}/{v.total}",
+    for name in names:
+        wraps = name in ("completed", "stage")
+        table.add_column(
+            name,
+            no_wrap=not wraps,
+            min_width=len(name),
+            overflow="fold" if wraps else "ellipsis",
         )
+    for i in range(len(views)):
+        table.add_row(*(columns[n][i] for n in names))
     out.print(table)
 
 

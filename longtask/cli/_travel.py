@@ -9,7 +9,9 @@ import typer
 from rich.markup import escape
 
 from longtask.cli._app import DbOpt, JsonOpt, _parse_json, _runner, app, out
+from longtask.cli._hints import cmd
 from longtask.cli._output import print_history
+from longtask.cli._values import jsonable, render
 
 ThreadArg = Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")]
 CheckpointArg = Annotated[str, typer.Argument(metavar="CHECKPOINT", help="A checkpoint id.")]
@@ -31,7 +33,7 @@ def history(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """The thread's checkpoints, newest first, across branches (bounded reads)."""
+    """A thread's checkpoints, newest first, across branches."""
     with _runner(db) as runner:
         views = runner.history(thread_id, limit=limit, step=step, stage=stage, before=before)
     if json_:
@@ -40,27 +42,27 @@ def history(
         print_history(out, views)
 
 
-def _show_value(value: Any) -> str:
-    text = json.dumps(value, default=str, ensure_ascii=False)
-    return escape(text if len(text) <= 300 else text[:299] + "…")
+def _show_value(value: Any, pad: str = "  ") -> str:
+    # Every result of a checkpoint in one listing: a long one is cut (--json has it all).
+    return escape(render(value, pad, max_lines=20))
 
 
 @app.command()
 def show(
     thread_id: ThreadArg, checkpoint: CheckpointArg, json_: JsonOpt = False, db: DbOpt = None
 ) -> None:
-    """The task's state at a checkpoint: every step result, what runs next, interrupts."""
+    """A thread's state at a checkpoint: results, next, interrupts."""
     with _runner(db) as runner:
         state = runner.at(thread_id, checkpoint)
     if json_:
-        print(json.dumps(state.model_dump(mode="json"), indent=2, default=str))
+        print(json.dumps(jsonable(state.model_dump(mode="json")), indent=2))
         return
     out.print(f"checkpoint {state.checkpoint_id}  (parent {state.parent_id})  {state.created_at}")
     for name, value in state.results.items():
         out.print(f"  {escape(name)}: {_show_value(value)}")
     out.print(f"next: {escape(', '.join(state.next)) or 'nothing (end)'}")
     for i in state.interrupts:
-        out.print(f"interrupt at {escape(i['node'])}: {_show_value(i['value'])}")
+        out.print(f"interrupt at {escape(i['node'])}: {_show_value(i['value'], '')}")
 
 
 @app.command()
@@ -71,7 +73,7 @@ def diff(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """How the step results differ from checkpoint A to checkpoint B."""
+    """How step results differ from checkpoint A to checkpoint B."""
     with _runner(db) as runner:
         changes = runner.diff(thread_id, a, b)
     if json_:
@@ -81,7 +83,8 @@ def diff(
         out.print("no differences in step results")
     for c in changes:
         if c.change == "changed":
-            out.print(f"~ {escape(c.step)}: {_show_value(c.before)} -> {_show_value(c.after)}")
+            out.print(f"~ {escape(c.step)}: {_show_value(c.before)}")
+            out.print(f"  -> {_show_value(c.after)}")
         elif c.change == "added":
             out.print(f"+ {escape(c.step)}: {_show_value(c.after)}")
         else:
@@ -90,7 +93,9 @@ def diff(
 
 @app.command()
 def branches(thread_id: ThreadArg, json_: JsonOpt = False, db: DbOpt = None) -> None:
-    """The thread's branches: the original line and every fork (the current one marked)."""
+    """A thread's branches: the original line and every fork.
+
+    The current branch is marked with *."""
     with _runner(db) as runner:
         found = runner.branches(thread_id)
     if json_:
@@ -120,9 +125,10 @@ def fork(
     by: Annotated[str | None, typer.Option("--by", help="Who forks (recorded).")] = None,
     db: DbOpt = None,
 ) -> None:
-    """Start a new branch at a past checkpoint with changed results or inputs; then
-    `longtask resume THREAD` runs forward from it (effects with unchanged arguments are not
-    repeated)."""
+    """Start a new branch at a past checkpoint.
+
+    With changed results or inputs; then `longtask resume THREAD` runs forward from it
+    (effects with unchanged arguments are not repeated)."""
     update: dict[str, Any] = {}
     for item in set_ or []:
         name, sep, value = item.partition("=")
@@ -133,4 +139,4 @@ def fork(
     with _runner(db) as runner:
         new = runner.fork(thread_id, checkpoint, update=update or None, inputs=new_inputs, by=by)
     out.print(f"new branch starts at checkpoint {new}")
-    out.print(f"continue with: longtask resume {escape(thread_id)}")
+    out.print(f"continue with: {escape(cmd(f'longtask resume {thread_id}'))}")

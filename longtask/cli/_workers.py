@@ -20,6 +20,7 @@ from longtask.cli._app import (
     app,
     out,
 )
+from longtask.cli._hints import cmd
 
 
 @app.command()
@@ -39,16 +40,19 @@ def submit(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Start a task on a new thread for the workers to run (PostgreSQL); returns at once.
-    Approve, reject, signal, resume, retry and cancel it as usual: they go to the queue."""
+    """Queue a task on a new thread for the workers (PostgreSQL).
+
+    Returns at once. Approve, reject, signal, resume, retry and cancel it as usual: they
+    go to the queue."""
     from longtask.runtime import load_task
 
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
-    with _runner(db) as runner:
+    with _runner(db, create=True) as runner:
         runner.submit(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
-    out.print(f"thread {escape(thread_id)} queued; follow it with: longtask watch {thread_id}")
+    follow = cmd(f"longtask watch {thread_id}")
+    out.print(f"thread {escape(thread_id)} queued; follow it with: {escape(follow)}")
 
 
 @app.command()
@@ -72,8 +76,10 @@ def worker(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Run threads submitted to workers until stopped (SIGTERM/SIGINT stop each running
-    thread at its next step and hand it back to the queue). PostgreSQL only."""
+    """Run threads submitted to workers until stopped.
+
+    SIGTERM/SIGINT stop each running thread at its next step and hand it back to the
+    queue. PostgreSQL only."""
     from longtask.runtime._worker import Worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -89,7 +95,7 @@ def workers(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Live workers: host, pid, jobs run, last heartbeat, the threads they hold."""
+    """Live workers: host, pid, jobs, heartbeat, threads held."""
     with _runner(db) as runner:
         rows = runner.db.store.workers(time.time() - within)
     if json_:
@@ -112,8 +118,10 @@ def serve(
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port.")] = 8321,
     db: DbOpt = None,
 ) -> None:
-    """The HTTP API, the live event stream (SSE) and the web page (approve and reject from
-    the browser). Actions need a bearer token: $LONGTASK_API_TOKEN (named by
+    """The HTTP API, the live event stream and the web page.
+
+    The page shows threads live (SSE); approve and reject from the browser. Actions
+    need a bearer token: $LONGTASK_API_TOKEN (named by
     $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...; off 127.0.0.1 a token is
     required."""
     from longtask.serve import run_server

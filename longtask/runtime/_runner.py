@@ -174,7 +174,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
 
     ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
     :class:`~longtask.checkpointers.Database`, or None for ``$LONGTASK_DB`` or the
-    embedded default ``sqlite:///.longtask/longtask.db``.
+    embedded default ``sqlite:///.longtask/longtask.db``. With ``create=False`` a missing
+    SQLite file is an error instead of being created (for commands that only read).
     """
 
     def __init__(
@@ -187,9 +188,10 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         sleep: Callable[[float], None] | None = None,
         cancel_poll: float = 0.5,
         worker: str | None = None,
+        create: bool = True,
     ) -> None:
         self._owns_db = not isinstance(db, Database)
-        self.db = db if isinstance(db, Database) else Database.open(db)
+        self.db = db if isinstance(db, Database) else Database.open(db, create=create)
         self.codec = ValueCodec(self.db.store, inline_limit, defer=self.db.events.put_blob)
         #: events wait here to commit with their thread's next checkpoint (see EventWriter)
         self.events_writer = self.db.events
@@ -426,6 +428,19 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     f"task inputs must be a JSON object, got {type(inputs).__name__}"
                 )
             return dict(inputs or {})
+        if isinstance(inputs, Mapping) and task.inputs.model_config.get("extra") is None:
+            # pydantic drops unknown keys by default: a misspelt input would vanish silently.
+            # A model that sets `extra` ("allow", "ignore", "forbid") decides for itself.
+            known: set[Any] = set()
+            for name, field in task.inputs.model_fields.items():
+                known.update((name, field.alias, field.validation_alias))
+            unknown = [k for k in inputs if k not in known]
+            if unknown:
+                raise InvalidInput(
+                    f"inputs for task {task.name!r} have unknown key"
+                    f"{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                    f"{task.inputs.__name__} takes {', '.join(task.inputs.model_fields) or 'none'}"
+                )
         try:
             if isinstance(inputs, task.inputs):
                 return inputs
@@ -678,6 +693,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         if isinstance(exc, PauseOutcome) and step is not None and not task.compensate_on_failure:
             raise PauseFailed(thread_id, step, str(exc)) from exc
         where = f" (item {error['item']})" if "item" in error else ""
+        if isinstance(exc, PauseOutcome):  # a decision, not a fault: no class name to show
+            raise StepFailed(thread_id, step or "?", str(exc), rejected=True) from exc
         raise StepFailed(
             thread_id, step or "?", f"{error['type']}: {error['message']}{where}"
         ) from exc
@@ -687,7 +704,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
     def _thread(self, thread_id: str) -> ThreadRecord:
         rec = self.db.store.get_thread(thread_id)
         if rec is None:
-            raise ThreadNotFound(thread_id)
+            raise ThreadNotFound(thread_id, self.db.url.redacted)
         return rec
 
     def _done_steps(self, thread_id: str) -> set[str]:

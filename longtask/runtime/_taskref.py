@@ -54,6 +54,11 @@ def load_task(ref: str) -> LongTask:
         raise TaskRefError(
             f"task reference {ref!r} must look like path/to/file.py:task or package.module:task"
         )
+    if ":" in target and not Path(target).is_file():
+        raise TaskRefError(
+            f"task reference {ref!r} has too many colons: write path/to/file.py:task or "
+            "package.module:task, with one colon before the task's name"
+        )
     try:
         if target.endswith(".py") or os.sep in target:
             path = Path(target)

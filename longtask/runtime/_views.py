@@ -68,7 +68,19 @@ class Pending(BaseModel):
 
     def summary(self) -> dict[str, Any]:
         out = {"step": self.step, "kind": self.kind, "interrupt_id": self.interrupt_id}
-        for key in ("plan_hash", "deadline", "approvers", "key", "reason"):
+        # enough for `status` and `watch` to print a pasteable answer without the task:
+        # a wait's payload schema, an effect's name, arguments and result schema
+        for key in (
+            "plan_hash",
+            "deadline",
+            "approvers",
+            "key",
+            "reason",
+            "schema",
+            "name",
+            "args",
+            "result_schema",
+        ):
             if self.request.get(key) is not None:
                 out[key] = self.request[key]
         return out

@@ -48,6 +48,9 @@ async def on_longtask_error(request: Request, exc: Exception) -> Response:
     status = _status_of(exc)
     if status == 500:
         log.error("%s %s failed: %s", request.method, request.url.path, exc)
+    if isinstance(exc, ThreadNotFound):
+        # The CLI's message names the database; an HTTP client has no use for its URL.
+        return error(status, f"no thread {exc.thread_id!r}")
     return error(status, str(exc))
 
 

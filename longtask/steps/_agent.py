@@ -27,11 +27,12 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from longtask.errors import InvalidInput, LongTaskError, PermissionDenied
 from longtask.model import AgentStep, ApprovalRequest, Retry, StepInfo
@@ -63,6 +64,14 @@ _DEFAULT_MODEL_RETRY = Retry(max_attempts=5, initial_wait=1.0, backoff=2.0, max_
 def fix_channel(step: str) -> str:
     """State of a step's fix loop: ``{"round", "failure", "fix"}``."""
     return f"fix.{step}"
+
+
+class ToolRecord(TypedDict):
+    """What a tool call records in the effect ledger: what a person settling a call cut off
+    mid-way gives as its result (the tool's output, and whether it succeeded)."""
+
+    content: str | list[Any]
+    status: Literal["success", "error"]
 
 
 class _Json(dict):  # type: ignore[type-arg]
@@ -264,7 +273,7 @@ class AgentRun:
             self.tool_calls += 1
             return handler(request)
 
-        def perform(_id: str, _args: Any) -> dict[str, Any]:
+        def perform(_id: str, _args: Any) -> ToolRecord:
             # Charged when the tool really runs (a replay from the ledger costs nothing).
             self.env.store.charge(self.call.thread_id, tool_calls=1)
             out = handler(request)

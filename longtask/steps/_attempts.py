@@ -59,7 +59,7 @@ def permission_pause(exc: BaseException, call: NodeCall, info: StepInfo) -> Need
         NeedsPerson(
             "permission",
             f"permission denied: {describe(exc)[:500]}",
-            f"fix the access, then longtask retry {call.thread_id}",
+            f"fix the access, then `longtask retry {call.thread_id}`",
         ),
         info,
     )
@@ -96,8 +96,8 @@ def check_limits(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
         NeedsPerson(
             kind,
             reason,
-            f"longtask budget {thread} --add-tokens N (or --add-cost, --add-tool-calls, "
-            f"--add-time, --extend-deadline), then longtask resume {thread}",
+            f"`longtask budget {thread} --add-tokens N` (or --add-cost, --add-tool-calls, "
+            f"--add-time, --extend-deadline), then `longtask resume {thread}`",
         ),
         info,
     )

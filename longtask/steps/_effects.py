@@ -66,6 +66,38 @@ def args_digest(
         ) from None
 
 
+def _preview(value: Any, limit: int = 200) -> Any:
+    """``value`` as JSON with long strings cut short (it is shown, not used)."""
+    from pydantic_core import to_jsonable_python
+
+    def cut(v: Any) -> Any:
+        if isinstance(v, str):
+            return v if len(v) <= limit else v[: limit - 1] + "…"
+        if isinstance(v, dict):
+            return {k: cut(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [cut(x) for x in v]
+        return v
+
+    return cut(to_jsonable_python(value, fallback=repr))
+
+
+def result_schema(fn: Callable[..., Any]) -> dict[str, Any] | None:
+    """The JSON schema of ``fn``'s return annotation, if it has one pydantic understands."""
+    try:
+        from typing import get_type_hints
+
+        from pydantic import TypeAdapter
+
+        hint = get_type_hints(fn).get("return")
+        if hint is None:
+            return None
+        schema: dict[str, Any] = TypeAdapter(hint).json_schema()
+        return schema
+    except Exception:  # an annotation pydantic cannot describe: show none
+        return None
+
+
 def _accepts_key(fn: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(fn).parameters.values()
@@ -119,7 +151,7 @@ def run_effect(
                 raise OutcomeUnknown(
                     f"effect {name!r} ({key}) was cut off mid-call and has no reconciler; "
                     f"settle it with `longtask effects resolve {call.thread_id} {key} "
-                    "--succeeded|--failed|--retry`"
+                    "--succeeded --result JSON` (or --failed, or --retry)"
                 )
             # Pauses the thread; `longtask effects resolve` settles the row, then resumes.
             interrupt(
@@ -129,6 +161,9 @@ def run_effect(
                     "key": key,
                     "name": name,
                     "reason": "effect outcome unknown",
+                    # what the person settling it needs: the call, and the result's shape
+                    "args": _preview([*args, kwargs] if kwargs else list(args)),
+                    "result_schema": result_schema(fn),
                 }
             )
             row = store.effect(key)

@@ -454,7 +454,7 @@ def fix_loop_failure(
             paused = NeedsPerson(
                 "fix",
                 f"still failing after {done} fix rounds: {failure[:300]}",
-                f"fix it by hand, then longtask retry {call.thread_id}",
+                f"fix it by hand, then `longtask retry {call.thread_id}`",
             )
             setattr(paused, STEP_ATTR, info.name)
             raise paused from exc

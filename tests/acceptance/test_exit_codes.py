@@ -69,6 +69,7 @@ def test_failed_run_exits_1_with_a_message_and_no_traceback(
 
 
 def test_unknown_thread_and_usage_errors(sqlite_url: str) -> None:
+    assert run_cli("db", "upgrade", db=sqlite_url).returncode == 0
     missing = run_cli("status", "no-such-thread", db=sqlite_url)
     assert missing.returncode == 1
     assert missing.stderr.startswith("error: no thread 'no-such-thread'"), missing.stderr
