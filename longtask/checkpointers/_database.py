@@ -82,7 +82,7 @@ class Database(ABC):
         from longtask.store._fence import Fence
 
         self.fence = Fence()
-        self.events = EventWriter(lambda events: self.saver.write_events(events))
+        self.events = EventWriter(lambda thread_id: self.saver.flush_events(thread_id))
         self.saver = LongTaskSaver(backend, fence=self.fence, outbox=self.events)
 
     def _migrate(self, legacy: Any, legacy_table: str) -> list[str]:

@@ -94,6 +94,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self.outbox = outbox
         self._heads: OrderedDict[tuple[str, str], _Head] = OrderedDict()
         self._heads_lock = threading.Lock()
+        self._stripes = [threading.Lock() for _ in range(64)]
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -117,20 +118,27 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
     def _epoch(self, thread_id: str) -> int | None:
         return self.fence.epoch(thread_id) if self.fence is not None else None
 
+    def _ordered(self, thread_id: str) -> threading.Lock:
+        """The lock that orders one thread's writes: its events are taken from the outbox
+        and inserted under it, so their ids follow the order they were emitted in even when
+        parallel steps write at once."""
+        return self._stripes[hash(thread_id) % len(self._stripes)]
+
     def _commit(self, thread_id: str, work: Any) -> None:
         """Run ``work(tx)`` in one fenced transaction together with the thread's pending
         events and blobs; on failure they go back to the outbox (they are not lost)."""
-        events = self._events_for(thread_id)
-        blobs = self.outbox.take_blobs(thread_id) if self.outbox is not None else {}
-        try:
-            self.backend.write(thread_id, self._epoch(thread_id), work, events, blobs)
-        except BaseException:
-            if self.outbox is not None:
-                if events:
-                    self.outbox.restore(thread_id, events)
-                if blobs:
-                    self.outbox.restore_blobs(thread_id, blobs)
-            raise
+        with self._ordered(thread_id):
+            events = self._events_for(thread_id)
+            blobs = self.outbox.take_blobs(thread_id) if self.outbox is not None else {}
+            try:
+                self.backend.write(thread_id, self._epoch(thread_id), work, events, blobs)
+            except BaseException:
+                if self.outbox is not None:
+                    if events:
+                        self.outbox.restore(thread_id, events)
+                    if blobs:
+                        self.outbox.restore_blobs(thread_id, blobs)
+                raise
 
     def settle(
         self, thread_id: str, sql: str, params: Sequence[Any], then: NewEvent | None = None
@@ -154,14 +162,11 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self._commit(thread_id, work)
         return changed
 
-    def write_events(self, events: Sequence[NewEvent]) -> None:
-        """Store events that no checkpoint carried (the end of a run, a pause), fenced like
-        a checkpoint: a writer that lost its lease stores no event either."""
-        by_thread: dict[str, list[NewEvent]] = {}
-        for event in events:
-            by_thread.setdefault(event.thread_id, []).append(event)
-        for thread_id, batch in by_thread.items():
-            self.backend.write(thread_id, self._epoch(thread_id), None, batch)
+    def flush_events(self, thread_id: str) -> None:
+        """Store the thread's pending events that no checkpoint carried (the end of a run, a
+        pause, a retry's record), fenced like a checkpoint: a writer that lost its lease
+        stores no event either."""
+        self._commit(thread_id, None)
 
     def put(
         self,

@@ -11,14 +11,14 @@ checkpoint.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from longtask.store._store import NewEvent
 
-#: stores events that no checkpoint carried, in one transaction per thread
-Sink = Callable[[Sequence["NewEvent"]], None]
+#: stores a thread's pending events that no checkpoint carried (taking them from here)
+Sink = Callable[[str], None]
 
 #: kinds written as soon as they are emitted (with the thread's events before them)
 _AT_ONCE = ("effect.",)
@@ -64,17 +64,9 @@ class EventWriter:
     def flush(self, thread_id: str | None = None) -> None:
         """Store the pending events (of one thread, or all) now."""
         with self._lock:
-            if thread_id is None:
-                batches, self._pending = self._pending, {}
-            else:
-                found = self._pending.pop(thread_id, None)
-                batches = {thread_id: found} if found else {}
-        for tid, events in batches.items():
-            try:
-                self._sink(events)
-            except BaseException:
-                self.restore(tid, events)
-                raise
+            threads = [thread_id] if thread_id is not None else list(self._pending)
+        for tid in threads:
+            self._sink(tid)
 
     def close(self) -> None:
         self.flush()
