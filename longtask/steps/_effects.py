@@ -70,6 +70,7 @@ def run_effect(
     reconcile: Callable[[str], Any] | None,
     item: int | None = None,
     in_graph: bool = True,
+    pause: Callable[[dict[str, Any]], Any] | None = None,
 ) -> Any:
     store = env.store
     digest = args_digest(args, kwargs)
@@ -104,15 +105,16 @@ def run_effect(
                     "--succeeded|--failed|--retry`"
                 )
             # Pauses the thread; `longtask effects resolve` settles the row, then resumes.
-            interrupt(
-                {
-                    "kind": "effect",
-                    "step": info.name,
-                    "key": key,
-                    "name": name,
-                    "reason": "effect outcome unknown",
-                }
-            )
+            request: dict[str, Any] = {
+                "kind": "effect",
+                "step": info.name,
+                "key": key,
+                "name": name,
+                "reason": "effect outcome unknown",
+            }
+            if item is not None:
+                request["item"] = item
+            (pause or interrupt)(request)
             row = store.effect(key)
             if row is not None and row.status == "succeeded":
                 return row.result

@@ -119,15 +119,23 @@ class StepEnv:
         )
 
     def effects_for(
-        self, call: NodeCall, info: StepInfo, item: int | None = None, *, prefix: str = ""
+        self,
+        call: NodeCall,
+        info: StepInfo,
+        item: int | None = None,
+        *,
+        prefix: str = "",
+        pause: Callable[[dict[str, Any]], Any] | None = None,
     ) -> Callable[..., Any]:
+        """``ctx.effect`` of a step (of one map item); ``pause`` replaces LangGraph's
+        ``interrupt`` when an effect's outcome is unknown (a map item's thread)."""
         from longtask.steps._effects import run_effect
 
         in_graph = not prefix
 
         def effect(name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any) -> Any:
             return run_effect(
-                self, call, info, prefix + name, fn, args, kwargs, reconcile, item, in_graph
+                self, call, info, prefix + name, fn, args, kwargs, reconcile, item, in_graph, pause
             )
 
         return effect
