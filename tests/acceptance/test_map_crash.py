@@ -34,7 +34,7 @@ CASES = {
     # item 29 of a map with max_parallel=8; items sleep 0.05-0.2 s; the crashing one sleeps
     # 0.12 s and waits until 25 items are done, so at the crash siblings are both done and
     # (very likely) in flight
-    "wave4-in-flight": ("wide", 8, 29, True),
+    "item29-in-flight": ("wide", 8, 29, True),
 }
 
 
@@ -78,9 +78,9 @@ def test_crash_inside_an_item_then_resume(db_url: str, tmp_path: Path, case: str
         "LT_CRASH_MARKER": str(marker),
         "LT_ITEM_SLEEP": "1" if sleep else "",
     }
-    wave_start = crash_item - crash_item % max_parallel
+    wait_done = crash_item - crash_item % max_parallel + 1
     if sleep:
-        env["LT_CRASH_WAIT_DONE"] = str(wave_start + 1)
+        env["LT_CRASH_WAIT_DONE"] = str(wait_done)
 
     # 1. The run dies inside item `crash_item`.
     first = run_cli(
@@ -105,7 +105,7 @@ def test_crash_inside_an_item_then_resume(db_url: str, tmp_path: Path, case: str
     assert [s for s, _ in mct.step_calls(counter_db)] == ["numbers"]
     if sleep:
         # the crashing item waited for siblings: the crash came after they had finished
-        assert len(ok_at_crash) >= wave_start + 1, sorted(ok_at_crash)
+        assert len(ok_at_crash) >= wait_done, sorted(ok_at_crash)
 
     _wait_inactive(db_url, thread)
     with Runner(db_url) as runner:

@@ -126,7 +126,7 @@ def test_item_retries_and_parallel_limit(runner: Runner) -> None:
             if running >= 2:
                 two_at_once.set()
         try:
-            # Items of a wave run together: each waits (briefly) to see a sibling running,
+            # Items in flight run together: each waits (briefly) to see a sibling running,
             # so the test does not depend on how the machine schedules threads.
             two_at_once.wait(timeout=2)
             time.sleep(0.01)
