@@ -403,3 +403,30 @@ def test_cancel_stops_the_map_before_its_next_item(db_url: str) -> None:
         assert not worker.is_alive()
         assert runner.status("t-c").status == "cancelled"
     assert started == Counter({0: 1, 1: 1, 2: 1})
+
+
+def test_a_permission_error_in_an_item_pauses_the_thread(runner: Runner) -> None:
+    """An item denied access pauses the thread for a person (no new item starts, those in
+    flight finish); `retry` runs only that item and the unfinished ones."""
+    from longtask import PermissionDenied
+
+    calls: Counter[int] = Counter()
+    denied = {3}
+
+    @map_step(over=lambda ctx: list(range(8)), max_parallel=1)
+    def fetch(ctx: ItemContext, item: int) -> int:
+        calls[item] += 1
+        if item in denied:
+            raise PermissionDenied(f"no access to document {item}")
+        return item
+
+    task = LongTask("perm", stages=[Stage("s", [fetch])])
+    runner.start(task, thread_id="t-perm")
+    st = runner.status("t-perm")
+    assert st.status == "waiting_user"
+    assert [(w["step"], w["kind"]) for w in st.waiting] == [("fetch", "permission")]
+    assert calls == Counter({0: 1, 1: 1, 2: 1, 3: 1})
+    denied.clear()
+    runner.retry("t-perm", task=task)
+    assert runner.result("t-perm", "fetch") == list(range(8))
+    assert calls == Counter({**{i: 1 for i in range(8)}, 3: 2})
