@@ -318,10 +318,12 @@ def call_step(
 def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **extra: Any) -> None:
     """Record ``step.failed`` and tag ``exc`` with the step so the Runner can name it."""
     attempt = getattr(exc, "__longtask_attempt__", 1)
+    # Items of a map run in one node: the item tells their failures apart.
+    where = (extra["item"], attempt) if "item" in extra else (attempt,)
     env.emit(
         call,
         "step.failed",
-        call.key("step.failed", attempt),
+        call.key("step.failed", *where),
         info,
         attempt=attempt,
         data={"error": describe(exc), "type": type(exc).__name__, **extra},

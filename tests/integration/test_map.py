@@ -430,3 +430,21 @@ def test_a_permission_error_in_an_item_pauses_the_thread(runner: Runner) -> None
     runner.retry("t-perm", task=task)
     assert runner.result("t-perm", "fetch") == list(range(8))
     assert calls == Counter({**{i: 1 for i in range(8)}, 3: 2})
+
+
+def test_item_timeout_fails_only_that_item(runner: Runner) -> None:
+    release = threading.Event()
+
+    @map_step(over=lambda ctx: [0, 1, 2, 3], max_parallel=2, timeout=0.5, on_item_error="collect")
+    def wait(ctx: ItemContext, item: int) -> int:
+        if item == 1:
+            release.wait(timeout=30)  # never set while the step runs
+        return item
+
+    try:
+        thread = runner.start(LongTask("timeouts", stages=[Stage("s", [wait])]))
+    finally:
+        release.set()
+    result = runner.result(thread, "wait")
+    assert result["results"] == [0, 2, 3]
+    assert [(e["index"], e["type"]) for e in result["errors"]] == [(1, "StepTimeout")]
