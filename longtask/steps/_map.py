@@ -119,19 +119,20 @@ class _Window:
                 if index is None:
                     return
                 try:
-                    error = fn(index)
+                    self._finished(index, fn(index))
                 except ItemPause as pause:
                     # Only this item waits for a person: the others go on.
                     with self._lock:
                         self.pauses.append((index, pause.payload))
                     continue
-                except BaseException as exc:  # re-raised by the node's own thread
+                except BaseException as exc:
+                    # A failed item, a control exception or a failed write (a lost lease):
+                    # no new item starts; the node's own thread raises it.
                     with self._lock:
                         self.stop = True
                         if self.error is None:
                             self.error = exc
                     return
-                self._finished(index, error)
 
         # One copy of the node's context per thread: a context cannot be entered twice.
         threads = [
