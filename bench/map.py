@@ -16,7 +16,7 @@ result that differs per item.
 - **raw fan-out**: a ``StateGraph`` whose ``items`` node is followed by a conditional edge
   returning ``[Send("work", ...) for every item]``; ``work`` appends its result to a reducer
   channel (``Annotated[list, operator.add]``) and a ``collect`` node joins. All items run in
-  one super-step (``max_concurrency=8``, as the Runner sets it for ``max_parallel=8``).
+  one super-step (``max_concurrency=8``: at most 8 items at a time, as ``max_parallel=8``).
 - **raw waves**: bounded parallelism written by hand: a ``dispatch`` node sends the next 8
   items, ``work`` appends to the same reducer channel and loops back to ``dispatch``.
 

@@ -13,10 +13,10 @@ Five steps in five stages:
 - ``merge`` flattens the per-contract lists into one risk list, most severe first;
 - ``report`` writes ``<workdir>/report.md`` and returns its path and the counts.
 
-A map step is three graph nodes however many contracts there are. Items run in waves of
-at most ``max_parallel``, and each contract's result is stored as soon as it is done: if the
-process dies half-way through ``parse``, ``longtask resume <thread>`` parses only the
-contracts that had not finished.
+A map step is one graph node however many contracts there are. It keeps ``max_parallel``
+contracts in flight (the next starts as soon as one is done), and each contract's result is
+stored as soon as it is done: if the process dies half-way through ``parse``, ``longtask
+resume <thread>`` parses only the contracts that had not finished.
 """
 
 from __future__ import annotations

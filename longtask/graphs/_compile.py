@@ -1,7 +1,7 @@
 """Compile a LongTask into a LangGraph StateGraph.
 
-One node per step, named after the step (a map step adds two helper nodes, whatever
-the number of items). Each step writes its result to a channel of its
+One node per step, named after the step (a map step's node runs its items itself,
+whatever their number). Each step writes its result to a channel of its
 own (``out.<step>``), so a checkpoint stores a result once instead of rewriting a growing
 dict. The stage barrier and ``after=`` become edges; a step with several dependencies gets a
 join edge, which LangGraph runs once every source has finished. Steps whose dependencies
@@ -22,13 +22,10 @@ from longtask.steps import (
     StepEnv,
     agent_node,
     ask_node_name,
-    dispatch_node_name,
     fix_agent_node,
     fix_channel,
     function_node,
-    item_node_name,
-    map_channel,
-    map_nodes,
+    map_node,
     pause_nodes,
     request_channel,
     request_node_name,
@@ -62,8 +59,6 @@ def _pass(state: Any, config: RunnableConfig) -> dict[str, Any]:
 def entry_node(task: LongTask, step: str) -> str:
     """The node a step starts at (what its dependencies' edges lead to)."""
     kind = task.steps[step]
-    if isinstance(kind, MapStep):
-        return dispatch_node_name(step)
     if isinstance(kind, PauseStep):
         return request_node_name(step)
     if isinstance(kind, FunctionStep) and kind.on_failure is not None:
@@ -75,8 +70,6 @@ def state_schema(task: LongTask) -> type[Any]:
     fields: dict[str, Any] = {INPUTS_CHANNEL: dict[str, Any]}
     for name, step in task.steps.items():
         fields[result_channel(name)] = dict[str, Any]
-        if isinstance(step, MapStep):
-            fields[map_channel(name)] = dict[str, Any]
         if isinstance(step, PauseStep):
             fields[request_channel(name)] = dict[str, Any]
         if isinstance(step, FunctionStep) and step.on_failure is not None:
@@ -129,18 +122,8 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
                 step.name, NodeFn(agent_node(step, info, env, task.model), env), metadata=meta
             )
         elif isinstance(step, MapStep):
-            # Three nodes whatever the number of items; see longtask.steps._map.
-            dispatch, item, finish = map_nodes(step, info, env)
-            entry = dispatch_node_name(step.name)
-            graph.add_node(
-                entry,
-                NodeFn(dispatch, env),
-                metadata=meta,
-                destinations=(item_node_name(step.name), step.name),
-            )
-            graph.add_node(item_node_name(step.name), NodeFn(item, env), metadata=meta)
-            graph.add_node(step.name, NodeFn(finish, env), metadata=meta)
-            graph.add_edge(item_node_name(step.name), entry)
+            # One node whatever the number of items; see longtask.steps._map.
+            graph.add_node(step.name, NodeFn(map_node(step, info, env), env), metadata=meta)
         elif isinstance(step, PauseStep):
             # Record the request, pause on it, then the step itself (which dependents wait
             # for, so they run only after a real answer); see longtask.steps._pause.

@@ -227,10 +227,11 @@ ItemErrorPolicy = Literal["fail", "skip", "collect"]
 class MapStep(Step):
     """Runs ``fn(ctx, item)`` once per item of a list known only at run time.
 
-    ``over(ctx)`` computes the items from the task inputs and dependency results. Items run
-    in waves of at most ``max_parallel``; each item's result is durable as soon as it
-    finishes. The step's result is the list of item results in item order; with
-    ``on_item_error="skip"`` failed items are left out, with ``"collect"`` the result is
+    ``over(ctx)`` computes the items from the task inputs and dependency results. At most
+    ``max_parallel`` items run at once, the next starting as soon as one finishes; each
+    item's result is durable as soon as it finishes. The step's result is the list of item
+    results in item order; with ``on_item_error="skip"`` failed items are left out, with
+    ``"collect"`` the result is
     ``{"results": [...], "errors": [{"index", "item", "error", "type"}, ...]}``.
     """
 

@@ -36,7 +36,7 @@ from longtask.errors import (
     describe_validation,
 )
 from longtask.graphs import build_graph, entry_node
-from longtask.model import FunctionStep, LongTask, MapStep, PauseStep
+from longtask.model import FunctionStep, LongTask, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._history import HistoryMixin
@@ -107,20 +107,20 @@ def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
 
 def _finished(task: LongTask, node: str, update: Any) -> bool:
     """Whether a node's update in the stream finishes its step (a pause node that asks
-    again, or a map's helper nodes, do not)."""
+    again does not)."""
     step = task.steps.get(node)
     if step is None:
         return False
-    if isinstance(step, MapStep) or (isinstance(step, FunctionStep) and step.on_failure):
+    if isinstance(step, FunctionStep) and step.on_failure:
         return True  # the step's own node runs once, after its helper nodes
     return isinstance(update, dict) and result_channel(node) in update
 
 
 def _concurrency(task: LongTask) -> int:
-    """Threads LangGraph may use for one super-step: the widest stage or map wave (its
-    default is the machine's core count + 4, which would cap a wide stage on a small box)."""
+    """Threads LangGraph may use for one super-step: the widest stage (its default is the
+    machine's core count + 4, which would cap a wide stage on a small box). A map step is
+    one node that runs its items on threads of its own."""
     widths = [len(stage.steps) for stage in task.stages]
-    widths += [s.max_parallel for s in task.steps.values() if isinstance(s, MapStep)]
     return max(4, min(64, max(widths)))
 
 
@@ -192,7 +192,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
     ) -> None:
         self._owns_db = not isinstance(db, Database)
         self.db = db if isinstance(db, Database) else Database.open(db, create=create)
-        self.codec = ValueCodec(self.db.store, inline_limit, defer=self.db.events.put_blob)
+        self.codec = ValueCodec(
+            self.db.store, inline_limit, defer=self.db.events.put_blob, maps=self.db.store
+        )
         #: events wait here to commit with their thread's next checkpoint (see EventWriter)
         self.events_writer = self.db.events
         self.on_update = on_update

@@ -10,7 +10,7 @@ from longtask.steps._context import (
     result_channel,
 )
 from longtask.steps._function import RUN_KEY, STEP_ATTR, NodeCall, StepEnv, function_node
-from longtask.steps._map import dispatch_node_name, item_node_name, map_channel, map_nodes
+from longtask.steps._map import map_node
 from longtask.steps._pause import (
     TIMEOUT,
     PauseOutcome,
@@ -40,13 +40,10 @@ __all__ = [
     "check_payload",
     "classify",
     "current_context",
-    "dispatch_node_name",
     "fix_agent_node",
     "fix_channel",
     "function_node",
-    "item_node_name",
-    "map_channel",
-    "map_nodes",
+    "map_node",
     "pause_nodes",
     "request_channel",
     "request_node_name",

@@ -120,6 +120,7 @@ def run_effect(
     item: int | None = None,
     in_graph: bool = True,
     user_key: str | None = None,
+    pause: Callable[[dict[str, Any]], Any] | None = None,
 ) -> Any:
     store = env.store
     digest = args_digest(name, args, kwargs, user_key)
@@ -154,18 +155,19 @@ def run_effect(
                     "--succeeded --result JSON` (or --failed, or --retry)"
                 )
             # Pauses the thread; `longtask effects resolve` settles the row, then resumes.
-            interrupt(
-                {
-                    "kind": "effect",
-                    "step": info.name,
-                    "key": key,
-                    "name": name,
-                    "reason": "effect outcome unknown",
-                    # what the person settling it needs: the call, and the result's shape
-                    "args": _preview([*args, kwargs] if kwargs else list(args)),
-                    "result_schema": result_schema(fn),
-                }
-            )
+            request: dict[str, Any] = {
+                "kind": "effect",
+                "step": info.name,
+                "key": key,
+                "name": name,
+                "reason": "effect outcome unknown",
+                # what the person settling it needs: the call, and the result's shape
+                "args": _preview([*args, kwargs] if kwargs else list(args)),
+                "result_schema": result_schema(fn),
+            }
+            if item is not None:
+                request["item"] = item
+            (pause or interrupt)(request)
             row = store.effect(key)
             if row is not None and row.status == "succeeded":
                 return row.result

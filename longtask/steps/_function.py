@@ -125,8 +125,16 @@ class StepEnv:
         )
 
     def effects_for(
-        self, call: NodeCall, info: StepInfo, item: int | None = None, *, prefix: str = ""
+        self,
+        call: NodeCall,
+        info: StepInfo,
+        item: int | None = None,
+        *,
+        prefix: str = "",
+        pause: Callable[[dict[str, Any]], Any] | None = None,
     ) -> Callable[..., Any]:
+        """``ctx.effect`` of a step (of one map item); ``pause`` replaces LangGraph's
+        ``interrupt`` when an effect's outcome is unknown (a map item's thread)."""
         from longtask.steps._effects import run_effect
 
         in_graph = not prefix
@@ -135,7 +143,18 @@ class StepEnv:
             name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any, key: str | None = None
         ) -> Any:
             return run_effect(
-                self, call, info, prefix + name, fn, args, kwargs, reconcile, item, in_graph, key
+                self,
+                call,
+                info,
+                prefix + name,
+                fn,
+                args,
+                kwargs,
+                reconcile,
+                item,
+                in_graph,
+                key,
+                pause,
             )
 
         return effect
@@ -333,10 +352,12 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, 
 def step_failed(env: StepEnv, call: NodeCall, info: StepInfo, exc: Exception, **extra: Any) -> None:
     """Record ``step.failed`` and tag ``exc`` with the step so the Runner can name it."""
     attempt = getattr(exc, "__longtask_attempt__", 1)
+    # Items of a map run in one node: the item tells their failures apart.
+    where = (extra["item"], attempt) if "item" in extra else (attempt,)
     env.emit(
         call,
         "step.failed",
-        call.key("step.failed", attempt),
+        call.key("step.failed", *where),
         info,
         attempt=attempt,
         data={"error": describe(exc), "type": error_type(exc), **extra},

@@ -1,31 +1,40 @@
-"""Map steps: one small group of nodes that LangGraph runs once per item with ``Send``.
+"""Map steps: one LangGraph node that runs the items itself, ``max_parallel`` at a time.
 
-Three nodes per map step, whatever the number of items:
+The node (named after the step, so dependents' edges start from it as from any step):
 
-- ``<step>.map`` (dispatch): on first entry computes the items with ``over(ctx)`` and
-  stores them once; then sends the next wave of at most ``max_parallel`` items to
-  ``<step>.item``; when every item is done, assembles the step's result in item order.
-- ``<step>.item``: runs ``fn(ctx, item)`` for one item and records its outcome in
-  ``longtask_map_items`` as soon as it finishes. An item already recorded as done (the
-  process died after the item finished but before LangGraph saved its task) is not run
-  again.
-- ``<step>`` (the step itself): a pass-through that dependents' edges start from, so they
-  run once, after the whole map.
+- computes the items with ``over(ctx)`` on the first entry and stores them with the map run
+  in ``longtask_maps``; a later entry (a resume after a crash, a pause or a failed item)
+  reads them back instead of calling ``over`` again;
+- runs every item that has no outcome yet (and, with ``on_item_error="fail"``, every failed
+  one) on ``max_parallel`` worker threads: a sliding window, where the next item starts as
+  soon as any item finishes. The node is one task of its LangGraph super-step, so a slow
+  step beside it never holds back its items (LangGraph's own ``Send`` waves would wait for
+  the whole super-step);
+- records each item's outcome in ``longtask_map_items`` the moment it finishes, once;
+- returns a reference to those rows as the step's result (``map_envelope``): the checkpoint
+  never copies item results, and ``ValueCodec.decode`` assembles the list when it is read.
 
-Item results are written once, to our table; the LangGraph state carries only the map's
-cursor (constant size), so storage grows linearly with the number of items.
+Each worker thread runs in a copy of the node's context, so LangGraph's config is visible
+in the item. Pauses are LangGraph's, and LangGraph keys a node's resume values by the order
+of its ``interrupt()`` calls: items running side by side would call it in any order. So an
+item's pause (an effect whose outcome is unknown) is raised in the item as ``ItemPause`` and
+the node's own thread calls ``interrupt()`` once the in-flight items have finished.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
-from collections.abc import Callable
-from typing import Any
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
-from langgraph.types import Command, Send
+from langgraph.types import interrupt
 from pydantic_core import to_jsonable_python
 
 from longtask.errors import InvalidInput
@@ -33,6 +42,7 @@ from longtask.model import MapStep, StepInfo
 from longtask.steps._context import INPUTS_CHANNEL, ItemContext, result_channel
 from longtask.steps._function import (
     CONTROL,
+    PROGRESS_INTERVAL,
     NodeCall,
     StepEnv,
     call_step,
@@ -44,21 +54,25 @@ from longtask.steps._function import (
     with_retries,
 )
 from longtask.steps._pause import skip_update, skipped_by
-from longtask.store._values import to_json_bytes
+from longtask.store._values import map_envelope, to_json_bytes
 
 Node = Callable[[dict[str, Any], RunnableConfig], Any]
 
-
-def dispatch_node_name(step: str) -> str:
-    return f"{step}.map"
-
-
-def item_node_name(step: str) -> str:
-    return f"{step}.item"
+#: failed items named in a step.progress event
+FAILED_SHOWN = 5
 
 
-def map_channel(step: str) -> str:
-    return f"map.{step}"
+class ItemPause(GraphBubbleUp):
+    """An item needs a person (an effect whose outcome is unknown): raised in the item's
+    thread, turned into LangGraph's ``interrupt()`` by the map node's own thread."""
+
+    def __init__(self, payload: dict[str, Any]) -> None:
+        super().__init__(payload)
+        self.payload = payload
+
+
+def _item_pause(payload: dict[str, Any]) -> NoReturn:
+    raise ItemPause(payload)
 
 
 def _digest(state: dict[str, Any], info: StepInfo) -> str:
@@ -70,185 +84,234 @@ def _digest(state: dict[str, Any], info: StepInfo) -> str:
     return hashlib.sha256(json.dumps(basis, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def map_nodes(step: MapStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, Node]:
+@dataclass
+class _Window:
+    """Runs items on ``width`` threads, the next item as soon as one finishes; keeps the
+    counts for progress events in memory (constant work per item)."""
+
+    env: StepEnv
+    call: NodeCall
+    info: StepInfo
+    digest: str
+    total: int
+    done: int
+    failed: int
+    #: the first failed items, by index (for progress events)
+    failed_items: list[dict[str, Any]]
+    every: int
+    stop: bool = False
+    #: the first item failure or control exception: ends the map once in-flight items end
+    error: BaseException | None = None
+    pauses: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    _since: int = 0
+    _last: float = 0.0
+    #: done + failed in the last progress event
+    _reported: int = -1
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, todo: list[int], fn: Callable[[int], dict[str, Any] | None], width: int) -> None:
+        pending: Iterator[int] = iter(todo)
+
+        def worker() -> None:
+            while True:
+                with self._lock:
+                    index = None if self.stop else next(pending, None)
+                if index is None:
+                    return
+                try:
+                    self._finished(index, fn(index))
+                except ItemPause as pause:
+                    # Only this item waits for a person: the others go on.
+                    with self._lock:
+                        self.pauses.append((index, pause.payload))
+                    continue
+                except BaseException as exc:
+                    # A failed item, a control exception or a failed write (a lost lease):
+                    # no new item starts; the node's own thread raises it.
+                    with self._lock:
+                        self.stop = True
+                        if self.error is None:
+                            self.error = exc
+                    return
+
+        # One copy of the node's context per thread: a context cannot be entered twice.
+        threads = [
+            threading.Thread(
+                target=contextvars.copy_context().run,
+                args=(worker,),
+                name=f"longtask-{self.info.name}-{n}",
+                daemon=True,
+            )
+            for n in range(min(width, len(todo)))
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def halt(self) -> None:
+        with self._lock:
+            self.stop = True
+
+    def _finished(self, index: int, error: dict[str, Any] | None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if error is None:
+                self.done += 1
+            else:
+                self.failed += 1
+                if len(self.failed_items) < FAILED_SHOWN or index < self.failed_items[-1]["index"]:
+                    self.failed_items.append({"index": index, **error})
+                    self.failed_items.sort(key=lambda f: int(f["index"]))
+                    del self.failed_items[FAILED_SHOWN:]
+            self._since += 1
+            # About one event per max_parallel items, at most one per PROGRESS_INTERVAL.
+            if self._since < self.every or now - self._last < PROGRESS_INTERVAL:
+                return
+            self._since, self._last = 0, now
+            self.progress()
+        # This item's events and those before it commit now, not with the node's checkpoint.
+        self.env.events.flush(self.call.thread_id)
+
+    def progress(self, *, last: bool = False) -> None:
+        if last and self._reported == self.done + self.failed:
+            return
+        self._reported = self.done + self.failed
+        self.env.emit(
+            self.call,
+            "step.progress",
+            self.call.key("step.progress", self.digest, self.done + self.failed),
+            self.info,
+            data={
+                "done": self.done,
+                "total": self.total,
+                "failed": self.failed,
+                "failed_items": list(self.failed_items),
+            },
+        )
+
+
+def _items_of(step: MapStep, env: StepEnv, call: NodeCall, info: StepInfo, state: Any) -> Any:
+    ctx = env.context(call, info, state)
+    items = call_step(step.over, (ctx,), step.timeout, f"over() of step {step.name!r}")
+    if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
+        raise InvalidInput(
+            f"over() of map step {step.name!r} must return a list of items, "
+            f"got {type(items).__name__}"
+        )
+    return to_jsonable_python(list(items))
+
+
+def map_node(step: MapStep, info: StepInfo, env: StepEnv) -> Node:
     store = env.store
-    cursor = map_channel(step.name)
-    item_node = item_node_name(step.name)
+    channel = result_channel(step.name)
+    rerun_failed = step.on_item_error == "fail"
 
-    def context_state(state: dict[str, Any]) -> dict[str, Any]:
-        keep = {INPUTS_CHANNEL} | {result_channel(a) for a in info.ancestors}
-        return {k: v for k, v in state.items() if k in keep}
-
-    def dispatch(state: dict[str, Any], config: RunnableConfig) -> Command[Any]:
+    def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         call = NodeCall.from_config(config)
         reason = skipped_by(state, info, env.pauses)
         if reason:
-            return Command(update=skip_update(env, call, info, reason), goto=step.name)
+            return skip_update(env, call, info, reason)
+        check_limits(env, call, info)
+        step_started(env, call, info)
         digest = _digest(state, info)
-        m = state.get(cursor)
-        if not m or m.get("digest") != digest:
-            check_limits(env, call, info)
-            step_started(env, call, info)
-            ctx = env.context(call, info, state)
+        stored = store.map_run(call.thread_id, step.name, digest)
+        if stored is None:
             try:
-                items = call_step(step.over, (ctx,), step.timeout, f"over() of step {step.name!r}")
-                if isinstance(items, (str, bytes, dict)) or not hasattr(items, "__iter__"):
-                    raise InvalidInput(
-                        f"over() of map step {step.name!r} must return a list of items, "
-                        f"got {type(items).__name__}"
-                    )
-                items = to_jsonable_python(list(items))
-                items_env = env.codec.encode(items, f"the items of map step {step.name!r}")
+                items = _items_of(step, env, call, info, state)
+                text, _ = to_json_bytes(items, f"the items of map step {step.name!r}")
             except (GraphBubbleUp, *CONTROL):
                 raise
             except Exception as exc:
                 step_failed(env, call, info, exc)
                 raise
-            store.map_begin(call.thread_id, step.name, digest, len(items))
-            m = {"digest": digest, "items": items_env, "total": len(items), "next": 0}
-        total = int(m["total"])
-        start = int(m["next"])
-        if start < total:
-            if start > 0:
-                check_limits(env, call, info)  # between waves: a cancel stops the map here
-            indices = list(range(start, min(total, start + step.max_parallel)))
-            if start > 0:
-                _progress(env, call, info, step.name, digest, wave=start)
-            return _wave(m, indices, state, {cursor: {**m, "next": indices[-1] + 1}}, call.run)
-        rows = store.map_items(call.thread_id, step.name, digest)
-        missing = sorted(set(range(total)) - {r.index for r in rows})
-        if missing:
-            # Items that have no outcome (a definition change, a lost write): send them again.
-            return _wave(m, missing[: step.max_parallel], state, {}, call.run)
-        result = _assemble(step, rows, env, m)
-        progress = _progress(env, call, info, step.name, digest, wave=total)
-        step_completed(
+            store.map_begin(call.thread_id, step.name, digest, text.decode(), len(items))
+        else:
+            # Entered again (a crash, a pause, a failed item): the items of the first entry.
+            items = json.loads(stored)
+        outcomes = store.map_outcomes(call.thread_id, step.name, digest)
+        failed = {} if rerun_failed else {i: e for i, (s, e) in outcomes.items() if s != "ok"}
+        todo = [i for i in range(len(items)) if outcomes.get(i, ("",))[0] != "ok"]
+        if not rerun_failed:
+            todo = [i for i in todo if i not in failed]
+        window = _Window(
             env,
             call,
             info,
-            1,
-            {"items": total, "failed": len(progress.failed) if progress else 0},
+            digest,
+            total=len(items),
+            done=sum(1 for s, _ in outcomes.values() if s == "ok"),
+            failed=len(failed),
+            failed_items=[{"index": i, **(failed[i] or {})} for i in sorted(failed)[:FAILED_SHOWN]],
+            every=step.max_parallel,
         )
-        update = {
-            result_channel(step.name): env.codec.encode(result, f"the result of step {step.name!r}")
-        }
-        return Command(update=update, goto=step.name)
 
-    def _wave(
-        m: dict[str, Any],
-        indices: list[int],
-        state: dict[str, Any],
-        update: dict[str, Any],
-        run: int,
-    ) -> Command[Any]:
-        items = env.codec.decode(m["items"])
-        shared = context_state(state)
-        sends = [
-            Send(
-                item_node,
-                {
-                    "index": i,
-                    "digest": m["digest"],
-                    "run": run,
-                    "item": env.codec.encode(items[i], f"item {i} of map step {step.name!r}"),
-                    "state": shared,
-                },
-            )
-            for i in indices
-        ]
-        return Command(update=update, goto=sends)
+        def run_item(index: int) -> dict[str, Any] | None:
+            """Run one item with its retries and store its outcome: None, or its error."""
+            item = items[index]
 
-    def run_item(payload: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        call = NodeCall.from_config(config)
-        index = int(payload["index"])
-        digest = str(payload["digest"])
-        # An item sent in this same run cannot have finished before: only an item whose
-        # wave was interrupted (a crash, a failed sibling) may already have its result.
-        # (Run 0: driven by LangGraph directly, not the Runner; always check.)
-        if payload.get("run") != call.run or call.run == 0:
-            done = store.map_item(call.thread_id, step.name, digest, index)
-            if done is not None and done.status == "ok":
-                return {}
-        item = env.codec.decode(payload["item"])
+            def attempt_fn(attempt: int) -> tuple[bytes, str | None]:
+                ctx = ItemContext(
+                    item=item,
+                    item_index=index,
+                    thread_id=call.thread_id,
+                    info=info,
+                    attempt=attempt,
+                    state=state,
+                    codec=env.codec,
+                    inputs_model=env.inputs_model,
+                    effects=env.effects_for(call, info, index, pause=_item_pause),
+                    runtime=env.runtime_for(call, info),
+                )
+                what = f"item {index} of {step.name!r}"
+                value = call_step(step.fn, (ctx, item), step.timeout, what)
+                return to_json_bytes(value, f"the result of item {index} of step {step.name!r}")
 
-        def attempt_fn(attempt: int) -> tuple[bytes, str | None]:
-            ctx = ItemContext(
-                item=item,
-                item_index=index,
-                thread_id=call.thread_id,
-                info=info,
-                attempt=attempt,
-                state=payload["state"],
-                codec=env.codec,
-                inputs_model=env.inputs_model,
-                effects=env.effects_for(call, info, index),
-                runtime=env.runtime_for(call, info),
-            )
-            value = call_step(step.fn, (ctx, item), step.timeout, f"item {index} of {step.name!r}")
-            return to_json_bytes(value, f"the result of item {index} of step {step.name!r}")
-
-        try:
-            (data, model), _attempt = with_retries(
-                env, call, info, step.retry, attempt_fn, item=index
-            )
-        except (GraphBubbleUp, *CONTROL):
-            raise
-        except Exception as exc:
-            error = {
-                "error": describe(exc),
-                "type": type(exc).__name__,
-                "attempts": getattr(exc, "__longtask_attempt__", 1),
-            }
-            store.map_put(call.thread_id, step.name, digest, index, error=error)
-            if step.on_item_error == "fail":
-                step_failed(env, call, info, exc, item=index)
+            try:
+                (data, model), attempt = with_retries(
+                    env, call, info, step.retry, attempt_fn, item=index
+                )
+            except (GraphBubbleUp, *CONTROL):
                 raise
-            return {}
-        store.map_put(call.thread_id, step.name, digest, index, result=data.decode(), model=model)
-        return {}
+            except Exception as exc:
+                if rerun_failed:
+                    window.halt()  # no item starts after a failure that fails the step
+                error = {
+                    "error": describe(exc),
+                    "type": type(exc).__name__,
+                    "attempts": getattr(exc, "__longtask_attempt__", 1),
+                }
+                # Its retries' events first: no outcome is stored without them.
+                env.events.flush(call.thread_id)
+                store.map_put(call.thread_id, step.name, digest, index, error=error)
+                if rerun_failed:
+                    step_failed(env, call, info, exc, item=index)
+                    raise
+                return error
+            if attempt > 1:
+                env.events.flush(call.thread_id)
+            store.map_put(
+                call.thread_id, step.name, digest, index, result=data.decode(), model=model
+            )
+            return None
 
-    def finish(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        return {}
+        window.run(todo, run_item, step.max_parallel)
+        if window.error is not None:
+            raise window.error
+        if window.pauses:
+            _pause(min(window.pauses, key=lambda p: p[0])[1])
+        window.progress(last=True)
+        step_completed(env, call, info, 1, {"items": len(items), "failed": window.failed})
+        collect = step.on_item_error == "collect"
+        return {channel: map_envelope(call.thread_id, step.name, digest, len(items), collect)}
 
-    dispatch.__name__ = dispatch_node_name(step.name)
-    run_item.__name__ = item_node
-    finish.__name__ = step.name
-    return dispatch, run_item, finish
-
-
-def _assemble(step: MapStep, rows: list[Any], env: StepEnv, m: dict[str, Any]) -> Any:
-    results: list[Any] = []
-    errors: list[dict[str, Any]] = []
-    items: list[Any] | None = None
-    for row in rows:
-        if row.status == "ok":
-            # Kept as JSON: a pydantic item result arrives in the list as its dict.
-            results.append(json.loads(row.result) if row.result is not None else None)
-        else:
-            if items is None:
-                items = env.codec.decode(m["items"])
-            errors.append({"index": row.index, "item": items[row.index], **(row.error or {})})
-    if step.on_item_error == "collect":
-        return {"results": results, "errors": errors}
-    return results
+    node.__name__ = step.name
+    return node
 
 
-def _progress(
-    env: StepEnv, call: NodeCall, info: StepInfo, step: str, digest: str, *, wave: int
-) -> Any:
-    progress = env.store.map_progress(call.thread_id, step)
-    if progress is None:
-        return None
-    env.emit(
-        call,
-        "step.progress",
-        call.key("step.progress", digest, wave),
-        info,
-        data={
-            "done": progress.done,
-            "total": progress.total,
-            "failed": len(progress.failed),
-            "failed_items": progress.failed[:5],
-        },
-    )
-    return progress
+def _pause(payload: dict[str, Any]) -> NoReturn:
+    """Pause the thread for one item, from the node's own thread. A resume value LangGraph
+    hands back here was given for an earlier pause of this node, whose item has since read
+    its settled ledger row and gone on: pass it by until this pause is raised."""
+    while True:
+        interrupt(payload)

@@ -4,7 +4,7 @@ from longtask.store._artifacts import Artifact
 from longtask.store._effects import EFFECT_STATUSES, Effect
 from longtask.store._leases import WorkerRecord
 from longtask.store._limits import BUDGET_LIMITS, NO_ITEM, Attempts, BudgetState
-from longtask.store._maps import MapItem, MapProgress
+from longtask.store._maps import MapProgress
 from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
     THREAD_STATUSES,
@@ -31,7 +31,6 @@ __all__ = [
     "Effect",
     "Event",
     "EventWriter",
-    "MapItem",
     "MapProgress",
     "NewEvent",
     "PostgresStore",

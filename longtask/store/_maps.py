@@ -1,4 +1,8 @@
-"""Map-step bookkeeping: one row per map run and per item. Item results live here, once each."""
+"""Map-step bookkeeping: one row per map run (with its items) and one per item outcome.
+
+Item results live here, once each; a finished map step's checkpointed result is only a
+reference that ``map_result`` resolves.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,6 @@ import json
 import time
 from dataclasses import dataclass
 from typing import Any
-
-
-@dataclass(frozen=True)
-class MapItem:
-    index: int
-    status: str  # "ok" or "error"
-    result: str | None  # JSON text
-    model: str | None  # "module:Qualname" when the result was a pydantic model
-    error: dict[str, Any] | None
 
 
 @dataclass(frozen=True)
@@ -29,28 +24,66 @@ class MapTables:
 
     _run: Any
 
-    def map_begin(self, thread_id: str, step: str, digest: str, total: int) -> None:
+    def map_begin(self, thread_id: str, step: str, digest: str, items: str, total: int) -> None:
+        """Record a map run and its items (JSON text of the list), once: a run recorded
+        before the items were kept here (longtask 0.1) gets them now."""
         self._run(
-            "INSERT INTO longtask_maps (thread_id, step, digest, total, created_at) "
-            "VALUES (?,?,?,?,?) ON CONFLICT (thread_id, step, digest) DO NOTHING",
-            (thread_id, step, digest, total, time.time()),
+            "INSERT INTO longtask_maps (thread_id, step, digest, total, created_at, items) "
+            "VALUES (?,?,?,?,?,?) ON CONFLICT (thread_id, step, digest) DO UPDATE SET "
+            "items = excluded.items, total = excluded.total WHERE longtask_maps.items IS NULL",
+            (thread_id, step, digest, total, time.time(), items),
         )
 
-    def map_item(self, thread_id: str, step: str, digest: str, index: int) -> MapItem | None:
+    def map_run(self, thread_id: str, step: str, digest: str) -> str | None:
+        """The items (JSON text) of a recorded map run, or None if it has none yet."""
         rows = self._run(
-            "SELECT idx, status, result, model, error FROM longtask_map_items "
-            "WHERE thread_id = ? AND step = ? AND digest = ? AND idx = ?",
-            (thread_id, step, digest, index),
-        )
-        return _item(rows[0]) if rows else None
-
-    def map_items(self, thread_id: str, step: str, digest: str) -> list[MapItem]:
-        rows = self._run(
-            "SELECT idx, status, result, model, error FROM longtask_map_items "
-            "WHERE thread_id = ? AND step = ? AND digest = ? ORDER BY idx",
+            "SELECT items FROM longtask_maps WHERE thread_id = ? AND step = ? AND digest = ?",
             (thread_id, step, digest),
         )
-        return [_item(r) for r in rows]
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def map_outcomes(
+        self, thread_id: str, step: str, digest: str
+    ) -> dict[int, tuple[str, dict[str, Any] | None]]:
+        """Status ("ok" or "error") and error of every item of a map run with an outcome."""
+        rows = self._run(
+            "SELECT idx, status, error FROM longtask_map_items "
+            "WHERE thread_id = ? AND step = ? AND digest = ?",
+            (thread_id, step, digest),
+        )
+        return {int(r[0]): (str(r[1]), json.loads(r[2]) if r[2] else None) for r in rows}
+
+    def map_result(self, thread_id: str, step: str, digest: str, collect: bool) -> bytes:
+        """A finished map step's result as JSON, assembled from its items' stored results
+        (the checkpoint holds only a reference to them): the results in item order (failed
+        items left out), and with ``collect`` ``{"results": [...], "errors": [...]}``."""
+        where = "WHERE thread_id = ? AND step = ? AND digest = ?"
+        key = (thread_id, step, digest)
+        # Item results are stored as JSON text: join them instead of parsing each one. (Rows
+        # come faster than one string_agg of them on PostgreSQL.)
+        rows = self._run(
+            f"SELECT result FROM longtask_map_items {where} AND status = 'ok' ORDER BY idx", key
+        )
+        joined = ",".join(r[0] or "null" for r in rows)
+        results = "[" + (joined or "") + "]"
+        if not collect:
+            return results.encode()
+        failed = self._run(
+            f"SELECT idx, error FROM longtask_map_items {where} AND status <> 'ok' ORDER BY idx",
+            key,
+        )
+        errors: list[dict[str, Any]] = []
+        if failed:
+            items = json.loads(self.map_run(thread_id, step, digest) or "[]")
+            errors = [
+                {
+                    "index": int(r[0]),
+                    "item": items[int(r[0])] if int(r[0]) < len(items) else None,
+                    **json.loads(r[1] or "{}"),
+                }
+                for r in failed
+            ]
+        return ('{"results":' + results + ',"errors":' + json.dumps(errors) + "}").encode()
 
     def map_put(
         self,
@@ -110,13 +143,3 @@ class MapTables:
             done=by_status.get("ok", 0),
             failed=[{"index": int(r[0]), **json.loads(r[1])} for r in failed],
         )
-
-
-def _item(r: tuple[Any, ...]) -> MapItem:
-    return MapItem(
-        index=int(r[0]),
-        status=r[1],
-        result=r[2],
-        model=r[3],
-        error=json.loads(r[4]) if r[4] else None,
-    )

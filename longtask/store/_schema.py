@@ -291,6 +291,12 @@ MIGRATIONS: list[list[str]] = [
         END
         $$ LANGUAGE plpgsql""",
     ],
+    # 10: the items of a map run, stored with the run: the map step's node runs every item
+    # itself (no cursor in the checkpoint), so a resume reads the items here instead of
+    # calling over() again
+    [
+        "ALTER TABLE longtask_maps ADD COLUMN items TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

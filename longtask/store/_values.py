@@ -6,9 +6,10 @@ values are kept inline in the channel. Larger ones are written once to the conte
 every channel (the SQLite saver writes all channel values into every checkpoint row) then
 carries ~80 bytes per finished step instead of the whole result.
 
-The envelope kept in a channel is a plain dict, so both LangGraph savers store it as is:
+The envelope kept in a channel is a plain dict, so any saver stores it as is:
 ``{"v": value}`` or ``{"ref": digest, "size": n}``, plus ``"model": "module:Qualname"``
-when the value was a pydantic model.
+when the value was a pydantic model. A map step's result is ``{"map": {...}}``: a reference
+to its items' results in ``longtask_map_items``, each stored once (see ``map_envelope``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,25 @@ DEFAULT_INLINE_LIMIT = 1024
 class BlobStore(Protocol):
     def put_blob(self, digest: str, data: bytes) -> None: ...
     def get_blob(self, digest: str) -> bytes | None: ...
+
+
+class MapResults(Protocol):
+    def map_result(self, thread_id: str, step: str, digest: str, collect: bool) -> bytes: ...
+
+
+def map_envelope(
+    thread_id: str, step: str, digest: str, total: int, collect: bool
+) -> dict[str, Any]:
+    """The channel value of a finished map step: where its items' results are stored."""
+    return {
+        "map": {
+            "thread": thread_id,
+            "step": step,
+            "digest": digest,
+            "items": total,
+            "collect": collect,
+        }
+    }
 
 
 def _model_path(cls: type[BaseModel]) -> str:
@@ -80,8 +100,10 @@ class ValueCodec:
         blobs: BlobStore,
         inline_limit: int = DEFAULT_INLINE_LIMIT,
         defer: Callable[[str, str, bytes], None] | None = None,
+        maps: MapResults | None = None,
     ) -> None:
         self._blobs = blobs
+        self._maps = maps
         self.inline_limit = inline_limit
         #: ``defer(thread_id, digest, data)``: inside a graph node, a blob is handed over to
         #: be inserted by the transaction that stores the node's writes (which refer to it)
@@ -111,9 +133,11 @@ class ValueCodec:
     def decode(self, env: Any, *, strict: bool = True) -> Any:
         """The value an envelope holds. With ``strict=False`` a pydantic value whose class
         cannot be imported here comes back as its JSON (for display by the CLI)."""
-        if not isinstance(env, dict) or not ({"v", "ref"} & env.keys()):
+        if not isinstance(env, dict) or not ({"v", "ref", "map"} & env.keys()):
             # Written by hand through LangGraph's own update_state: take it as it is.
             return env
+        if "map" in env:
+            return self._map_value(env["map"])
         raw = self._load(env["ref"]) if "ref" in env else env["v"]
         if env.get("model"):
             try:
@@ -124,6 +148,23 @@ class ValueCodec:
                 return raw
             return model.model_validate(raw)
         return raw
+
+    def _map_value(self, ref: dict[str, Any]) -> Any:
+        if self._maps is None:
+            raise LongTaskError("a map step's result can be read only through a Runner")
+        key = f"map\x1f{ref['thread']}\x1f{ref['step']}\x1f{ref['digest']}"
+        with self._lock:
+            data = self._cache.get(key)
+        if data is None:
+            # A finished map's item outcomes no longer change: cache the assembled bytes.
+            data = self._maps.map_result(
+                ref["thread"], ref["step"], ref["digest"], bool(ref.get("collect"))
+            )
+            with self._lock:
+                if len(self._cache) > 256:
+                    self._cache.clear()
+                self._cache[key] = data
+        return json.loads(data)
 
     def _load(self, digest: str) -> Any:
         # Cache bytes, not objects: each reader gets its own copy to mutate.

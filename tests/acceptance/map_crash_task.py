@@ -15,7 +15,7 @@ Environment (none of it is part of the definition):
   ``os._exit(1)``, once: the crash creates ``LT_CRASH_MARKER`` and an item that finds it
   does not crash again.
 - ``LT_ITEM_SLEEP``: when set, item ``i`` sleeps ``SLEEPS[i % 4]`` seconds (0.05 to 0.2),
-  so that several siblings of a wave are in flight when one of them crashes; the crashing
+  so that several siblings are in flight when one of them crashes; the crashing
   item sleeps ``CRASH_AFTER`` seconds first, so that some siblings finish before it and
   some are still running.
 - ``LT_CRASH_WAIT_DONE``: when set, the crashing item also waits (at most 10 s) until that
