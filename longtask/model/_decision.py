@@ -9,15 +9,19 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from longtask.model._canonical import canonical
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
 def plan_hash(plan: Any) -> str:
-    """Content hash of a plan (canonical JSON): what a decision is bound to."""
-    canonical = json.dumps(plan, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    """Content hash of a plan (its canonical encoding, the same in every process): what a
+    decision is bound to. A JSON plan hashes as its sorted, compact JSON text, as it did
+    before sets and models had a canonical form (so pending approvals keep their hash)."""
+    text = json.dumps(canonical(plan, "the plan"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Decision(BaseModel):

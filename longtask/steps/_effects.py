@@ -1,7 +1,7 @@
 """``ctx.effect``: outside calls at most once per idempotency key.
 
 The key is derived from the thread, the step (and map item), the effect's name and a hash
-of the canonical encoding of its arguments (longtask.store._canonical: the same in every
+of the canonical encoding of its arguments (longtask.model._canonical: the same in every
 process; an argument with no such encoding is refused) or the caller's own ``key=``, so a
 step that runs again — after a crash, a retry or on a fork with the same arguments — finds
 its earlier outcome instead of calling again:
@@ -25,7 +25,7 @@ from langgraph.types import interrupt
 
 from longtask.errors import InvalidInput, LongTaskError, OutcomeUnknown
 from longtask.model import StepInfo
-from longtask.store._canonical import NotCanonical, canonical_digest
+from longtask.model._canonical import NotCanonical, canonical_digest
 from longtask.store._values import to_json_bytes
 
 

@@ -18,7 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from longtask.errors import InvalidInput
-from longtask.store._canonical import NotCanonical, canonical, canonical_digest, canonical_json
+from longtask.model._canonical import NotCanonical, canonical, canonical_digest, canonical_json
 
 
 class Color(enum.Enum):
@@ -58,7 +58,7 @@ def test_dicts_and_sets_do_not_depend_on_order() -> None:
 
 def test_sets_hash_the_same_under_every_hash_seed() -> None:
     code = (
-        "from longtask.store._canonical import canonical_digest;"
+        "from longtask.model._canonical import canonical_digest;"
         "print(canonical_digest([{f's{i}' for i in range(40)}, {'k': frozenset('abcdef')}]))"
     )
     digests = {
