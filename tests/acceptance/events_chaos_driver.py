@@ -67,8 +67,11 @@ from longtask.runtime._taskref import load_task
 
 HERE = Path(__file__).resolve().parent
 TASK_REF = f"{HERE / 'events_chaos_task.py'}:task"
-#: kill delays are uniform up to this (s after the child starts): about a whole run
-EXPECTED = 1.5
+#: about how long a run spends starting, and in each stage (s, measured under load): kill
+#: delays are uniform over a bit more than what is left of the thread, so that kills fall
+#: all along a run and few runs finish first
+START = 0.25
+STAGE_TIME = {"prep": 0.2, "research": 0.45, "finish": 0.2}
 #: where kills must land (see _classify)
 PHASES = ("in_effect", "in_model_call", "in_step")
 CHILD_TIMEOUT = 90.0
@@ -249,33 +252,35 @@ class Driver:
 
     # a run ------------------------------------------------------------------------------------
 
-    def _status(self, thread: str) -> tuple[str | None, bool]:
+    def _status(self, thread: str) -> tuple[str | None, bool, float]:
+        """Status, whether a process holds it, and about how long its rest takes."""
         with Runner(self.db) as runner:
             try:
                 st = runner.status(thread)
             except ThreadNotFound:
-                return None, False
-            return st.status, st.active
+                return None, False, START + sum(STAGE_TIME.values())
+            left = {s.stage for s in st.steps if s.state != "completed"}
+            return st.status, st.active, START + sum(STAGE_TIME[s] for s in left)
 
-    def _wait_inactive(self, thread: str) -> str | None:
+    def _wait_inactive(self, thread: str) -> tuple[str | None, float]:
         deadline = time.monotonic() + BUSY_WAIT
         while True:
-            status, active = self._status(thread)
+            status, active, left = self._status(thread)
             if not active or time.monotonic() > deadline:
-                return status
+                return status, left
             time.sleep(0.02)
 
     def _run(self, thread: str, kill: bool) -> bool:
         """One run of ``thread`` (killed at a random point when ``kill``); True when the
         thread is completed afterwards."""
-        status = self._wait_inactive(thread)
+        status, left = self._wait_inactive(thread)
         if status == "completed":
             return True
         if status is None:
             args = ["run", TASK_REF, "--thread", thread, "--input", '{"subject": "crashes"}']
         else:
             args = ["resume", thread]
-        delay = self.rng.uniform(0.0, EXPECTED) if kill else None
+        delay = self.rng.uniform(0.0, 1.1 * left) if kill else None
         with tempfile.NamedTemporaryFile("r", suffix=".out", delete=False) as f:
             out = f.name
         try:
