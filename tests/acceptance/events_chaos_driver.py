@@ -112,8 +112,11 @@ def _child(args: list[str], out: str, wfd: int) -> None:
         os._exit(code)
 
 
-def _run_child(args: list[str], out: str, kill_after: float | None) -> tuple[bool, int | None]:
-    """Fork the CLI; SIGKILL it ``kill_after`` s after it is ready. (killed, exit code)."""
+def _run_child(
+    args: list[str], out: str, kill_after: float | None
+) -> tuple[int, bool, float, int | None]:
+    """Fork the CLI; SIGKILL it ``kill_after`` s after it is ready. Returns its pid, whether
+    it was killed, when (wall clock), and its exit code."""
     rfd, wfd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -156,13 +159,8 @@ def _run_child(args: list[str], out: str, kill_after: float | None) -> tuple[boo
         _, status = os.waitpid(pid, 0)
         os.close(rfd)
     killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
-    global LAST_PID, LAST_KILL_TS
-    LAST_PID, LAST_KILL_TS = pid, killed_at or time.time()
-    return killed, os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-
-
-LAST_PID = 0
-LAST_KILL_TS = 0.0
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    return pid, killed, killed_at or time.time(), code
 
 
 # -- reading the database -------------------------------------------------------------------
@@ -194,11 +192,7 @@ def stored_responses(runner: Runner, thread: str) -> set[str]:
         for type_, value in rows:
             if value is None:
                 continue
-            try:
-                obj = saver.serde.loads_typed((type_, bytes(value)))
-            except Exception:
-                continue
-            _walk_messages(obj, found)
+            _walk_messages(saver.serde.loads_typed((type_, bytes(value))), found)
     return found
 
 
@@ -284,7 +278,7 @@ class Driver:
         with tempfile.NamedTemporaryFile("r", suffix=".out", delete=False) as f:
             out = f.name
         try:
-            killed, code = _run_child(args, out, delay)
+            pid, killed, killed_at, code = _run_child(args, out, delay)
             output = Path(out).read_text(errors="replace")
         finally:
             os.unlink(out)
@@ -293,7 +287,7 @@ class Driver:
         phase = None
         if killed:
             self.kills += 1
-            phase = self._classify(LAST_PID, LAST_KILL_TS)
+            phase = self._classify(pid, killed_at)
             self.phases[phase] += 1
             self.check(thread)
         else:
