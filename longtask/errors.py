@@ -277,16 +277,17 @@ class CompensationFailed(LongTaskError):
 
 
 class LeaseLost(LongTaskError):
-    """This worker's lease on a thread was taken over (it stalled past its heartbeat): its
-    writes are refused, and it drops the job without touching the thread."""
+    """Another process advances this thread now: this one's lease epoch is stale (a worker
+    stalled past its heartbeat, or a single process lost its writer lock, e.g. its lock
+    connection was closed). Its writes are refused; it stops without touching the thread."""
 
     retryable = False
 
     def __init__(self, thread_id: str) -> None:
         self.thread_id = thread_id
         super().__init__(
-            f"the lease on thread {thread_id!r} was taken over by another worker; this "
-            "worker's writes were refused and it lets the thread go"
+            f"lease lost: thread {thread_id} is advanced by another process; this process's "
+            "writes were refused and it stopped without changing the thread"
         )
 
 

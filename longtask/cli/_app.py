@@ -4,6 +4,7 @@ that ``longtask --help`` stays fast."""
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -890,6 +891,11 @@ def _dispatch(argv: list[str] | None) -> int:
     # --debug is accepted anywhere on the line, not only before the command.
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    if not debug:
+        # The driver's own warnings (a pooled connection the server closed, a pipeline
+        # aborted by a refused write) are handled here; they would reach the user as bare
+        # lines naming psycopg's classes. `longtask worker` configures logging itself.
+        logging.getLogger("psycopg").setLevel(logging.ERROR)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if not debug and (args[:1] or [""])[0] not in ("serve", "worker"):
         # Long-running servers keep full tracebacks in their logs.

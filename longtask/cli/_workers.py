@@ -83,6 +83,7 @@ def worker(
     from longtask.runtime._worker import Worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("psycopg").setLevel(logging.NOTSET)  # a worker's log keeps them
     Worker(db, concurrency=concurrency, queues=queues, stalled_after=stalled_after, name=name).run()
 
 

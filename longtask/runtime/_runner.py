@@ -519,7 +519,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                 try:
                     self._compensate(task, thread_id, run, cancel)
                 finally:
-                    self._flush_events(propagating=sys.exc_info()[1] is not None)
+                    self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
                 return
             run = store.set_status(thread_id, "running", new_run=True)
             config = _config(thread_id, run)
@@ -545,12 +545,19 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     self._stream(env, graph, task, thread_id, graph_input, config, run, first)
             finally:
                 env.forget(thread_id)
-                self._flush_events(propagating=sys.exc_info()[1] is not None)
+                self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
 
-    def _flush_events(self, *, propagating: bool) -> None:
+    def _flush_events(self, thread_id: str, *, propagating: bool) -> None:
         try:
-            self.events_writer.flush()
-        except Exception:
+            self.events_writer.flush(thread_id)
+        except Exception as exc:
+            if lease_lost(exc):
+                # Refused with the run's writes: drop them, or this process would store
+                # them with a later run of the thread.
+                self.events_writer.take(thread_id)
+                if propagating:
+                    return
+                raise LeaseLost(thread_id) from exc
             if not propagating:
                 raise
             # The run's own error matters more than a lost event write; keep it visible.
@@ -668,7 +675,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             waiting = [
                 {"step": step, "kind": exc.kind, "reason": exc.reason, "command": exc.command}
             ]
-            self.events_writer.flush()
+            self._flush_events(thread_id, propagating=False)
             store.set_status(thread_id, "waiting_user", waiting=waiting)
             return
         step = getattr(exc, STEP_ATTR, None)
@@ -684,7 +691,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         self.events_writer.put(
             NewEvent(thread_id, "longtask.failed", f"{run}/longtask.failed", data=error)
         )
-        self.events_writer.flush()
+        self._flush_events(thread_id, propagating=False)
         store.set_status(thread_id, "failed", error=error)
         if step is None and not isinstance(exc, LimitReached):
             raise exc

@@ -135,13 +135,18 @@ def run_effect(
             found = reconcile(key)
             if found is not None:
                 to_json_bytes(found, f"the reconciled result of effect {name!r}")
-                store.effect_finish(key, "succeeded", result=found)
-                env.emit(
-                    call,
-                    "effect.succeeded",
-                    call.key("effect", key, "reconciled"),
-                    info,
-                    data={**data, "reconciled": True},
+                env.events.flush(call.thread_id)  # the thread's earlier events go first
+                store.effect_finish(
+                    key,
+                    "succeeded",
+                    result=found,
+                    event=env.event(
+                        call,
+                        "effect.succeeded",
+                        call.key("effect", key, "reconciled"),
+                        info,
+                        data={**data, "reconciled": True},
+                    ),
                 )
                 return found
             store.effect_forget(key)
@@ -179,29 +184,50 @@ def run_effect(
         # Reported once: the step fails now; a later resume may call the effect again.
         store.effect_finish(key, "failed", error=f"reported to the step: {row.error}")
         raise EffectFailed(f"effect {name!r} ({key}) was {row.error}")
-    number = store.effect_start(key, call.thread_id, info.name, name, digest)
+    # Each ledger write stores its event in its own transaction (a crash right after it
+    # keeps the record); the thread's earlier events are stored first, in order.
+    env.events.flush(call.thread_id)
+    number = store.effect_start(
+        key,
+        call.thread_id,
+        info.name,
+        name,
+        digest,
+        event=lambda n: env.event(
+            call, "effect.started", call.key("effect", key, n, "started"), info, data=data
+        ),
+    )
     if not number:
         row = store.effect(key)
         if row is not None and row.status == "succeeded":
             return row.result
         raise LongTaskError(f"effect {name!r} ({key}) is being performed by another process")
-    env.emit(call, "effect.started", call.key("effect", key, number, "started"), info, data=data)
     try:
         extra = {"idempotency_key": key} if _accepts_key(fn) else {}
         result = fn(*args, **kwargs, **extra)
         to_json_bytes(result, f"the result of effect {name!r}")
     except Exception as exc:
-        store.effect_finish(key, "failed", error=f"{type(exc).__name__}: {exc}"[:2000])
-        env.emit(
-            call,
-            "effect.failed",
-            call.key("effect", key, number, "failed"),
-            info,
-            data={**data, "error": f"{type(exc).__name__}: {exc}"[:500]},
+        env.events.flush(call.thread_id)
+        store.effect_finish(
+            key,
+            "failed",
+            error=f"{type(exc).__name__}: {exc}"[:2000],
+            event=env.event(
+                call,
+                "effect.failed",
+                call.key("effect", key, number, "failed"),
+                info,
+                data={**data, "error": f"{type(exc).__name__}: {exc}"[:500]},
+            ),
         )
         raise
-    store.effect_finish(key, "succeeded", result=result)
-    env.emit(
-        call, "effect.succeeded", call.key("effect", key, number, "succeeded"), info, data=data
+    env.events.flush(call.thread_id)
+    store.effect_finish(
+        key,
+        "succeeded",
+        result=result,
+        event=env.event(
+            call, "effect.succeeded", call.key("effect", key, number, "succeeded"), info, data=data
+        ),
     )
     return result

@@ -96,17 +96,30 @@ class StepEnv:
         attempt: int | None = None,
         data: dict[str, Any] | None = None,
     ) -> None:
-        """Queue an event about ``info``'s step (or just ``stage``) for the writer thread."""
-        self.events.put(
-            NewEvent(
-                call.thread_id,
-                kind,
-                key,
-                stage=info.stage if info else stage,
-                step=info.name if info else None,
-                attempt=attempt,
-                data=data,
-            )
+        """Queue an event about ``info``'s step (or just ``stage``): it commits with the
+        thread's next checkpoint."""
+        self.events.put(self.event(call, kind, key, info, stage=stage, attempt=attempt, data=data))
+
+    def event(
+        self,
+        call: NodeCall,
+        kind: str,
+        key: str,
+        info: StepInfo | None = None,
+        *,
+        stage: str | None = None,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> NewEvent:
+        """The event ``emit`` queues, for a write that stores it itself (the ledger's)."""
+        return NewEvent(
+            call.thread_id,
+            kind,
+            key,
+            stage=info.stage if info else stage,
+            step=info.name if info else None,
+            attempt=attempt,
+            data=data,
         )
 
     def context(

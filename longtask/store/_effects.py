@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from longtask.store._store import NewEvent
 
 EFFECT_STATUSES = ("started", "succeeded", "failed")
 
@@ -73,6 +77,15 @@ class EffectTables:
     def _run(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
+    def _run_with_event(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        event: Callable[[list[tuple[Any, ...]]], NewEvent | None],
+    ) -> list[tuple[Any, ...]]:
+        """``sql`` and the event ``event(rows)`` names (if any) in one transaction."""
+        raise NotImplementedError
+
     def effect(self, key: str) -> Effect | None:
         rows = self._run(f"SELECT {_COLS} FROM longtask_effects WHERE key = ?", (key,))
         return _effect(rows[0]) if rows else None
@@ -85,24 +98,46 @@ class EffectTables:
         )
         return [_effect(r) for r in rows]
 
-    def effect_start(self, key: str, thread_id: str, step: str, name: str, args_hash: str) -> int:
+    def effect_start(
+        self,
+        key: str,
+        thread_id: str,
+        step: str,
+        name: str,
+        args_hash: str,
+        event: Callable[[int], NewEvent] | None = None,
+    ) -> int:
         """Mark ``key`` started before its call. Returns the number of this call (1 for the
-        first), or 0 if it is already started or succeeded: then the caller must not call."""
+        first), or 0 if it is already started or succeeded: then the caller must not call.
+        ``event(number)`` is stored in the same transaction as the row: a crash right after
+        the commit keeps the record of the start."""
         now = time.time()
-        rows = self._run(
+
+        def started(rows: list[tuple[Any, ...]]) -> NewEvent | None:
+            return event(int(rows[0][0])) if rows and event is not None else None
+
+        rows = self._run_with_event(
             "INSERT INTO longtask_effects (key, thread_id, step, name, args_hash, status, "
             "calls, created_at, updated_at) VALUES (?,?,?,?,?,'started',1,?,?) "
             "ON CONFLICT (key) DO UPDATE SET status = 'started', error = NULL, "
             "calls = longtask_effects.calls + 1, updated_at = excluded.updated_at "
             "WHERE longtask_effects.status = 'failed' RETURNING calls",
             (key, thread_id, step, name, args_hash, now, now),
+            started,
         )
         return int(rows[0][0]) if rows else 0
 
     def effect_finish(
-        self, key: str, status: str, *, result: Any = None, error: str | None = None
+        self,
+        key: str,
+        status: str,
+        *,
+        result: Any = None,
+        error: str | None = None,
+        event: NewEvent | None = None,
     ) -> None:
-        self._run(
+        """Record the outcome; ``event`` commits with it."""
+        self._run_with_event(
             "UPDATE longtask_effects SET status = ?, result = ?, error = ?, updated_at = ? "
             "WHERE key = ?",
             (
@@ -112,6 +147,7 @@ class EffectTables:
                 time.time(),
                 key,
             ),
+            lambda _rows: event,
         )
 
     def effect_forget(self, key: str) -> None:

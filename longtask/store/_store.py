@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -141,6 +141,7 @@ _EVENT_INSERT = (
     "VALUES "
 )
 _EVENT_ROW = "(?,?,?,?,?,?,?,?)"
+_EVENT_ONE = f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING"
 
 _THREAD_COLS = (
     "thread_id, task_ref, task_name, task_version, definition_hash, definition, inputs, "
@@ -465,6 +466,26 @@ class SqliteStore(Store):
                 raise
             return rows
 
+    def _run_with_event(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        event: Callable[[list[tuple[Any, ...]]], NewEvent | None],
+    ) -> list[tuple[Any, ...]]:
+        with self._lock:
+            self._conn.commit()
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                rows = self._conn.execute(sql, tuple(params)).fetchall()
+                new = event(rows)
+                if new is not None:
+                    self._conn.execute(_EVENT_ONE, new.params())
+            except BaseException:
+                self._conn.rollback()
+                raise
+            self._conn.commit()
+            return rows
+
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
         with self._lock:
@@ -505,6 +526,25 @@ class PostgresStore(Store):
             rows = cur.fetchall() if cur.description else []
             # The shared pool hands out dict rows (the saver needs them); we read tuples.
             return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+
+    def _run_with_event(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        event: Callable[[list[tuple[Any, ...]]], NewEvent | None],
+    ) -> list[tuple[Any, ...]]:
+        with self._pool.connection() as conn:
+            with conn.cursor() as cur:
+                self.fence.apply(conn, cur)  # outside the transaction: a rollback keeps it
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(self._sql(sql), tuple(params))
+                rows = cur.fetchall() if cur.description else []
+                out = [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+                new = event(out)
+                if new is not None:
+                    cur.execute(self._sql(_EVENT_ONE), new.params())
+                    cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, new.thread_id))
+            return out
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:

@@ -100,7 +100,9 @@ def test_a_stalled_worker_is_fenced_off(
         log = tmp_path / "first.log"
         _until(
             "the first worker to give the thread up",
-            lambda: "was taken over by another worker" in log.read_text(),
+            lambda: (
+                f"lease lost: thread {thread} is advanced by another process" in log.read_text()
+            ),
         )
         time.sleep(0.5)
         assert runner.db.store.checkpoint_tree(thread) == done  # nothing written since
@@ -177,4 +179,4 @@ def test_a_strict_worker_does_not_take_over_a_slow_beating_one(
         _until("the thread to complete", lambda: runner.status(thread).status == "completed")
         runs = [int(p) for p in (tmp_path / "runs").read_text().split()]
         assert runs == [slow.pid]  # s2 ran once, on the worker that held it
-        assert "taken over" not in (tmp_path / "slow.log").read_text()
+        assert "lease lost" not in (tmp_path / "slow.log").read_text()

@@ -352,7 +352,9 @@ def test_unknown_effects_in_items_pause_the_thread_one_item_at_a_time(runner: Ru
     keys = {}
     for i in (1, 3):
         keys[i] = effect_key(thread, "bill", "charge", args_digest("charge", (i,), {}), i)
-        runner.db.store.effect_start(keys[i], thread, "bill", "charge", args_digest("charge", (i,), {}))
+        runner.db.store.effect_start(
+            keys[i], thread, "bill", "charge", args_digest("charge", (i,), {})
+        )
     runner.start(task, thread_id=thread)
     st = runner.status(thread)
     assert st.status == "waiting_user"
