@@ -29,7 +29,7 @@ import json
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
@@ -339,20 +339,48 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         rows = self.backend.checkpoint_rows(thread_id, "", None, before, limit)
         return self._tuples(rows, with_values=False)
 
+    def head(
+        self,
+        thread_id: str,
+        *,
+        load: Callable[[str], bool] | None = None,
+        small: int = 0,
+    ) -> CheckpointTuple | None:
+        """The thread's latest root checkpoint, with its pending writes but only the channel
+        values that ``load`` names, and those of at most ``small`` bytes: what the Runner's
+        status and bookkeeping need, without reading every result of a long thread."""
+        rows = self.backend.checkpoint_rows(thread_id, "", None, None, 1)
+        if not rows:
+            return None
+        return self._tuples(rows, load=load or (lambda channel: False), small=small)[0]
+
     def _tuples(
-        self, rows: Sequence[tuple[Any, ...]], with_values: bool = True
+        self,
+        rows: Sequence[tuple[Any, ...]],
+        with_values: bool = True,
+        *,
+        load: Callable[[str], bool] | None = None,
+        small: int = 0,
     ) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples for rows of ``longtask_cp_checkpoints`` (see ``checkpoint_rows``
         for the columns): maps rebuilt from their snapshots, values and writes read in one
-        query each."""
+        query each (``load``/``small``: only some values, see ``head``)."""
         maps = self._maps_of(rows)
         pairs: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        others: dict[tuple[str, str], set[tuple[str, str]]] = {}
         for r in rows if with_values else ():
             cv = maps[(r[0], r[1], r[2])][0]
             want = pairs.setdefault((r[0], r[1]), set())
-            want.update((c, version_key(v)) for c, v in cv.items())
+            rest = others.setdefault((r[0], r[1]), set())
+            for c, v in cv.items():
+                (want if load is None or load(c) else rest).add((c, version_key(v)))
         values = {
-            scope: self.backend.values(scope[0], scope[1], sorted(want))
+            scope: self.backend.values(
+                scope[0],
+                scope[1],
+                sorted(want),
+                (sorted(others[scope]), small) if small and others[scope] else None,
+            )
             for scope, want in pairs.items()
         }
         writes = self.backend.writes([(r[0], r[1], r[2]) for r in rows]) if with_values else {}

@@ -151,18 +151,28 @@ class Backend(ABC):
         )
 
     def values(
-        self, thread_id: str, ns: str, pairs: Sequence[tuple[str, str]]
+        self,
+        thread_id: str,
+        ns: str,
+        pairs: Sequence[tuple[str, str]],
+        small: tuple[Sequence[tuple[str, str]], int] | None = None,
     ) -> dict[tuple[str, str], tuple[str, bytes]]:
-        if not pairs:
+        """The stored values of these (channel, version) pairs; with ``small`` (pairs, n),
+        also those of the other pairs whose value is at most n bytes."""
+        if not pairs and not small:
             return {}
         # The pairs go as one JSON parameter (a list of [channel, version]): the server
         # parses it faster than a driver builds two arrays of thousands of strings.
-        rows = self.read(
+        sql = (
             "SELECT v.channel, v.version, v.type, v.value FROM longtask_cp_values v "
             f"JOIN {self._json_pairs()} ON v.channel = k.channel AND v.version = k.version "
-            "WHERE v.thread_id = ? AND v.checkpoint_ns = ?",
-            (json.dumps(pairs), thread_id, ns),
+            "WHERE v.thread_id = ? AND v.checkpoint_ns = ?"
         )
+        rows = self.read(sql, (json.dumps(pairs), thread_id, ns)) if pairs else []
+        if small:
+            rows += self.read(
+                sql + " AND length(v.value) <= ?", (json.dumps(small[0]), thread_id, ns, small[1])
+            )
         return {(r[0], r[1]): (r[2], bytes(r[3]) if r[3] is not None else b"") for r in rows}
 
     def writes(self, keys: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str, str], list[Row]]:

@@ -537,7 +537,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                         },
                     )
                 )
-            elif graph_input is None and self.db.saver.get_tuple(_config(thread_id)) is None:
+            elif graph_input is None and self.db.saver.head(thread_id) is None:
                 # The first run died before LangGraph stored its input checkpoint.
                 graph_input = {INPUTS_CHANNEL: rec.inputs}
             try:
@@ -718,13 +718,15 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
 
     def _done_steps(self, thread_id: str) -> set[str]:
         """Steps whose result is in the latest checkpoint or in its pending writes."""
-        return _done_in(self.db.saver.get_tuple(_config(thread_id)))
+        return _done_in(self.db.saver.head(thread_id))
 
     def status(self, thread_id: str) -> ThreadStatus:
         """Status, progress, current stage and per-step states, from the thread record and
         the latest checkpoint only (no history walk, no task import)."""
         rec = self._thread(thread_id)
-        tup = self.db.saver.get_tuple(_config(thread_id))
+        # Without the results: the fix loops' rounds, and the small values a skip leaves
+        # ({"v": null, "skipped": ...}).
+        tup = self.db.saver.head(thread_id, load=lambda c: c.startswith("fix."), small=1024)
         done = _done_in(tup)
         skipped = _skipped_in(tup)
         waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
