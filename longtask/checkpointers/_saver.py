@@ -444,13 +444,16 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
     ) -> dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
         """(channel_versions, versions_seen, decoded state) of each row, each its own copy."""
         Key = tuple[str, str, str]
-        deltas: dict[tuple[str, str], builtins.list[str]] = {}
+        # a delta's line back to its snapshot: by base, the deepest and newest row asked for
+        lines: dict[tuple[str, str, str], tuple[int, str]] = {}
         for r in rows:
-            if r[5]:  # a delta: its line back to its snapshot is read with it
-                deltas.setdefault((r[0], r[1]), []).append(r[2])
+            if r[5]:
+                scope = (r[0], r[1], r[4])
+                depth, upto = lines.get(scope, (0, r[2]))
+                lines[scope] = (max(depth, r[5]), max(upto, r[2]))
         known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
-        for (thread_id, ns), ids in deltas.items():
-            for cid, parent, state in self.backend.chain(thread_id, ns, ids):
+        for (thread_id, ns, base_id), (depth, upto) in lines.items():
+            for cid, parent, state in self.backend.chain(thread_id, ns, base_id, depth, upto):
                 known[(thread_id, ns, cid)] = (parent, _maps.decode(state))
         for r in rows:
             known.setdefault((r[0], r[1], r[2]), (r[3], _maps.decode(r[6])))

@@ -135,19 +135,18 @@ class Backend(ABC):
             params.append(limit)
         return self.read(sql, params)
 
-    def chain(self, thread_id: str, ns: str, ids: Sequence[str]) -> list[Row]:
-        """(id, parent id, state) of these checkpoints and of their ancestors back to the
-        nearest snapshot: every link their deltas need (at most ``FULL_EVERY`` a line), in
-        one read."""
+    def chain(
+        self, thread_id: str, ns: str, base_id: str, below_depth: int, upto: str
+    ) -> list[Row]:
+        """(id, parent id, state) of the rows stored against snapshot ``base_id`` that can
+        be links of a delta line ending at depth ``below_depth`` (or less) by ``upto``: one
+        indexed read. (Forks of one checkpoint share its base and depth + 1, so they are
+        not read for each other.)"""
         return self.read(
-            "WITH RECURSIVE line (checkpoint_id, parent_id, depth, state) AS ("
-            "SELECT checkpoint_id, parent_id, depth, state FROM longtask_cp_checkpoints "
-            f"WHERE thread_id = ? AND checkpoint_ns = ? AND {self._ids_in()} "
-            "UNION SELECT c.checkpoint_id, c.parent_id, c.depth, c.state "
-            "FROM longtask_cp_checkpoints c JOIN line ON c.checkpoint_id = line.parent_id "
-            "WHERE c.thread_id = ? AND c.checkpoint_ns = ? AND line.depth > 0) "
-            "SELECT checkpoint_id, parent_id, state FROM line",
-            (thread_id, ns, self._ids_param(ids), thread_id, ns),
+            "SELECT checkpoint_id, parent_id, state FROM longtask_cp_checkpoints "
+            "WHERE thread_id = ? AND checkpoint_ns = ? AND base_id = ? AND depth < ? "
+            "AND checkpoint_id <= ?",
+            (thread_id, ns, base_id, below_depth, upto),
         )
 
     def values(
