@@ -57,6 +57,14 @@ _BASE_KEYS = frozenset(
 )
 #: how many (thread, namespace) heads keep their maps in memory for the next delta
 _CACHE = 512
+#: serialised channel values kept in memory (bytes, and the largest value kept)
+_VALUES_CACHE = 64 * 1024 * 1024
+_VALUE_CACHED_UP_TO = 1024 * 1024
+
+ValueKey = tuple[str, str, str, str]  # thread, namespace, channel, version
+#: cached for a version whose channel had no value (LangGraph's trigger channels): the
+#: checkpoint naming a version commits with its value rows, so none can appear later
+_ABSENT: tuple[str, bytes] = ("", b"")
 
 
 def version_key(version: Any) -> str:
@@ -94,6 +102,12 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self.outbox = outbox
         self._heads: OrderedDict[tuple[str, str], _Head] = OrderedDict()
         self._heads_lock = threading.Lock()
+        # A value row never changes once stored (its version has a random part, and
+        # conflicts are ignored), so the serialised values this process wrote or read are
+        # kept: reading the latest checkpoint again (a resume reads it several times) then
+        # fetches only the values it has not seen.
+        self._values: OrderedDict[ValueKey, tuple[str, bytes]] = OrderedDict()
+        self._values_bytes = 0
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -202,6 +216,12 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
 
         self._commit(thread_id, work)
         self._remember(key, checkpoint_id, _maps.copy_maps(cv, vs), base_id, depth)
+        self._cache_values(((thread_id, ns, r[2], r[3]), (r[4], r[5])) for r in value_rows)
+        self._cache_values(
+            ((thread_id, ns, channel, version_key(version)), _ABSENT)
+            for channel, version in new_versions.items()
+            if channel not in values
+        )
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -218,6 +238,42 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             self._heads.move_to_end(key)
             while len(self._heads) > _CACHE:
                 self._heads.popitem(last=False)
+
+    def _cache_values(self, items: Any) -> None:
+        with self._heads_lock:
+            for key, value in items:
+                size = len(value[1]) + 100
+                if size > _VALUE_CACHED_UP_TO or key in self._values:
+                    continue
+                self._values[key] = value
+                self._values_bytes += size
+            while self._values_bytes > _VALUES_CACHE and self._values:
+                _, (_, old) = self._values.popitem(last=False)
+                self._values_bytes -= len(old) + 100
+
+    def _stored_values(
+        self, thread_id: str, ns: str, pairs: set[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, bytes]]:
+        """The serialised values of these (channel, version) pairs: from memory, the rest
+        in one read."""
+        found: dict[tuple[str, str], tuple[str, bytes]] = {}
+        known: set[tuple[str, str]] = set()
+        with self._heads_lock:
+            for pair in pairs:
+                hit = self._values.get((thread_id, ns, *pair))
+                if hit is not None:
+                    known.add(pair)
+                    if hit is not _ABSENT:
+                        found[pair] = hit
+        missing = sorted(pairs - known)
+        if missing:
+            read = self.backend.values(thread_id, ns, missing)
+            found.update(read)
+            # pairs without a row are kept as _ABSENT: asked for again, they cost nothing
+            self._cache_values(
+                ((thread_id, ns, *pair), read.get(pair, _ABSENT)) for pair in missing
+            )
+        return found
 
     def put_writes(
         self,
@@ -321,8 +377,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             want = pairs.setdefault((r[0], r[1]), set())
             want.update((c, version_key(v)) for c, v in cv.items())
         values = {
-            scope: self.backend.values(scope[0], scope[1], sorted(want))
-            for scope, want in pairs.items()
+            scope: self._stored_values(scope[0], scope[1], want) for scope, want in pairs.items()
         }
         writes = self.backend.writes([(r[0], r[1], r[2]) for r in rows]) if with_values else {}
         out = []
@@ -385,9 +440,18 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
     ) -> dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
         """(channel_versions, versions_seen, decoded state) of each row, each its own copy."""
         Key = tuple[str, str, str]
+        # The head a (thread, namespace) last wrote or read has its maps in memory: the
+        # latest checkpoint, read again and again while a run resumes, needs no chain read.
+        cached: dict[Key, tuple[dict[str, Any], dict[str, Any]]] = {}
+        with self._heads_lock:
+            for r in rows:
+                head = self._heads.get((r[0], r[1]))
+                if head is not None and head.checkpoint_id == r[2]:
+                    cached[(r[0], r[1], r[2])] = _maps.copy_maps(head.cv, head.vs)
         deltas: dict[tuple[str, str], builtins.list[str]] = {}
         for r in rows:
-            if r[5]:  # a delta: its line back to its snapshot is read with it
+            if r[5] and (r[0], r[1], r[2]) not in cached:
+                # a delta: its line back to its snapshot is read with it
                 deltas.setdefault((r[0], r[1]), []).append(r[2])
         known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
         for (thread_id, ns), ids in deltas.items():
@@ -417,7 +481,8 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         out = {}
         for r in rows:
             key = (r[0], r[1], r[2])
-            out[key] = (*build(key), known[key][1])
+            maps = cached.get(key) or build(key)
+            out[key] = (*maps, known[key][1])
         return out
 
     # -- maintenance -------------------------------------------------------------------------
@@ -479,6 +544,8 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         with self._heads_lock:
             for key in [k for k in self._heads if match(k)]:
                 del self._heads[key]
+            for vkey in [k for k in self._values if match(k[:2])]:
+                self._values_bytes -= len(self._values.pop(vkey)[1]) + 100
 
     # -- async: the sync methods in a worker thread ------------------------------------------
 
