@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import itertools
 import json
 import math
@@ -93,6 +94,14 @@ class Shape:
             digits = len(str(self.stages - 1))
             return [[f"s{i:0{digits}d}"] for i in range(self.stages)]
         return [[f"s{j:02d}_{k}" for k in range(self.width)] for j in range(self.stages)]
+
+
+def timed_cpu(fn: Callable[[], Any]) -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds) of ``fn()``, after a garbage collection."""
+    gc.collect()
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def trivial_result(i: int) -> dict[str, Any]:
@@ -242,9 +251,9 @@ def time_shape(backend: Backend, shape: Shape, reps: int) -> Timing:
             # Alternate the order so that drift (caches, autovacuum, file growth) hits both.
             pair = [(run_lt, lt, lt_cpu), (run_raw, raw, raw_cpu)]
             for fn, out, cpu in pair if rep % 2 == 0 else reversed(pair):
-                c0 = time.process_time()
-                out.append(timed(fn) / shape.steps)
-                cpu.append((time.process_time() - c0) / shape.steps)
+                wall, used = timed_cpu(fn)
+                out.append(wall / shape.steps)
+                cpu.append(used / shape.steps)
         return Timing(backend.name, shape, lt, raw, lt_cpu, raw_cpu)
 
 
@@ -757,6 +766,7 @@ def print_storage(runs: list[StorageRun]) -> None:
 
 READ_TARGETS = {
     "status": ("Runner.status", "get_state", 0.010),
+    "status_cold": ("Runner.status, new Runner", "get_state, new saver", 0.010),
     "history": ("Runner.history(limit=20)", "get_state_history(limit=20)", 0.020),
     "resume": ("signal + run one step", "Command(resume) + one step", 0.020),
     "compile": ("Runner.graph(task), first call", "StateGraph + compile", 0.200),
@@ -771,6 +781,8 @@ class Reads:
     lt: dict[str, list[float]]
     raw: dict[str, list[float]]
     setup: dict[str, float]
+    lt_cpu: dict[str, list[float]]
+    raw_cpu: dict[str, list[float]]
 
 
 def _wait_name(r: int) -> str:
@@ -853,32 +865,66 @@ def reads_run(backend: Backend, steps: int, compile_steps: int, reps: int) -> Re
         if graph.get_state(config).next != ("w0",):
             raise RuntimeError(f"raw reads thread: next={graph.get_state(config).next}")
 
-        def repeat(fn: Callable[[], Any]) -> list[float]:
-            fn()  # warm-up (pool connections, caches): not timed
-            return [timed(fn) for _ in range(reps)]
+        lt_cpu: dict[str, list[float]] = {}
+        raw_cpu: dict[str, list[float]] = {}
 
-        lt["status"] = repeat(lambda: runner.status(tid))
-        raw["status"] = repeat(lambda: graph.get_state(config))
-        lt["history"] = repeat(lambda: runner.history(tid, 20))
-        raw["history"] = repeat(lambda: list(graph.get_state_history(config, limit=20)))
+        def measure(
+            fn: Callable[[], Any], cpu: list[float], before: Callable[[], Any] | None = None
+        ) -> list[float]:
+            fn()  # warm-up (pool connections, caches): not timed
+            out = []
+            for _ in range(reps):
+                arg = before() if before else None
+                wall, used = timed_cpu(lambda: fn(arg) if before else fn())  # noqa: B023
+                out.append(wall)
+                cpu.append(used)
+            return out
+
+        def both(
+            key: str, lt_fn: Any, raw_fn: Any, lt_before: Any = None, raw_before: Any = None
+        ) -> None:
+            lt[key] = measure(lt_fn, lt_cpu.setdefault(key, []), lt_before)
+            raw[key] = measure(raw_fn, raw_cpu.setdefault(key, []), raw_before)
+
+        both("status", lambda: runner.status(tid), lambda: graph.get_state(config))
+        # A new process would start cold: a new Runner (and a new raw saver) per read;
+        # opening them is not timed.
+        both(
+            "status_cold",
+            lambda r=None: (r or runner).status(tid),
+            lambda g=None: (g or graph).get_state(config),
+            lt_env.runner,
+            lambda: build_reads_raw(steps, result, waits, raw_env.raw_saver()),
+        )
+        both(
+            "history",
+            lambda: runner.history(tid, 20),
+            lambda: list(graph.get_state_history(config, limit=20)),
+        )
         lt_waits = iter(range(waits))
         raw_waits = iter(range(waits))
-        lt["resume"] = repeat(
-            lambda: runner.signal(tid, _wait_name(next(lt_waits)), {"ok": True}, task=task)
+        both(
+            "resume",
+            lambda: runner.signal(tid, _wait_name(next(lt_waits)), {"ok": True}, task=task),
+            lambda: (next(raw_waits), raw_stream(Command(resume={"ok": True}))),
         )
-        raw["resume"] = repeat(lambda: (next(raw_waits), raw_stream(Command(resume={"ok": True}))))
         done = sum(s.state == "completed" for s in runner.status(tid).steps)
         if done != steps + 2 * waits:
             raise RuntimeError(f"longtask reads thread: {done} steps completed")
 
         shape = Shape("linear", compile_steps, 1)
-        lt["compile"] = []
-        raw["compile"] = []
+        for key in ("compile",):
+            lt[key], raw[key], lt_cpu[key], raw_cpu[key] = [], [], [], []
         for _ in range(reps):
             fresh = build_longtask(shape, trivial_result, "bench_compile")
-            lt["compile"].append(timed(lambda: runner.graph(fresh)))  # noqa: B023
-            raw["compile"].append(timed(lambda: build_raw(shape, trivial_result, saver)))
-    return Reads(backend.name, steps, compile_steps, lt, raw, setup)
+            for side, side_cpu, fn in (
+                (lt, lt_cpu, lambda: runner.graph(fresh)),  # noqa: B023
+                (raw, raw_cpu, lambda: build_raw(shape, trivial_result, saver)),
+            ):
+                wall, used = timed_cpu(fn)
+                side["compile"].append(wall)
+                side_cpu["compile"].append(used)
+    return Reads(backend.name, steps, compile_steps, lt, raw, setup, lt_cpu, raw_cpu)
 
 
 def print_reads(reads: list[Reads], reps: int) -> None:
@@ -901,6 +947,8 @@ def print_reads(reads: list[Reads], reps: int) -> None:
                     raw_label,
                     ms(raw_t),
                     f"{lt_t / raw_t:.2f}",
+                    ms(statistics.median(r.lt_cpu[key])),
+                    ms(statistics.median(r.raw_cpu[key])),
                     f"<= {target * 1000:.0f}: {'met' if lt_t <= target else 'missed'}"
                     if r.backend == "postgres"
                     else "-",
@@ -917,6 +965,8 @@ def print_reads(reads: list[Reads], reps: int) -> None:
                 "raw LangGraph",
                 "raw ms",
                 "ratio",
+                "lt CPU ms",
+                "raw CPU ms",
                 "target ms (PostgreSQL)",
             ],
             rows,
@@ -934,7 +984,11 @@ def print_reads(reads: list[Reads], reps: int) -> None:
         "wait's event (Runner.signal; raw: stream Command(resume=...)) and run the one step "
         "after it to the next wait. compile: a first Runner.graph() of a new task object of "
         "that many steps (the cache is per task), against building and compiling the raw "
-        "StateGraph. One untimed call of each read first.)"
+        "StateGraph. One untimed call of each read first. 'new Runner' / 'new saver': each read "
+        "on a Runner (a raw graph and saver) opened just before, untimed, as a new process "
+        "would read: nothing cached. CPU = this process's CPU time (the client side; the "
+        "database server's is not counted): on a loaded machine the wall time is mostly "
+        "waiting for a CPU.)"
     )
 
 
