@@ -451,11 +451,11 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         deltas: dict[tuple[str, str], builtins.list[str]] = {}
         for r in rows:
             if r[5] and (r[0], r[1], r[2]) not in cached:
-                # a delta: its line back to its snapshot is read with it
-                deltas.setdefault((r[0], r[1]), []).append(r[2])
+                # a delta: its line back to its snapshot (r[4]) is read with it
+                deltas.setdefault((r[0], r[1]), []).append(r[4])
         known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
-        for (thread_id, ns), ids in deltas.items():
-            for cid, parent, state in self.backend.chain(thread_id, ns, ids):
+        for (thread_id, ns), bases in deltas.items():
+            for cid, parent, state in self.backend.chain(thread_id, ns, bases):
                 known[(thread_id, ns, cid)] = (parent, _maps.decode(state))
         for r in rows:
             known.setdefault((r[0], r[1], r[2]), (r[3], _maps.decode(r[6])))

@@ -111,19 +111,15 @@ class Backend(ABC):
             params.append(limit)
         return self.read(sql, params)
 
-    def chain(self, thread_id: str, ns: str, ids: Sequence[str]) -> list[Row]:
-        """(id, parent id, state) of these checkpoints and of their ancestors back to the
-        nearest snapshot: every link their deltas need (at most ``FULL_EVERY`` a line), in
-        one read."""
+    def chain(self, thread_id: str, ns: str, bases: Sequence[str]) -> list[Row]:
+        """(id, parent id, state) of every checkpoint stored against these snapshots (its
+        ``base_id``): a delta's whole line back to its snapshot shares the snapshot's id
+        as ``base_id`` (at most ``FULL_EVERY`` a line, plus forks from inside the line), so
+        one indexed read finds every link, whatever the thread's length."""
         return self.read(
-            "WITH RECURSIVE line (checkpoint_id, parent_id, depth, state) AS ("
-            "SELECT checkpoint_id, parent_id, depth, state FROM longtask_cp_checkpoints "
-            f"WHERE thread_id = ? AND checkpoint_ns = ? AND {self._ids_in()} "
-            "UNION SELECT c.checkpoint_id, c.parent_id, c.depth, c.state "
-            "FROM longtask_cp_checkpoints c JOIN line ON c.checkpoint_id = line.parent_id "
-            "WHERE c.thread_id = ? AND c.checkpoint_ns = ? AND line.depth > 0) "
-            "SELECT checkpoint_id, parent_id, state FROM line",
-            (thread_id, ns, self._ids_param(ids), thread_id, ns),
+            "SELECT checkpoint_id, parent_id, state FROM longtask_cp_checkpoints "
+            f"WHERE thread_id = ? AND checkpoint_ns = ? AND {self._ids_in('base_id')}",
+            (thread_id, ns, self._ids_param(sorted(set(bases)))),
         )
 
     def values(
