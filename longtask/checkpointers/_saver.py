@@ -359,8 +359,9 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self, thread_id: str, *, before: str | None = None, limit: int = 20
     ) -> builtins.list[CheckpointTuple]:
         """The latest ``limit`` root checkpoints of a thread (older than ``before``), with
-        their version maps and metadata but without channel values or pending writes: what
-        history views need, read without the values' bytes."""
+        their channel versions and metadata but without channel values, pending writes or
+        ``versions_seen`` (left empty): what history views need, read without the values'
+        bytes and without copying a map per node and checkpoint."""
         rows = self.backend.checkpoint_rows(thread_id, "", None, before, limit)
         return self._tuples(rows, with_values=False)
 
@@ -370,7 +371,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         """Checkpoint tuples for rows of ``longtask_cp_checkpoints`` (see ``checkpoint_rows``
         for the columns): maps rebuilt from their snapshots, values and writes read in one
         query each."""
-        maps = self._maps_of(rows)
+        maps = self._maps_of(rows, seen=with_values)
         pairs: dict[tuple[str, str], set[tuple[str, str]]] = {}
         for r in rows if with_values else ():
             cv = maps[(r[0], r[1], r[2])][0]
@@ -436,9 +437,10 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         return out
 
     def _maps_of(
-        self, rows: Sequence[tuple[Any, ...]]
+        self, rows: Sequence[tuple[Any, ...]], seen: bool = True
     ) -> dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
-        """(channel_versions, versions_seen, decoded state) of each row, each its own copy."""
+        """(channel_versions, versions_seen, decoded state) of each row, each its own copy
+        (``seen=False``: versions_seen left empty)."""
         Key = tuple[str, str, str]
         # The head a (thread, namespace) last wrote or read has its maps in memory: the
         # latest checkpoint, read again and again while a run resumes, needs no chain read.
@@ -447,7 +449,9 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             for r in rows:
                 head = self._heads.get((r[0], r[1]))
                 if head is not None and head.checkpoint_id == r[2]:
-                    cached[(r[0], r[1], r[2])] = _maps.copy_maps(head.cv, head.vs)
+                    cached[(r[0], r[1], r[2])] = (
+                        _maps.copy_maps(head.cv, head.vs) if seen else (dict(head.cv), {})
+                    )
         deltas: dict[tuple[str, str], builtins.list[str]] = {}
         for r in rows:
             if r[5] and (r[0], r[1], r[2]) not in cached:
@@ -472,7 +476,15 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             cv: dict[str, Any] = {}
             vs: dict[str, Any] = {}
             for state in reversed(line):
-                if state["full"]:
+                if not seen:
+                    # channel versions only: a shallow copy, and only their part of a delta
+                    if state["full"]:
+                        cv = dict(state.get("c", {}))
+                    else:
+                        for k in state.get("cx", ()):
+                            cv.pop(k, None)
+                        cv.update(state.get("c", {}))
+                elif state["full"]:
                     cv, vs = _maps.copy_maps(state.get("c", {}), state.get("s", {}))
                 else:
                     _maps.apply(cv, vs, state)
