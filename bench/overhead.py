@@ -7,20 +7,25 @@
     python bench/overhead.py --pg postgresql://root@127.0.0.1:5432/test
     python bench/overhead.py --parts time --reps 21   # only the timings, more runs
 
-Three parts, all in one run and against the same saver:
+Four parts, all in one run; longtask runs on its own saver, raw LangGraph on
+``SqliteSaver`` / ``PostgresSaver``:
 
-1. Time: median per-step wall time of ``Runner.start`` against ``graph.stream`` of a raw
-   ``StateGraph`` with the same nodes, edges, per-node result channels, saver set-up and
-   ``durability="sync"``, for a linear task (200 stages of one step) and a wide one
-   (20 stages of 8 parallel steps). Per-step time = wall time of one run / steps.
-2. Where the time goes: SQL statements per step (by table) and time spent in longtask's
-   own tables, from one extra, instrumented run of each (not part of the timings).
-3. Storage: bytes a thread stores per step for linear tasks with ~2 KB step results, and
-   how often one step's result is stored.
+1. Time: median per-step wall time (and client CPU) of ``Runner.start`` against
+   ``graph.stream`` of a raw ``StateGraph`` with the same nodes, edges, per-node result
+   channels and ``durability="sync"``, for a linear task (200 stages of one step) and a wide
+   one (20 stages of 8 parallel steps). Per-step time = wall time of one run / steps.
+2. Where the time goes: SQL statements per step (by table) and time spent in the savers and
+   longtask's store, from one extra, instrumented run of each (not part of the timings).
+3. Storage: bytes a thread stores per step for linear and wide tasks with ~2 KB step
+   results at 50 to 2,000 steps, how often one step's result is stored, and the growth
+   exponent k of bytes ~ steps^k (least squares on log-log).
+4. Reads on a 2,000-step thread: status, history(limit=20), a resume of one step, and
+   compiling a 1,600-step task, against LangGraph's equivalents.
 
-This is a benchmark, not a test: it prints figures and never checks them against a target.
-Each measurement gets a fresh SQLite file or a fresh PostgreSQL database (created through the
-admin URL ``--pg`` / ``$LONGTASK_BENCH_PG`` and dropped afterwards).
+The targets of issue 14 are printed beside the figures. This is a benchmark, not a test: it
+never fails on a target. Each measurement gets a fresh SQLite file or a fresh PostgreSQL
+database (created through the admin URL ``--pg`` / ``$LONGTASK_BENCH_PG`` and dropped
+afterwards).
 """
 
 from __future__ import annotations
