@@ -14,6 +14,7 @@ import hashlib
 import importlib.metadata
 import os
 import platform
+import re
 import shlex
 import shutil
 import sqlite3
@@ -71,11 +72,19 @@ def payload_maker(tag: str) -> tuple[ResultFn, bytes]:
 
 @dataclass
 class Storage:
-    """Bytes one thread stored, by table (logical sizes: what the saver wrote)."""
+    """Bytes one thread stored, by table (logical sizes: what the saver and the store wrote).
+
+    The same fields for both sides: ``checkpoints`` are the checkpoint rows (LangGraph's
+    ``checkpoints``: checkpoint + metadata; longtask's ``longtask_cp_checkpoints``: state +
+    metadata + updated channels), ``values`` the channel values stored apart from them
+    (``checkpoint_blobs`` of PostgresSaver, ``longtask_cp_values``; SqliteSaver keeps them in
+    the checkpoint rows), ``writes`` the pending writes. longtask also stores results above
+    a size in ``longtask_blobs``, map items in ``longtask_map_items`` and its event log."""
 
     checkpoints: int = 0
     checkpoint_rows: int = 0
-    checkpoint_blobs: int = 0  # PostgreSQL only
+    values: int = 0
+    value_rows: int = 0
     writes: int = 0
     lt_blobs: int = 0
     map_items: int = 0  # longtask_map_items.result
@@ -87,8 +96,14 @@ class Storage:
 
     @property
     def total(self) -> int:
+        """Everything the thread stored but its thread record (events included)."""
         return (
-            self.checkpoints + self.checkpoint_blobs + self.writes + self.lt_blobs + self.map_items
+            self.checkpoints
+            + self.values
+            + self.writes
+            + self.lt_blobs
+            + self.map_items
+            + self.events
         )
 
 
@@ -108,6 +123,89 @@ class Env:
         raise NotImplementedError
 
 
+# (field, query) pairs: each query selects byte strings whose lengths add up to the field,
+# for one thread (the parameter). ``{b}`` turns a column into its bytes in the dialect.
+_RAW_SQLITE = [
+    ("checkpoints", "SELECT checkpoint, metadata FROM checkpoints WHERE thread_id = ?"),
+    ("writes", "SELECT value FROM writes WHERE thread_id = ?"),
+]
+_RAW_PG = [
+    (
+        "checkpoints",
+        "SELECT convert_to(checkpoint::text, 'UTF8'), convert_to(metadata::text, 'UTF8') "
+        "FROM checkpoints WHERE thread_id = %s",
+    ),
+    ("values", "SELECT blob FROM checkpoint_blobs WHERE thread_id = %s"),
+    ("writes", "SELECT blob FROM checkpoint_writes WHERE thread_id = %s"),
+]
+_LONGTASK = [
+    (
+        "checkpoints",
+        "SELECT state, {b(metadata)}, {b(updated)} FROM longtask_cp_checkpoints "
+        "WHERE thread_id = ?",
+    ),
+    ("values", "SELECT value FROM longtask_cp_values WHERE thread_id = ?"),
+    ("writes", "SELECT value FROM longtask_cp_writes WHERE thread_id = ?"),
+    ("map_items", "SELECT {b(result)} FROM longtask_map_items WHERE thread_id = ?"),
+    # blobs are content-addressed and shared: each database here holds one thread
+    ("lt_blobs", "SELECT data FROM longtask_blobs WHERE CAST(? AS TEXT) IS NOT NULL"),
+]
+# events: their text columns plus 24 bytes for the numbers (id, attempt, ts)
+_EVENTS = (
+    "SELECT count(*), coalesce(sum({len(kind)} + coalesce({len(stage)}, 0) "
+    "+ coalesce({len(step)}, 0) + {len(data)} + {len(dedupe_key)} + 24), 0) "
+    "FROM longtask_events WHERE thread_id = ?"
+)
+_THREAD = (
+    "SELECT coalesce(sum({len(definition)} + coalesce({len(inputs)}, 0)), 0) "
+    "FROM longtask_threads WHERE thread_id = ?"
+)
+_ROWS = {"checkpoints": "checkpoint_rows", "values": "value_rows", "map_items": "map_item_rows"}
+
+
+def _dialect(sql: str, postgres: bool) -> str:
+    if postgres:
+        sql = re.sub(r"\{b\((\w+)\)\}", r"convert_to(\1, 'UTF8')", sql)
+        sql = re.sub(r"\{len\((\w+)\)\}", r"octet_length(\1)", sql)
+        return sql.replace("?", "%s")
+    sql = re.sub(r"\{b\((\w+)\)\}", r"CAST(\1 AS BLOB)", sql)
+    return re.sub(r"\{len\((\w+)\)\}", r"length(CAST(\1 AS BLOB))", sql)
+
+
+def _measure(
+    execute: Callable[[str, tuple[Any, ...]], list[tuple[Any, ...]]],
+    tables: set[str],
+    thread_id: str,
+    marker: bytes | None,
+    postgres: bool,
+) -> Storage:
+    s = Storage()
+    longtask_db = "longtask_cp_checkpoints" in tables
+    queries = (
+        [(f, _dialect(q, postgres)) for f, q in _LONGTASK]
+        if longtask_db
+        else (_RAW_PG if postgres else _RAW_SQLITE)
+    )
+    for name, sql in queries:
+        total = rows = 0
+        for row in execute(sql, (thread_id,)):
+            rows += 1
+            for cell in row:
+                data = bytes(cell) if cell is not None else b""
+                total += len(data)
+                if marker:
+                    s.marker[name] += data.count(marker)
+        setattr(s, name, getattr(s, name) + total)
+        if name in _ROWS:
+            setattr(s, _ROWS[name], rows)
+    if longtask_db:
+        n, b = execute(_dialect(_EVENTS, postgres), (thread_id,))[0]
+        s.event_rows, s.events = int(n), int(b)
+        (t,) = execute(_dialect(_THREAD, postgres), (thread_id,))[0]
+        s.thread_row = int(t)
+    return s
+
+
 class SqliteEnv(Env):
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -119,7 +217,7 @@ class SqliteEnv(Env):
         return r
 
     def raw_saver(self) -> SqliteSaver:
-        # As longtask's SqliteDatabase does it.
+        # As longtask's SqliteDatabase sets up its connection.
         conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA busy_timeout=30000")
@@ -130,52 +228,14 @@ class SqliteEnv(Env):
         return saver
 
     def storage(self, thread_id: str, marker: bytes | None) -> Storage:
-        s = Storage()
         conn = sqlite3.connect(self.path)
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-            for cp, meta in conn.execute(
-                "SELECT checkpoint, metadata FROM checkpoints WHERE thread_id = ?", (thread_id,)
-            ):
-                s.checkpoint_rows += 1
-                s.checkpoints += len(cp or b"") + len(meta or b"")
-                if marker:
-                    s.marker["checkpoints"] += _count(cp, marker) + _count(meta, marker)
-            for (value,) in conn.execute(
-                "SELECT value FROM writes WHERE thread_id = ?", (thread_id,)
-            ):
-                s.writes += len(value or b"")
-                if marker:
-                    s.marker["writes"] += _count(value, marker)
-            if "longtask_blobs" in tables:
-                for (data,) in conn.execute("SELECT data FROM longtask_blobs"):
-                    s.lt_blobs += len(data)
-                    if marker:
-                        s.marker["longtask_blobs"] += _count(data, marker)
-                for (result,) in conn.execute(
-                    "SELECT CAST(result AS BLOB) FROM longtask_map_items WHERE thread_id = ?",
-                    (thread_id,),
-                ):
-                    s.map_item_rows += 1
-                    s.map_items += len(result or b"")
-                    if marker:
-                        s.marker["map_items"] += _count(result, marker)
-                n, b = conn.execute(
-                    "SELECT count(*), coalesce(sum(length(kind) + coalesce(length(stage), 0) "
-                    "+ coalesce(length(step), 0) + length(data) + length(dedupe_key) + 24), 0) "
-                    "FROM longtask_events WHERE thread_id = ?",
-                    (thread_id,),
-                ).fetchone()
-                s.event_rows, s.events = int(n), int(b)
-                (t,) = conn.execute(
-                    "SELECT coalesce(sum(length(definition) + coalesce(length(inputs), 0)), 0) "
-                    "FROM longtask_threads WHERE thread_id = ?",
-                    (thread_id,),
-                ).fetchone()
-                s.thread_row = int(t)
+            return _measure(
+                lambda sql, p: conn.execute(sql, p).fetchall(), tables, thread_id, marker, False
+            )
         finally:
             conn.close()
-        return s
 
     def close(self) -> None:
         for close in reversed(self._closers):
@@ -207,7 +267,7 @@ class PostgresEnv(Env):
         return r
 
     def raw_saver(self) -> PostgresSaver:
-        # As longtask's PostgresDatabase does it.
+        # As longtask's PostgresDatabase sets up its pool.
         pool: ConnectionPool[Any] = ConnectionPool(
             self.url,
             min_size=1,
@@ -222,74 +282,24 @@ class PostgresEnv(Env):
         return saver
 
     def storage(self, thread_id: str, marker: bytes | None) -> Storage:
-        s = Storage()
         with psycopg.connect(self.url, autocommit=True) as conn:
             tables = {
                 r[0]
                 for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
             }
-            for cp, meta in conn.execute(
-                "SELECT checkpoint::text, metadata::text FROM checkpoints WHERE thread_id = %s",
-                (thread_id,),
-            ):
-                s.checkpoint_rows += 1
-                cpb, metab = cp.encode(), meta.encode()
-                s.checkpoints += len(cpb) + len(metab)
-                if marker:
-                    s.marker["checkpoints"] += _count(cpb, marker) + _count(metab, marker)
-            for (blob,) in conn.execute(
-                "SELECT blob FROM checkpoint_blobs WHERE thread_id = %s", (thread_id,)
-            ):
-                s.checkpoint_blobs += len(blob or b"")
-                if marker:
-                    s.marker["checkpoint_blobs"] += _count(blob, marker)
-            for (blob,) in conn.execute(
-                "SELECT blob FROM checkpoint_writes WHERE thread_id = %s", (thread_id,)
-            ):
-                s.writes += len(blob or b"")
-                if marker:
-                    s.marker["writes"] += _count(blob, marker)
-            if "longtask_blobs" in tables:
-                for (data,) in conn.execute("SELECT data FROM longtask_blobs"):
-                    s.lt_blobs += len(data)
-                    if marker:
-                        s.marker["longtask_blobs"] += _count(data, marker)
-                for (result,) in conn.execute(
-                    "SELECT convert_to(result, 'UTF8') FROM longtask_map_items "
-                    "WHERE thread_id = %s",
-                    (thread_id,),
-                ):
-                    s.map_item_rows += 1
-                    s.map_items += len(result or b"")
-                    if marker:
-                        s.marker["map_items"] += _count(result, marker)
-                row = conn.execute(
-                    "SELECT count(*), coalesce(sum(octet_length(kind) "
-                    "+ coalesce(octet_length(stage), 0) + coalesce(octet_length(step), 0) "
-                    "+ octet_length(data) + octet_length(dedupe_key) + 24), 0) "
-                    "FROM longtask_events WHERE thread_id = %s",
-                    (thread_id,),
-                ).fetchone()
-                assert row is not None
-                s.event_rows, s.events = int(row[0]), int(row[1])
-                row = conn.execute(
-                    "SELECT coalesce(sum(octet_length(definition) "
-                    "+ coalesce(octet_length(inputs), 0)), 0) "
-                    "FROM longtask_threads WHERE thread_id = %s",
-                    (thread_id,),
-                ).fetchone()
-                s.thread_row = int(row[0]) if row else 0
-        return s
+            return _measure(
+                lambda sql, p: conn.execute(sql, p).fetchall(),  # type: ignore[arg-type]
+                tables,
+                thread_id,
+                marker,
+                True,
+            )
 
     def close(self) -> None:
         for close in reversed(self._closers):
             with contextlib.suppress(Exception):
                 close()
         self._admin(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
-
-
-def _count(data: bytes | None, marker: bytes) -> int:
-    return bytes(data).count(marker) if data else 0
 
 
 class Backend:

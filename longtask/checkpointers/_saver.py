@@ -57,6 +57,14 @@ _BASE_KEYS = frozenset(
 )
 #: how many (thread, namespace) heads keep their maps in memory for the next delta
 _CACHE = 512
+#: serialised channel values kept in memory (bytes, and the largest value kept)
+_VALUES_CACHE = 64 * 1024 * 1024
+_VALUE_CACHED_UP_TO = 1024 * 1024
+
+ValueKey = tuple[str, str, str, str]  # thread, namespace, channel, version
+#: cached for a version whose channel had no value (LangGraph's trigger channels): the
+#: checkpoint naming a version commits with its value rows, so none can appear later
+_ABSENT: tuple[str, bytes] = ("", b"")
 
 
 def version_key(version: Any) -> str:
@@ -95,6 +103,12 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self._heads: OrderedDict[tuple[str, str], _Head] = OrderedDict()
         self._heads_lock = threading.Lock()
         self._stripes = [threading.Lock() for _ in range(64)]
+        # A value row never changes once stored (its version has a random part, and
+        # conflicts are ignored), so the serialised values this process wrote or read are
+        # kept: reading the latest checkpoint again (a resume reads it several times) then
+        # fetches only the values it has not seen.
+        self._values: OrderedDict[ValueKey, tuple[str, bytes]] = OrderedDict()
+        self._values_bytes = 0
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -233,6 +247,12 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
 
         self._commit(thread_id, work)
         self._remember(key, checkpoint_id, _maps.copy_maps(cv, vs), base_id, depth)
+        self._cache_values(((thread_id, ns, r[2], r[3]), (r[4], r[5])) for r in value_rows)
+        self._cache_values(
+            ((thread_id, ns, channel, version_key(version)), _ABSENT)
+            for channel, version in new_versions.items()
+            if channel not in values
+        )
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -249,6 +269,42 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             self._heads.move_to_end(key)
             while len(self._heads) > _CACHE:
                 self._heads.popitem(last=False)
+
+    def _cache_values(self, items: Any) -> None:
+        with self._heads_lock:
+            for key, value in items:
+                size = len(value[1]) + 100
+                if size > _VALUE_CACHED_UP_TO or key in self._values:
+                    continue
+                self._values[key] = value
+                self._values_bytes += size
+            while self._values_bytes > _VALUES_CACHE and self._values:
+                _, (_, old) = self._values.popitem(last=False)
+                self._values_bytes -= len(old) + 100
+
+    def _stored_values(
+        self, thread_id: str, ns: str, pairs: set[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[str, bytes]]:
+        """The serialised values of these (channel, version) pairs: from memory, the rest
+        in one read."""
+        found: dict[tuple[str, str], tuple[str, bytes]] = {}
+        known: set[tuple[str, str]] = set()
+        with self._heads_lock:
+            for pair in pairs:
+                hit = self._values.get((thread_id, ns, *pair))
+                if hit is not None:
+                    known.add(pair)
+                    if hit is not _ABSENT:
+                        found[pair] = hit
+        missing = sorted(pairs - known)
+        if missing:
+            read = self.backend.values(thread_id, ns, missing)
+            found.update(read)
+            # pairs without a row are kept as _ABSENT: asked for again, they cost nothing
+            self._cache_values(
+                ((thread_id, ns, *pair), read.get(pair, _ABSENT)) for pair in missing
+            )
+        return found
 
     def put_writes(
         self,
@@ -334,8 +390,9 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self, thread_id: str, *, before: str | None = None, limit: int = 20
     ) -> builtins.list[CheckpointTuple]:
         """The latest ``limit`` root checkpoints of a thread (older than ``before``), with
-        their version maps and metadata but without channel values or pending writes: what
-        history views need, read without the values' bytes."""
+        their channel versions and metadata but without channel values, pending writes or
+        ``versions_seen`` (left empty): what history views need, read without the values'
+        bytes and without copying a map per node and checkpoint."""
         rows = self.backend.checkpoint_rows(thread_id, "", None, before, limit)
         return self._tuples(rows, with_values=False)
 
@@ -365,7 +422,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         """Checkpoint tuples for rows of ``longtask_cp_checkpoints`` (see ``checkpoint_rows``
         for the columns): maps rebuilt from their snapshots, values and writes read in one
         query each (``load``/``small``: only some values, see ``head``)."""
-        maps = self._maps_of(rows)
+        maps = self._maps_of(rows, seen=with_values)
         pairs: dict[tuple[str, str], set[tuple[str, str]]] = {}
         others: dict[tuple[str, str], set[tuple[str, str]]] = {}
         for r in rows if with_values else ():
@@ -374,15 +431,14 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             rest = others.setdefault((r[0], r[1]), set())
             for c, v in cv.items():
                 (want if load is None or load(c) else rest).add((c, version_key(v)))
-        values = {
-            scope: self.backend.values(
-                scope[0],
-                scope[1],
-                sorted(want),
-                (sorted(others[scope]), small) if small and others[scope] else None,
-            )
-            for scope, want in pairs.items()
-        }
+        values: dict[tuple[str, str], dict[tuple[str, str], tuple[str, bytes]]] = {}
+        for scope, want in pairs.items():
+            stored = self._stored_values(scope[0], scope[1], want)
+            if small and others[scope]:
+                stored.update(
+                    self.backend.values(scope[0], scope[1], [], (sorted(others[scope]), small))
+                )
+            values[scope] = stored
         writes = self.backend.writes([(r[0], r[1], r[2]) for r in rows]) if with_values else {}
         out = []
         for r in rows:
@@ -440,14 +496,25 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         return out
 
     def _maps_of(
-        self, rows: Sequence[tuple[Any, ...]]
+        self, rows: Sequence[tuple[Any, ...]], seen: bool = True
     ) -> dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
-        """(channel_versions, versions_seen, decoded state) of each row, each its own copy."""
+        """(channel_versions, versions_seen, decoded state) of each row, each its own copy
+        (``seen=False``: versions_seen left empty)."""
         Key = tuple[str, str, str]
+        # The head a (thread, namespace) last wrote or read has its maps in memory: the
+        # latest checkpoint, read again and again while a run resumes, needs no chain read.
+        cached: dict[Key, tuple[dict[str, Any], dict[str, Any]]] = {}
+        with self._heads_lock:
+            for r in rows:
+                head = self._heads.get((r[0], r[1]))
+                if head is not None and head.checkpoint_id == r[2]:
+                    cached[(r[0], r[1], r[2])] = (
+                        _maps.copy_maps(head.cv, head.vs) if seen else (dict(head.cv), {})
+                    )
         # a delta's line back to its snapshot: by base, the deepest and newest row asked for
         lines: dict[tuple[str, str, str], tuple[int, str]] = {}
         for r in rows:
-            if r[5]:
+            if r[5] and (r[0], r[1], r[2]) not in cached:
                 scope = (r[0], r[1], r[4])
                 depth, upto = lines.get(scope, (0, r[2]))
                 lines[scope] = (max(depth, r[5]), max(upto, r[2]))
@@ -470,7 +537,15 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             cv: dict[str, Any] = {}
             vs: dict[str, Any] = {}
             for state in reversed(line):
-                if state["full"]:
+                if not seen:
+                    # channel versions only: a shallow copy, and only their part of a delta
+                    if state["full"]:
+                        cv = dict(state.get("c", {}))
+                    else:
+                        for k in state.get("cx", ()):
+                            cv.pop(k, None)
+                        cv.update(state.get("c", {}))
+                elif state["full"]:
                     cv, vs = _maps.copy_maps(state.get("c", {}), state.get("s", {}))
                 else:
                     _maps.apply(cv, vs, state)
@@ -479,7 +554,8 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         out = {}
         for r in rows:
             key = (r[0], r[1], r[2])
-            out[key] = (*build(key), known[key][1])
+            maps = cached.get(key) or build(key)
+            out[key] = (*maps, known[key][1])
         return out
 
     # -- maintenance -------------------------------------------------------------------------
@@ -541,6 +617,8 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         with self._heads_lock:
             for key in [k for k in self._heads if match(k)]:
                 del self._heads[key]
+            for vkey in [k for k in self._values if match(k[:2])]:
+                self._values_bytes -= len(self._values.pop(vkey)[1]) + 100
 
     # -- async: the sync methods in a worker thread ------------------------------------------
 

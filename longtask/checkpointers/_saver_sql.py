@@ -422,14 +422,17 @@ class PostgresBackend(Backend):
     def _json_pairs(self) -> str:
         return "(SELECT e->>0 AS channel, e->>1 AS version FROM jsonb_array_elements(?::jsonb) e) k"
 
+    # Lists go in binary format (%b): the text format quotes every element through a
+    # regular expression, which costs ~1 ms of client CPU per thousand elements.
+
     def _pairs_in(self) -> str:
-        return "(channel, version) IN (SELECT * FROM unnest(?::text[], ?::text[]))"
+        return "(channel, version) IN (SELECT * FROM unnest(%b::text[], %b::text[]))"
 
     def _pairs_param(self, pairs: Sequence[tuple[str, str]]) -> Sequence[Any]:
         return ([p[0] for p in pairs], [p[1] for p in pairs])
 
     def _ids_in(self, column: str = "checkpoint_id") -> str:
-        return f"{column} = ANY(?)"
+        return f"{column} = ANY(%b::text[])"
 
     def _ids_param(self, ids: Sequence[str]) -> Any:
         return list(ids)
