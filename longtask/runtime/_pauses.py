@@ -27,7 +27,9 @@ from longtask.runtime._base import RunnerBase
 from longtask.runtime._control import whoami
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
+from longtask.steps._attempts import GATE_KINDS
 from longtask.steps._effects import RESOLVED_AS_FAILED
+from longtask.steps._hitl import decision_from_hitl
 from longtask.steps._pause import signal_value
 from longtask.store import Effect
 from longtask.store._values import to_json_bytes
@@ -38,13 +40,23 @@ if TYPE_CHECKING:
     from longtask.store import ThreadRecord
 
 
+#: every kind of interrupt longtask makes
+PAUSE_KINDS = ("approval", "wait", "effect", *GATE_KINDS)
+#: kinds a person answers (the others wait for an outside event)
+USER_KINDS = ("approval", "effect", *GATE_KINDS)
+#: the answer ``resume`` (and ``retry``) gives a gate: look again
+GATE_ANSWER = {"continue": True}
+
+
 def pending_from(snapshot: StateSnapshot) -> list[Pending]:
-    """The open interrupts of a snapshot that are ours (approval or wait requests)."""
+    """The open interrupts of a snapshot that are ours: approvals, waits, effects to settle
+    and gates (a budget or deadline reached, a permission missing, a fix loop out of
+    rounds)."""
     out = []
     for task in snapshot.tasks:
         for intr in task.interrupts:
             value = intr.value
-            if isinstance(value, dict) and value.get("kind") in ("approval", "wait", "effect"):
+            if isinstance(value, dict) and value.get("kind") in PAUSE_KINDS:
                 out.append(
                     Pending(
                         step=value["step"], kind=value["kind"], interrupt_id=intr.id, request=value
@@ -179,8 +191,14 @@ class PauseMixin(RunnerBase):
                 f"use `longtask effects resolve {thread_id} {item.request['key']} "
                 "--succeeded [--result JSON] | --failed | --retry`"
             )
+        if item.kind in GATE_KINDS:
+            # Any value: the step looks again (and pauses again if it is still blocked).
+            return value if value is not None else GATE_ANSWER
         if item.kind == "approval":
             request = ApprovalRequest.model_validate(item.request)
+            # A HITL answer is recorded as decided by this process's user (the HTTP API
+            # decides through approve/reject, with the token's actor).
+            value = decision_from_hitl(request, value, self.clock(), by=whoami())
             decision = check_decision(request, value, self.clock(), step=item.step)
             return decision.model_dump(mode="json")
         step = task.steps[item.step]
