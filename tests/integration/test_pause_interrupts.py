@@ -10,6 +10,7 @@ Agent steps go through the real ``ChatOpenAI`` client to the scripted server of
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -301,3 +302,43 @@ def test_the_runner_takes_a_hitl_rejection_as_its_user(runner: Runner) -> None:
     (resolved,) = runner.events(thread, kinds=["approval.resolved"])
     assert resolved.data["outcome"] == "rejected"
     assert resolved.data["by"] == whoami() and resolved.data["comment"] == "not today"
+
+
+PERM_TASK = """
+from pathlib import Path
+
+from longtask import LongTask, PermissionDenied, Stage, StepContext, function_step
+
+ALLOWED = Path(__file__).with_name("allowed")
+
+
+@function_step
+def call(ctx: StepContext) -> str:
+    if not ALLOWED.exists():
+        raise PermissionDenied("key lacks scope repo:write")
+    return "ok"
+
+
+task = LongTask("perm_cli", stages=[Stage("s", [call])])
+"""
+
+
+def test_the_cli_shows_and_answers_a_permission_interrupt(db_url: str, tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    (tmp_path / "perm_task.py").write_text(PERM_TASK)
+    ref = f"{tmp_path / 'perm_task.py'}:task"
+    ran = run_cli("run", ref, "--thread", "t-cli", db=db_url)
+    assert ran.returncode == 3, ran.stderr
+    shown = run_cli("pending", "t-cli", db=db_url)
+    assert shown.returncode == 0, shown.stderr
+    assert "(permission, interrupt " in shown.stdout
+    assert "key lacks scope repo:write" in shown.stdout
+    assert "longtask retry t-cli" in shown.stdout
+    assert "longtask signal" not in shown.stdout
+    again = run_cli("retry", "t-cli", db=db_url)  # still denied: paused again
+    assert again.returncode == 3, again.stderr
+    (tmp_path / "allowed").write_text("")
+    done = run_cli("retry", "t-cli", db=db_url)
+    assert done.returncode == 0, done.stderr
+    assert run_cli("result", "t-cli", "call", db=db_url).stdout.strip() == "ok"
