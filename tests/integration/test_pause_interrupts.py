@@ -342,3 +342,60 @@ def test_the_cli_shows_and_answers_a_permission_interrupt(db_url: str, tmp_path:
     done = run_cli("retry", "t-cli", db=db_url)
     assert done.returncode == 0, done.stderr
     assert run_cli("result", "t-cli", "call", db=db_url).stdout.strip() == "ok"
+
+
+def test_a_fix_loop_out_of_rounds_asks_with_an_interrupt(runner: Runner, llm: Any) -> None:
+    from longtask.model import fix_with
+
+    llm(by_turn([Reply.text("I could not fix it")]))
+    fixed = {"yes": False}
+
+    def check(ctx: StepContext) -> str:
+        if not fixed["yes"]:
+            raise AssertionError("tests fail")
+        return "passed"
+
+    fixer = agent_step("fixer", prompt="Fix round {round}: {failure}")
+    step = function_step(check, on_failure=fix_with(fixer, 1, on_exhausted="ask"))
+    task = LongTask("fixing", stages=[Stage("verify", [step])])
+    thread = runner.start(task, thread_id="t-fixask")
+    (intr,) = interrupts(runner, task, thread)
+    assert intr.value["kind"] == "fix" and intr.value["step"] == "check"
+    assert "still failing after 1 fix rounds" in intr.value["reason"]
+    status = runner.status(thread)
+    assert status.status == "waiting_user"
+    assert [(w["kind"], w["interrupt_id"]) for w in status.waiting] == [("fix", intr.id)]
+    fixed["yes"] = True
+    runner.retry(thread, task=task)  # answers the interrupt: the step runs again
+    assert runner.result(thread, "check") == "passed"
+
+
+def test_a_tool_approval_carries_the_hitl_shape_and_takes_decisions(
+    runner: Runner, llm: Any
+) -> None:
+    deployed: list[str] = []
+
+    def deploy(env: str) -> str:
+        """Deploy to an environment."""
+        deployed.append(env)
+        return f"deployed to {env}"
+
+    llm(by_turn([Reply.tool_calls([("deploy", {"env": "prod"})]), Reply.text("shipped")]))
+    release = agent_step(
+        "release", prompt="Ship it.", tools=[deploy], tool_approvals={"deploy": True}
+    )
+    task = LongTask("ship", stages=[Stage("s", [release])])
+    thread = runner.start(task, thread_id="t-tool-hitl")
+    (intr,) = interrupts(runner, task, thread)
+    assert intr.value["action_requests"][0]["name"] == "deploy"
+    assert intr.value["action_requests"][0]["args"] == {"env": "prod"}
+    assert intr.value["review_configs"][0]["allowed_decisions"] == ["approve", "reject"]
+    graph = runner.graph(task)
+    # an edit to other arguments is refused: asked again, nothing deployed
+    edit = {"type": "edit", "edited_action": {"name": "deploy", "args": {"env": "staging"}}}
+    graph.invoke(Command(resume={intr.id: {"decisions": [edit]}}), config(thread))
+    (again,) = interrupts(runner, task, thread)
+    assert deployed == []
+    graph.invoke(Command(resume={again.id: {"decisions": [{"type": "approve"}]}}), config(thread))
+    assert deployed == ["prod"]
+    assert runner.result(thread, "release") == "shipped"
