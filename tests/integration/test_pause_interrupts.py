@@ -20,6 +20,7 @@ from langgraph.types import Command
 
 from longtask import (
     Budget,
+    InvalidInput,
     LongTask,
     PermissionDenied,
     Runner,
@@ -399,3 +400,21 @@ def test_a_tool_approval_carries_the_hitl_shape_and_takes_decisions(
     graph.invoke(Command(resume={again.id: {"decisions": [{"type": "approve"}]}}), config(thread))
     assert deployed == ["prod"]
     assert runner.result(thread, "release") == "shipped"
+
+
+def test_an_answer_given_in_a_callers_name_cannot_name_another_approver(
+    runner: Runner,
+) -> None:
+    task = approval_task(approvers=["ops", "lead"])
+    thread = runner.start(task, thread_id="t-hitl-by")
+    (pending,) = runner.pending(thread, task=task)
+    decision = {"approved": True, "by": "lead", "plan_hash": pending.request["plan_hash"]}
+    with pytest.raises(InvalidInput, match="names 'lead' as its approver, but it is given by"):
+        runner.answer(thread, decision, interrupt="gate", task=task, by="ops")
+    assert runner.events(thread, kinds=["approval.resolved"]) == []
+    # a HITL decision takes the caller's identity, checked against the approvers
+    approve = {"decisions": [{"type": "approve"}]}
+    runner.answer(thread, approve, interrupt="gate", task=task, by="ops")
+    (resolved,) = runner.events(thread, kinds=["approval.resolved"])
+    assert (resolved.data["outcome"], resolved.data["by"]) == ("approved", "ops")
+    assert runner.result(thread, "ship") == "shipped v1"
