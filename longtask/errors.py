@@ -234,7 +234,12 @@ class OutcomeUnknown(LongTaskError):
 
 class NeedsPerson(LongTaskError):
     """A step cannot go on until a person acts: the thread pauses (``waiting_user``) with
-    ``reason``. ``kind`` is what it waits for: ``permission``, ``budget`` or ``deadline``."""
+    ``reason``. ``kind`` is what it waits for.
+
+    longtask's own steps no longer raise it: a budget or deadline reached, a permission
+    missing and a fix loop out of rounds pause with LangGraph's ``interrupt()`` (see
+    ``longtask.steps._attempts.gate``), which LangGraph's API sees. Raised by a step's own
+    code, it still pauses a thread the Runner advances."""
 
     retryable = False
     exit_code = 3

@@ -226,6 +226,10 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             )
             out.print(f"  it happened: {escape(line)}")
             out.print("  it did not, or call it again: the same with --failed, or --retry")
+        elif req.get("command"):
+            # a step stopped for a person (permission, budget, deadline, fix) says how
+            out.print(f"  reason: {escape(str(req.get('reason')))}")
+            out.print(f"  continue: {escape(in_text(req['command']))}")
         else:
             if req.get("schema"):
                 example = json.dumps(schema_example(req["schema"]), ensure_ascii=False)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("longtask.runtime")
 
 #: waiting kinds that a failing step caused (``retry`` re-runs the step)
-STEP_PAUSES = ("permission", "budget", "deadline")
+STEP_PAUSES = ("permission", "budget", "deadline", "fix")
 
 #: statuses of a thread whose run has ended but whose process may still hold it a moment,
 #: and how long (seconds) a cancel waits for that process to let go

@@ -27,7 +27,9 @@ from longtask.runtime._base import RunnerBase
 from longtask.runtime._control import whoami
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
+from longtask.steps._attempts import GATE_KINDS
 from longtask.steps._effects import RESOLVED_AS_FAILED
+from longtask.steps._hitl import decision_from_hitl, is_hitl
 from longtask.steps._pause import signal_value
 from longtask.store import Effect
 from longtask.store._values import to_json_bytes
@@ -38,13 +40,23 @@ if TYPE_CHECKING:
     from longtask.store import ThreadRecord
 
 
+#: every kind of interrupt longtask makes
+PAUSE_KINDS = ("approval", "wait", "effect", *GATE_KINDS)
+#: kinds a person answers (the others wait for an outside event)
+USER_KINDS = ("approval", "effect", *GATE_KINDS)
+#: the answer ``resume`` (and ``retry``) gives a gate: look again
+GATE_ANSWER = {"continue": True}
+
+
 def pending_from(snapshot: StateSnapshot) -> list[Pending]:
-    """The open interrupts of a snapshot that are ours (approval or wait requests)."""
+    """The open interrupts of a snapshot that are ours: approvals, waits, effects to settle
+    and gates (a budget or deadline reached, a permission missing, a fix loop out of
+    rounds)."""
     out = []
     for task in snapshot.tasks:
         for intr in task.interrupts:
             value = intr.value
-            if isinstance(value, dict) and value.get("kind") in ("approval", "wait", "effect"):
+            if isinstance(value, dict) and value.get("kind") in PAUSE_KINDS:
                 out.append(
                     Pending(
                         step=value["step"], kind=value["kind"], interrupt_id=intr.id, request=value
@@ -171,7 +183,9 @@ class PauseMixin(RunnerBase):
                 },
             )
 
-    def _answer(self, thread_id: str, task: LongTask, item: Pending, value: Any) -> Any:
+    def _answer(
+        self, thread_id: str, task: LongTask, item: Pending, value: Any, by: str | None = None
+    ) -> Any:
         """The checked resume value for ``item`` (raises InvalidInput, changing nothing)."""
         if item.kind == "effect":
             raise InvalidInput(
@@ -179,8 +193,14 @@ class PauseMixin(RunnerBase):
                 f"use `longtask effects resolve {thread_id} {item.request['key']} "
                 "--succeeded [--result JSON] | --failed | --retry`"
             )
+        if item.kind in GATE_KINDS:
+            # Any value: the step looks again (and pauses again if it is still blocked).
+            return value if value is not None else GATE_ANSWER
         if item.kind == "approval":
             request = ApprovalRequest.model_validate(item.request)
+            # A HITL answer names nobody: it is recorded as decided by whom the caller
+            # vouches for (an HTTP API: the token's actor), else this process's user.
+            value = decision_from_hitl(request, value, self.clock(), by=by or whoami())
             decision = check_decision(request, value, self.clock(), step=item.step)
             return decision.model_dump(mode="json")
         step = task.steps[item.step]
@@ -280,12 +300,25 @@ class PauseMixin(RunnerBase):
         *,
         interrupt: str | None = None,
         task: LongTask | None = None,
+        by: str | None = None,
     ) -> str:
         """Resume a pending interrupt (by step name or interrupt id) with a raw value:
-        a decision for an approval, a payload for a wait. Checked like approve/signal."""
+        a decision for an approval (longtask's, or LangChain's ``{"decisions": [...]}``), a
+        payload for a wait, any value for a gate. Checked like approve/signal.
+
+        ``by``: who answers, as the calling layer knows it (an HTTP API takes it from the
+        token): a HITL decision is recorded with it (else the user of this process), and a
+        decision that names somebody else is refused."""
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, interrupt, None)
-        checked = self._answer(thread_id, task, item, value)
+        if by is not None and item.kind == "approval" and not is_hitl(value):
+            named = value.get("by") if isinstance(value, dict) else getattr(value, "by", None)
+            if named != by:
+                raise InvalidInput(
+                    f"the decision for {item.step!r} names {named!r} as its approver, but it "
+                    f"is given by {by!r}; a decision can only be given in one's own name"
+                )
+        checked = self._answer(thread_id, task, item, value, by=by)
         return self._resume_pending(thread_id, task, item, checked)
 
     def effects(self, thread_id: str) -> list[Effect]:

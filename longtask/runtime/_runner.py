@@ -41,6 +41,8 @@ from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._history import HistoryMixin
 from longtask.runtime._pauses import (
+    GATE_ANSWER,
+    USER_KINDS,
     NotWaiting,
     PauseMixin,
     pending_from,
@@ -63,7 +65,7 @@ from longtask.steps import (
     StepEnv,
     result_channel,
 )
-from longtask.steps._attempts import error_type
+from longtask.steps._attempts import GATE_KINDS, error_type
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
     Event,
@@ -401,8 +403,22 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                 self.db.store.update_definition(thread_id, task.definition_hash, new)
             self._goto_skips(current, task, goto, skip_pending=skip_pending, by=by, record=True)
 
+        if graph_input is None:
+            graph_input = self._answer_gates(rec, task)
         self._advance(rec, task, graph_input, first=False, check=check)
         return thread_id
+
+    def _answer_gates(self, rec: ThreadRecord, task: LongTask) -> Command[Any] | None:
+        """A plain resume of a thread paused at gates (a budget reached, a permission
+        missing) answers their interrupts, so the steps look again: without an answer LangGraph
+        would only ask the same again. A stale id (answered meanwhile) is ignored by LangGraph."""
+        if rec.status in ("completed", "cancelled"):
+            return None
+        snapshot = self.graph(task).get_state(_config(rec.thread_id))
+        gates = [p for p in pending_from(snapshot) if p.kind in GATE_KINDS]
+        if not gates:
+            return None
+        return Command(resume={p.interrupt_id: dict(GATE_ANSWER) for p in gates})
 
     def apply_command(self, thread_id: str, command: Mapping[str, Any]) -> None:
         """Carry out a continuation a caller queued for a worker thread (worker side)."""
@@ -607,7 +623,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                 waiting = [p.summary() for p in pending_from(snapshot)]
                 status = (
                     "waiting_user"
-                    if any(w["kind"] in ("approval", "effect") for w in waiting) or not waiting
+                    if any(w["kind"] in USER_KINDS for w in waiting) or not waiting
                     else "waiting_external"
                 )
                 if not self.db.saver.settle(

@@ -62,7 +62,8 @@ class Pending(BaseModel):
     """One thing a paused thread waits for: an approval or an outside event."""
 
     step: str
-    kind: Literal["approval", "wait", "effect"]
+    #: budget / deadline / permission / fix: a step stopped for a person (a gate)
+    kind: Literal["approval", "wait", "effect", "budget", "deadline", "permission", "fix"]
     interrupt_id: str
     request: dict[str, Any]
 
@@ -80,6 +81,8 @@ class Pending(BaseModel):
             "name",
             "args",
             "result_schema",
+            "command",
+            "item",
         ):
             if self.request.get(key) is not None:
                 out[key] = self.request[key]

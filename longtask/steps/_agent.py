@@ -41,7 +41,8 @@ from longtask.steps._attempts import (
     CONTROL,
     check_limits,
     describe,
-    permission_pause,
+    gate,
+    permission_request,
     with_retries,
 )
 from longtask.steps._classify import classify
@@ -54,6 +55,7 @@ from longtask.steps._function import (
     step_failed,
     step_started,
 )
+from longtask.steps._hitl import decision_from_hitl, with_hitl
 from longtask.steps._prices import cost_of
 
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -261,12 +263,14 @@ class AgentRun:
 
         tc = request.tool_call
         name, args, tool_call_id = tc["name"], tc.get("args") or {}, tc.get("id") or ""
-        check_limits(self.env, self.call, self.info)
         policy = self.step.tool_approvals.get(name)
         if policy is not None:
             refusal = self._approve(name, args, tool_call_id, policy)
             if refusal is not None:
                 return ToolMessage(refusal, tool_call_id=tool_call_id, name=name, status="error")
+        # After the approval: a budget pause's answer is never taken for a decision (LangGraph
+        # hands a node's resume values to its interrupt() calls in order).
+        check_limits(self.env, self.call, self.info)
 
         if name in self.step.read_only_tools:
             self.env.store.charge(self.call.thread_id, tool_calls=1)
@@ -342,13 +346,25 @@ class AgentRun:
             requested_at=self.env.clock(),
             valid_for=policy.valid_for,
         )
-        value = {**req.model_dump(mode="json"), "tool": name, "tool_call_id": tool_call_id}
+        value = with_hitl(
+            {**req.model_dump(mode="json"), "tool": name, "tool_call_id": tool_call_id},
+            name,
+            args if isinstance(args, dict) else {"args": args},
+            f"Allow the call to tool {name!r} of agent step {self.info.name!r}",
+        )
         key = f"tool.approval/{self.info.name}/{tool_call_id}"
         if self.env.first_time(self.call.thread_id, key):
             self.env.emit(self.call, "approval.required", key, self.info, data=value)
         answer = interrupt(value)
         while True:
             try:
+                answer = decision_from_hitl(
+                    req,
+                    answer,
+                    self.env.clock(),
+                    by=None,
+                    plan_of=lambda edited: {"tool": name, "args": edited},
+                )
                 decision = check_decision(req, answer, self.env.clock(), step=self.info.name)
                 break
             except InvalidInput as exc:
@@ -433,7 +449,7 @@ def run_agent(
     except Exception as exc:
         if classify(exc, env.clock()).error_class == "permission":
             # A missing key, a revoked one, a tool without access: a person fixes it.
-            raise permission_pause(exc, call, info) from exc
+            gate(permission_request(exc, call, info))
         step_failed(env, call, info, exc)
         raise
     finally:

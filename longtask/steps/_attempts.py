@@ -7,6 +7,14 @@ Every failed attempt is classified (see ``_classify``) and decided on:
 - invalid input, an unknown outcome and errors marked ``retryable = False`` fail the step;
 - a permission error pauses the thread for a person (``longtask retry`` tries again).
 
+Every such pause, and a budget or deadline reached with ``on_limit="pause"``, is LangGraph's
+``interrupt()`` called from the node (a *gate*), so LangGraph's own API sees it as an
+interrupt and ``Command(resume=...)`` answers it. A gate's answer means "look again": the node
+runs again from its first line, checks the budget again and makes a fresh attempt, and pauses
+again (a new interrupt) if it is still blocked. So nothing that runs before a gate in a node
+may be unsafe to repeat; a failed attempt and a reached limit both are (the attempt count is
+durable, and the budget only grows).
+
 The count of failed attempts is written to ``longtask_attempts`` before the wait, so a
 process that dies between two attempts does not give the step a fresh set of retries; the
 next process continues with the next attempt number (and waits out what is left of the
@@ -19,9 +27,10 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from langgraph.errors import GraphBubbleUp
+from langgraph.types import interrupt
 
 from longtask.errors import Cancelled, LimitReached, NeedsPerson, RetryLater, Stopping
 from longtask.model import Retry, StepInfo
@@ -35,6 +44,51 @@ E = TypeVar("E", bound=BaseException)
 
 #: control flow of the runtime, never an attempt's failure
 CONTROL = (Cancelled, NeedsPerson, LimitReached, Stopping, RetryLater)
+
+#: kinds of pause a step's own condition makes (gates), answered by any value, after which
+#: the step looks again: a limit reached, a permission missing, a fix loop out of rounds
+GATE_KINDS = ("budget", "deadline", "permission", "fix")
+
+#: what a gate's interrupt value says it expects as its answer
+_ANSWERS = {
+    "budget": 'any value, e.g. {"continue": true}, once the limit is raised: the step checks '
+    "the budget again and pauses again if it is still over",
+    "permission": 'any value, e.g. {"retry": true}, once the access is fixed: the step is '
+    "tried again with a fresh set of attempts",
+    "fix": 'any value, e.g. {"retry": true}, once the cause is fixed: the step is tried again',
+}
+_ANSWERS["deadline"] = _ANSWERS["budget"]
+
+#: replaces ``interrupt`` where the pause must be raised by another thread (a map item)
+Pause = Callable[[dict[str, Any]], Any]
+
+
+def gate_request(
+    kind: str, info: StepInfo, reason: str, command: str, **extra: Any
+) -> dict[str, Any]:
+    """The JSON interrupt value of a gate: its kind, step, reason, the command that answers it
+    from the CLI and what answer it expects through LangGraph."""
+    request: dict[str, Any] = {
+        "kind": kind,
+        "step": info.name,
+        "reason": reason,
+        "command": command,
+        "answer": _ANSWERS[kind],
+    }
+    request.update({k: v for k, v in extra.items() if v is not None})
+    return request
+
+
+def gate(request: dict[str, Any], pause: Pause | None = None) -> NoReturn:
+    """Pause the thread at a gate with LangGraph's ``interrupt()``; never returns.
+
+    A resume value LangGraph hands back here was given before this run of the node, which
+    has since looked again (checked the budget, made fresh attempts) and is still blocked:
+    pass such values by until this pause is raised as a new interrupt."""
+    if pause is not None:
+        pause(request)
+    while True:
+        interrupt(request)
 
 
 def error_type(exc: BaseException) -> str:
@@ -53,21 +107,30 @@ def _tagged(exc: E, info: StepInfo) -> E:
     return exc
 
 
-def permission_pause(exc: BaseException, call: NodeCall, info: StepInfo) -> NeedsPerson:
-    """The pause for a person that a permission error of ``info``'s step turns into."""
-    return _tagged(
-        NeedsPerson(
-            "permission",
-            f"permission denied: {describe(exc)[:500]}",
-            f"fix the access, then `longtask retry {call.thread_id}`",
-        ),
+def permission_request(
+    exc: BaseException, call: NodeCall, info: StepInfo, item: int | None = None, **extra: Any
+) -> dict[str, Any]:
+    """The gate's request that a permission error of ``info``'s step turns into."""
+    return gate_request(
+        "permission",
         info,
+        f"permission denied: {describe(exc)[:500]}",
+        f"fix the access, then `longtask retry {call.thread_id}`",
+        item=item if item is not None and item >= 0 else None,
+        **extra,
     )
 
 
-def check_limits(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
+def check_limits(
+    env: StepEnv,
+    call: NodeCall,
+    info: StepInfo,
+    *,
+    pause: Pause | None = None,
+    item: int | None = None,
+) -> None:
     """Before an attempt starts: stop if the thread was cancelled, or its budget or
-    deadline is used up (pause or fail, per the task's ``on_limit``)."""
+    deadline is used up (pause at a gate or fail, per the task's ``on_limit``)."""
     if env.is_cancelled(call.thread_id):
         raise _tagged(Cancelled(f"thread {call.thread_id!r} was cancelled"), info)
     if env.stopping.is_set():
@@ -92,15 +155,17 @@ def check_limits(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
     if env.on_limit == "fail":
         raise _tagged(LimitReached(f"{reason} (the task's on_limit is 'fail')"), info)
     thread = call.thread_id
-    raise _tagged(
-        NeedsPerson(
-            kind,
-            reason,
-            f"`longtask budget {thread} --add-tokens N` (or --add-cost, --add-tool-calls, "
-            f"--add-time, --extend-deadline), then `longtask resume {thread}`",
-        ),
+    request = gate_request(
+        kind,
         info,
+        reason,
+        f"`longtask budget {thread} --add-tokens N` (or --add-cost, --add-tool-calls, "
+        f"--add-time, --extend-deadline), then `longtask resume {thread}`",
+        limits=budget.limits,
+        used=budget.used,
+        item=item if item is not None and item >= 0 else None,
     )
+    gate(request, pause)
 
 
 def _wait_for(retry: Retry, verdict: Classified, window_attempt: int) -> float:
@@ -135,13 +200,14 @@ def with_retries(
     *,
     item: int | None = None,
     extra: dict[str, Any] | None = None,
+    pause: Pause | None = None,
 ) -> tuple[Any, int]:
     """Run ``attempt_fn(attempt)`` until it returns or the retry policy gives up.
 
     Returns the value and the attempt number that produced it. A failure that ends the step
     is re-raised with ``__longtask_attempt__`` and ``__longtask_error_class__`` set; a
-    permission error becomes :class:`NeedsPerson`. LangGraph's control-flow exceptions and
-    the runtime's own (cancel, limits) pass straight through.
+    permission error pauses at a gate (``pause``, else ``interrupt()``). LangGraph's
+    control-flow exceptions and the runtime's own (cancel, limits) pass straight through.
     """
     retry = retry or env.default_retry
     where = (info.name, NO_ITEM if item is None else item)
@@ -155,7 +221,7 @@ def with_retries(
             env.sleep(left)
     while True:
         attempt = failed + 1
-        check_limits(env, call, info)
+        check_limits(env, call, info, pause=pause, item=item)
         started = time.monotonic()
         try:
             value = attempt_fn(attempt)
@@ -209,9 +275,8 @@ def with_retries(
             exc.__longtask_attempt__ = attempt  # type: ignore[attr-defined]
             exc.__longtask_error_class__ = verdict.error_class  # type: ignore[attr-defined]
             if outcome == "paused":
-                paused = permission_pause(exc, call, info)
-                paused.__longtask_attempt__ = attempt  # type: ignore[attr-defined]
-                raise paused from exc
+                # The retry window is closed (above): the attempts after the answer are fresh.
+                gate(permission_request(exc, call, info, item, attempt=attempt), pause)
             raise
         env.charge_time(call.thread_id, time.monotonic() - started)
         if failed:

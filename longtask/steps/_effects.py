@@ -108,6 +108,60 @@ def _accepts_key(fn: Callable[..., Any]) -> bool:
     )
 
 
+#: what an effect's interrupt value says it expects as its answer through LangGraph
+EFFECT_ANSWER = (
+    '{"succeeded": RESULT} if the call happened (RESULT: what it returned), {"failed": "WHY"} '
+    'if it did not and the step should fail, or {"retry": true} to call it again; optionally '
+    'with "key" (the effect\'s key) and "by" (who settled it)'
+)
+_OUTCOMES = ("succeeded", "failed", "retry")
+
+
+def _settle(env: Any, call: Any, info: StepInfo, key: str, name: str, answer: Any) -> bool:
+    """Settle the ledger row of effect ``key`` with an answer given to its interrupt; False if
+    the answer is not one for it. ``{"resolved": ...}`` is ``longtask effects resolve``'s,
+    which settled the row before resuming."""
+    if not isinstance(answer, dict):
+        return False
+    if answer.get("key", key) != key:
+        return False
+    if "resolved" in answer:
+        return True
+    given = [o for o in _OUTCOMES if o in answer]
+    if len(given) != 1:
+        return False
+    store = env.store
+    row = store.effect(key)
+    if row is None or row.status != "started":
+        return True  # settled already (the same answer, seen by an earlier run of the node)
+    outcome = given[0]
+    by = answer.get("by") if isinstance(answer.get("by"), str) else None
+    if outcome == "succeeded":
+        try:
+            to_json_bytes(answer["succeeded"], f"the result given for effect {name!r}")
+        except InvalidInput:
+            return False
+    env.emit(
+        call,
+        "manual.resolve",
+        f"manual.resolve/{key}",
+        info,
+        # No identity comes with a raw resume: ``by`` is what the answer says, if anything.
+        data={"key": key, "outcome": outcome, "by": by, "via": "interrupt"},
+    )
+    if outcome == "succeeded":
+        store.effect_finish(key, "succeeded", result=answer["succeeded"])
+    elif outcome == "retry":
+        store.effect_finish(key, "failed", error="retry")
+    else:
+        why = answer.get("failed")
+        reason = f": {why}" if isinstance(why, str) and why else ""
+        store.effect_finish(
+            key, "failed", error=f"{RESOLVED_AS_FAILED} by {by or 'a person'}{reason}"[:2000]
+        )
+    return True
+
+
 def run_effect(
     env: Any,
     call: Any,
@@ -172,7 +226,14 @@ def run_effect(
             }
             if item is not None:
                 request["item"] = item
-            (pause or interrupt)(request)
+            if pause is not None:
+                pause(request)
+            request["answer"] = EFFECT_ANSWER
+            answer = interrupt(request)
+            while not _settle(env, call, info, key, name, answer):
+                # Not an answer for this effect (one for an earlier pause of the node, or
+                # malformed): ask again.
+                answer = interrupt(request)
             row = store.effect(key)
             if row is not None and row.status == "succeeded":
                 return row.result

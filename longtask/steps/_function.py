@@ -172,8 +172,10 @@ class StepEnv:
 
         return effect
 
-    def runtime_for(self, call: NodeCall, info: StepInfo) -> StepRuntime:
-        return StepRuntime(self, call, info)
+    def runtime_for(
+        self, call: NodeCall, info: StepInfo, pause: Callable[[dict[str, Any]], Any] | None = None
+    ) -> StepRuntime:
+        return StepRuntime(self, call, info, pause)
 
     # -- attempts, budget, cancel ------------------------------------------------------------
 
@@ -273,12 +275,14 @@ class StepRuntime:
     env: StepEnv
     call: NodeCall
     info: StepInfo
+    #: raises a budget pause from another thread than the node's (a map item)
+    pause: Callable[[dict[str, Any]], Any] | None = None
 
     def charge(self, tokens: int, cost: float, tool_calls: int) -> None:
         self.env.store.charge(self.call.thread_id, tokens=tokens, cost=cost, tool_calls=tool_calls)
 
     def check(self) -> None:
-        check_limits(self.env, self.call, self.info)
+        check_limits(self.env, self.call, self.info, pause=self.pause)
 
     def cancelled(self) -> bool:
         return self.env.is_cancelled(self.call.thread_id)
@@ -470,7 +474,7 @@ def fix_loop_failure(
     env: StepEnv, call: NodeCall, info: StepInfo, state: dict[str, Any], loop: Any, exc: Exception
 ) -> Command[Any]:
     """Send a failure to the fix agent, or end the loop when its rounds are used up."""
-    from longtask.errors import NeedsPerson
+    from longtask.steps._attempts import gate, gate_request
 
     channel = f"fix.{info.name}"
     current = dict(state.get(channel) or {})
@@ -485,13 +489,14 @@ def fix_loop_failure(
             data={"rounds": done, "failure": failure},
         )
         if loop.on_exhausted == "ask":
-            paused = NeedsPerson(
-                "fix",
-                f"still failing after {done} fix rounds: {failure[:300]}",
-                f"fix it by hand, then `longtask retry {call.thread_id}`",
+            gate(
+                gate_request(
+                    "fix",
+                    info,
+                    f"still failing after {done} fix rounds: {failure[:300]}",
+                    f"fix it by hand, then `longtask retry {call.thread_id}`",
+                )
             )
-            setattr(paused, STEP_ATTR, info.name)
-            raise paused from exc
         raise exc
     env.emit(
         call,

@@ -17,8 +17,9 @@ The node (named after the step, so dependents' edges start from it as from any s
 Each worker thread runs in a copy of the node's context, so LangGraph's config is visible
 in the item. Pauses are LangGraph's, and LangGraph keys a node's resume values by the order
 of its ``interrupt()`` calls: items running side by side would call it in any order. So an
-item's pause (an effect whose outcome is unknown) is raised in the item as ``ItemPause`` and
-the node's own thread calls ``interrupt()`` once the in-flight items have finished.
+item's pause (an effect whose outcome is unknown, a budget reached, a permission missing) is
+raised in the item as ``ItemPause`` and the node's own thread calls ``interrupt()`` once the
+in-flight items have finished.
 """
 
 from __future__ import annotations
@@ -121,9 +122,12 @@ class _Window:
                 try:
                     self._finished(index, fn(index))
                 except ItemPause as pause:
-                    # Only this item waits for a person: the others go on.
+                    # An effect to settle holds only its item: the others go on. A budget
+                    # reached or a permission missing would stop them too: none starts.
                     with self._lock:
                         self.pauses.append((index, pause.payload))
+                        if pause.payload.get("kind") != "effect":
+                            self.stop = True
                     continue
                 except BaseException as exc:
                     # A failed item, a control exception or a failed write (a lost lease):
@@ -261,7 +265,7 @@ def map_node(step: MapStep, info: StepInfo, env: StepEnv) -> Node:
                     codec=env.codec,
                     inputs_model=env.inputs_model,
                     effects=env.effects_for(call, info, index, pause=_item_pause),
-                    runtime=env.runtime_for(call, info),
+                    runtime=env.runtime_for(call, info, _item_pause),
                 )
                 what = f"item {index} of {step.name!r}"
                 value = call_step(step.fn, (ctx, item), step.timeout, what)
@@ -269,7 +273,7 @@ def map_node(step: MapStep, info: StepInfo, env: StepEnv) -> Node:
 
             try:
                 (data, model), attempt = with_retries(
-                    env, call, info, step.retry, attempt_fn, item=index
+                    env, call, info, step.retry, attempt_fn, item=index, pause=_item_pause
                 )
             except (GraphBubbleUp, *CONTROL):
                 raise

@@ -17,7 +17,9 @@ Each compiles to three nodes:
 
 Answers are validated by the Runner before they are handed to LangGraph (so a bad answer
 leaves the thread untouched); ``<step>.ask`` checks them again and refuses (and asks again
-after) an answer given through LangGraph's own API.
+after) an answer given through LangGraph's own API. An approval's interrupt value also has
+LangChain's human-in-the-loop shape, and a ``{"decisions": [...]}`` answer is accepted with
+the same checks (see longtask.steps._hitl).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from longtask.steps._function import (
     step_failed,
     step_started,
 )
+from longtask.steps._hitl import decision_from_hitl, with_hitl
 
 Node = Callable[[dict[str, Any], RunnableConfig], Any]
 
@@ -70,6 +73,18 @@ class PauseOutcome(LongTaskError):
     def __reduce__(self) -> tuple[Any, ...]:
         # Copied and pickled with both arguments (the default passes only the message).
         return (type(self), (str(self), self.outcome))
+
+
+def approval_value(req: dict[str, Any]) -> dict[str, Any]:
+    """An approval's interrupt value: its request, with LangChain's HITL request added."""
+    who = f"; approvers: {', '.join(req['approvers'])}" if req.get("approvers") else ""
+    due = f"; decide before {req['deadline']}" if req.get("deadline") else ""
+    return with_hitl(
+        req,
+        req["step"],
+        {"plan": req.get("plan"), "plan_hash": req.get("plan_hash")},
+        f"Approve the plan of step {req['step']!r} (plan hash {req.get('plan_hash')}){who}{due}",
+    )
 
 
 def ask_node_name(step: str) -> str:
@@ -290,7 +305,11 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         if isinstance(step, WaitStep):
             payload, by = _unwrap_signal(answer)
             return check_payload(step, payload), by
-        return check_decision(ApprovalRequest.model_validate(req), answer, now, step=step.name)
+        request = ApprovalRequest.model_validate(req)
+        # A decision in LangChain's HITL shape, given past the Runner: nobody vouches for
+        # who gave it (see longtask.steps._hitl).
+        answer = decision_from_hitl(request, answer, now, by=None)
+        return check_decision(request, answer, now, step=step.name)
 
     def earlier_approval(
         call: NodeCall, state: dict[str, Any], req: dict[str, Any], now: datetime
@@ -351,8 +370,9 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         if deadline is not None and now > deadline:
             return timed_out(call, req)
         refused = 0
+        shown = approval_value(req) if is_approval else req
         while True:
-            answer = interrupt(req)
+            answer = interrupt(shown)
             # Resumed: from here on the node runs once per answer.
             now = env.clock()
             try:
