@@ -147,10 +147,14 @@ _THREAD_COLS = (
     "thread_id, task_ref, task_name, task_version, definition_hash, definition, inputs, "
     "status, error, runs, created_at, updated_at, waiting, mode"
 )
+#: a record without its definition (read once per definition hash, see Store._threads)
+_THREAD_READ = _THREAD_COLS.replace(" definition,", " NULL,")
 
 
 class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, ABC):
     dialect: Dialect
+    #: parsed definition summaries by definition hash (see _threads)
+    _definitions: dict[str, dict[str, Any]]
 
     # -- driver ------------------------------------------------------------------------------
 
@@ -235,17 +239,32 @@ class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, A
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         rows = self._run(
-            f"SELECT {_THREAD_COLS} FROM longtask_threads WHERE thread_id = ?", (thread_id,)
+            f"SELECT {_THREAD_READ} FROM longtask_threads WHERE thread_id = ?", (thread_id,)
         )
-        return _thread(rows[0]) if rows else None
+        return self._threads(rows)[0] if rows else None
 
     def list_threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
         where, params = ("WHERE status = ?", [status]) if status else ("", [])
         rows = self._run(
-            f"SELECT {_THREAD_COLS} FROM longtask_threads {where} ORDER BY updated_at DESC LIMIT ?",
+            f"SELECT {_THREAD_READ} FROM longtask_threads {where} ORDER BY updated_at DESC LIMIT ?",
             (*params, limit),
         )
-        return [_thread(r) for r in rows]
+        return self._threads(rows)
+
+    def _threads(self, rows: list[tuple[Any, ...]]) -> list[ThreadRecord]:
+        """Records from rows read without their definition: a definition summary is the
+        same for every thread of one definition hash and grows with the task (a long task
+        read it, and parsed it, on every lookup), so it is read and parsed once per hash."""
+        cache = self._definitions
+        for r in rows:
+            if r[4] not in cache:
+                found = self._run(
+                    "SELECT definition FROM longtask_threads WHERE thread_id = ?", (r[0],)
+                )
+                if len(cache) >= 64:
+                    cache.clear()
+                cache[r[4]] = json.loads(found[0][0]) if found else {"stages": []}
+        return [_thread(r, cache[r[4]]) for r in rows]
 
     def set_status(
         self,
@@ -427,14 +446,14 @@ def _too_new(current: int) -> str:
     )
 
 
-def _thread(r: tuple[Any, ...]) -> ThreadRecord:
+def _thread(r: tuple[Any, ...], definition: dict[str, Any]) -> ThreadRecord:
     return ThreadRecord(
         thread_id=r[0],
         task_ref=r[1],
         task_name=r[2],
         task_version=r[3],
         definition_hash=r[4],
-        definition=json.loads(r[5]),
+        definition=definition,
         inputs=json.loads(r[6]) if r[6] else None,
         status=r[7],
         error=json.loads(r[8]) if r[8] else None,
@@ -455,6 +474,7 @@ class SqliteStore(Store):
         # writes behind each other's busy timeouts. Every statement commits at once.
         self._conn = conn
         self._lock = lock if lock is not None else threading.Lock()
+        self._definitions = {}
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
@@ -514,6 +534,7 @@ class PostgresStore(Store):
     def __init__(self, pool: ConnectionPool[Any], fence: Fence | None = None) -> None:
         self._pool = pool
         self.fence = fence or Fence()
+        self._definitions = {}
 
     @staticmethod
     def _sql(sql: str) -> str:
