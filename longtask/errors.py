@@ -132,16 +132,13 @@ class StepFailed(LongTaskError):
     """A step raised; the thread is marked failed and can be resumed."""
 
     def __init__(self, thread_id: str, step: str, error: str, *, rejected: bool = False) -> None:
-        """``rejected``: the step is an approval that was rejected (or timed out) and its
-        policy is to fail: resuming asks for a new decision."""
+        """``rejected``: the step is an approval that was rejected (or timed out), its
+        policy is to fail, and the task compensated the failure (nothing goes on from it)."""
         self.thread_id = thread_id
         self.step = step
         self.error = error
         if rejected:
-            message = (
-                f"{error}; the thread failed.\nTo ask for a new decision, continue with "
-                f"`longtask resume {thread_id}` (finished steps are not run again)."
-            )
+            message = f"{error}; the thread failed and its compensations ran"
         else:
             message = (
                 f"step {step!r} failed: {error}\n"
@@ -158,8 +155,8 @@ class PauseFailed(StepFailed):
     def __init__(self, thread_id: str, step: str, error: str) -> None:
         LongTaskError.__init__(
             self,
-            f"step {step!r} failed: {error}\n"
-            f"To ask again (a fresh request), run `longtask retry {thread_id} {step}`.",
+            f"{error}; the thread failed. To ask again (a fresh request), run "
+            f"`longtask retry {thread_id} {step}`",
         )
         self.thread_id = thread_id
         self.step = step

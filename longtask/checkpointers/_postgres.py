@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
 import threading
 import time
@@ -71,6 +72,9 @@ class PostgresDatabase(Database):
                 min_size=1,
                 max_size=max_size,
                 kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+                # how long a statement waits for a connection (the server gone away, every
+                # connection busy) before the command fails
+                timeout=_timeout(),
                 open=False,
             )
             self.pool.open(wait=True, timeout=15)
@@ -191,3 +195,18 @@ class PostgresDatabase(Database):
         if self._lock_conn is not None:
             self._lock_conn.close()
         self.pool.close()
+
+
+#: seconds to wait for a database connection before a command fails (default 30)
+TIMEOUT_VAR = "LONGTASK_DB_TIMEOUT"
+
+
+def _timeout() -> float:
+    raw = os.environ.get(TIMEOUT_VAR, "30")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise DatabaseError(f"${TIMEOUT_VAR} must be a number of seconds, not {raw!r}") from None
+    if value <= 0:
+        raise DatabaseError(f"${TIMEOUT_VAR} must be more than 0 seconds, not {raw!r}")
+    return value

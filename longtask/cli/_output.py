@@ -97,6 +97,10 @@ def print_status(out: Console, st: ThreadStatus) -> None:
     elif st.status == "failed" and (st.error or {}).get("compensated") is not None:
         done = ", ".join(st.error["compensated"]) if st.error else ""
         out.print(f"compensated (undone): {escape(done) or 'nothing to undo'}")
+    elif st.status == "failed" and (st.error or {}).get("outcome") and st.error:
+        # A rejected or timed-out pause: resume would repeat it; retry asks again.
+        again = cmd(f"longtask retry {t} {st.error.get('step')}")
+        out.print(f"ask again with: {escape(again)}")
     elif st.status == "failed" or (st.status == "running" and not st.active):
         out.print(f"continue with: {escape(cmd(f'longtask resume {t}'))}")
         if st.status == "failed" and st.error and st.error.get("step"):

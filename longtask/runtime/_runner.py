@@ -146,6 +146,20 @@ def _skipped_in(tup: Any) -> set[str]:
     }
 
 
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether the database connection failed under ``exc`` (PostgreSQL: the server went
+    away, or no connection could be had in time)."""
+    psycopg = sys.modules.get("psycopg")
+    current: BaseException | None = exc
+    for _ in range(10):
+        if current is None:
+            return False
+        if psycopg is not None and isinstance(current, psycopg.OperationalError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
 class StageTracker:
     """Which stages have completed, kept up to date step by step (no rescans)."""
 
@@ -673,6 +687,10 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         if lease_lost(exc):
             # Another worker holds the thread now: touch nothing, let it go.
             raise LeaseLost(thread_id) from exc
+        if _connection_lost(exc):
+            # Nothing can be recorded: the thread stays as its last commit left it (running,
+            # to be resumed), and the caller says what happened.
+            raise exc
         if isinstance(exc, Stopping):
             store.set_status(thread_id, "pending")
             self.wake(thread_id)  # another worker (or this one, restarted) continues

@@ -541,12 +541,24 @@ class PostgresStore(Store):
         return sql.replace("?", "%s")
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._pool.connection() as conn, conn.cursor() as cur:
-            self.fence.apply(conn, cur)
-            cur.execute(self._sql(sql), tuple(params))
-            rows = cur.fetchall() if cur.description else []
+        import psycopg
+
+        for attempt in (1, 2):
+            with self._pool.connection() as conn:
+                try:
+                    with conn.cursor() as cur:
+                        self.fence.apply(conn, cur)
+                        cur.execute(self._sql(sql), tuple(params))
+                        rows = cur.fetchall() if cur.description else []
+                except psycopg.OperationalError:
+                    # A connection the server closed while it sat idle in the pool (an
+                    # idle timeout, a restart) fails on first use: once, take another.
+                    if attempt == 2 or not conn.broken:
+                        raise
+                    continue
             # The shared pool hands out dict rows (the saver needs them); we read tuples.
             return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+        raise AssertionError("unreachable")
 
     def _run_with_event(
         self,

@@ -134,10 +134,11 @@ def test_status_and_rejection_hints_keep_db(tmp_path: Path) -> None:
     rejected = cli("reject", "r", "--by", "alice", "--db", url)
     assert rejected.returncode == 1
     assert rejected.stderr.startswith("error: approval 'release' was rejected by alice; ")
+    assert len(rejected.stderr.splitlines()) == 1, rejected.stderr
     assert "PauseOutcome" not in rejected.stderr
-    assert f"`longtask resume r --db {url}`" in rejected.stderr
+    assert f"`longtask retry r release --db {url}`" in rejected.stderr
     status = cli("status", "r", "--db", url)
-    assert f"continue with: longtask resume r --db {url}" in status.stdout
+    assert f"ask again with: longtask retry r release --db {url}" in status.stdout
 
 
 def test_unknown_thread_names_the_database_without_password(tmp_path: Path) -> None:
