@@ -6,9 +6,10 @@ one runs in a worker thread; the event loop only parses requests and streams eve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -20,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from longtask import __version__
 from longtask.errors import (
     CompensationFailed,
     InvalidInput,
@@ -28,7 +30,11 @@ from longtask.errors import (
     StepFailed,
     describe_validation,
 )
+from longtask.serve import _lg_assistants as lg_assistants
+from longtask.serve import _lg_runs as lg_runs
+from longtask.serve import _lg_threads as lg_threads
 from longtask.serve._auth import Tokens
+from longtask.serve._executor import Executor
 from longtask.serve._http import (
     LoopbackHostOnly,
     artifact_response,
@@ -42,6 +48,8 @@ from longtask.serve._http import (
     page_response,
     unauthorized,
 )
+from longtask.serve._lg_assistants import Registry
+from longtask.serve._lg_common import Api
 from longtask.serve._page import index_page, thread_page
 from longtask.serve._stream import EventStream
 
@@ -83,12 +91,17 @@ def create_app(
     loopback_hosts_only: bool = False,
     poll: float = 0.25,
     heartbeat: float = 10.0,
+    registry: Registry | None = None,
+    run_workers: int = 4,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
     ``tokens`` maps bearer tokens to the names that act with them; every action needs one.
     ``open_reads=False`` makes reads need a token too (``run_server`` does so off loopback).
     ``loopback_hosts_only`` refuses requests whose ``Host`` header is not a loopback name.
+    ``registry`` holds the tasks the LangGraph Server API offers as assistants; its runs are
+    carried out by an executor of ``run_workers`` threads, which on startup continues runs
+    and threads a process that died left unfinished.
     """
     auth = Tokens(tokens or {})
     events = EventStream(runner, poll=poll, heartbeat=heartbeat)
@@ -112,7 +125,7 @@ def create_app(
         async def guarded(request: Request) -> Response:
             name = auth.from_request(request)
             if name is None:
-                given = "authorization" in request.headers
+                given = "authorization" in request.headers or "x-api-key" in request.headers
                 return unauthorized("invalid bearer token" if given else "a bearer token is needed")
             return await handler(request, name)
 
@@ -248,12 +261,21 @@ def create_app(
         # False: another process is advancing the thread; it stops at its next step.
         return await new_status(thread_id, 200 if done else 202)
 
+    async def info(request: Request) -> Response:
+        return JSONResponse({"version": __version__, "flags": {"assistants": True}})
+
+    async def ok(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
     # -- pages ---------------------------------------------------------------------------
 
     async def home(request: Request) -> Response:
         return page_response(index_page(reads_need_token=not open_reads))
 
     async def thread_view(request: Request) -> Response:
+        if "text/html" not in request.headers.get("accept", ""):
+            # Not a browser: the LangGraph Server API's thread (the SDK's threads.get).
+            return await lg_thread(request)
         thread_id = request.path_params["thread_id"]
         # Only where anyone may read: with closed reads, whether a thread exists is the
         # API's answer to a token, and the page asks it.
@@ -261,10 +283,31 @@ def create_app(
             return page_response(thread_page(thread_id, False, missing=True), 404)
         return page_response(thread_page(thread_id, not open_reads))
 
+    registry = registry or Registry()
+    executor = Executor(runner, registry, workers=run_workers)
+    lg = Api(runner, registry, executor, reader, actor)
+    lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
+    lg_thread = reader(lg_thread_get)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        recovered = await call(executor.recover)
+        if recovered:
+            log.info("continuing %d thread(s) left unfinished", len(recovered))
+        try:
+            yield
+        finally:
+            executor.close()
+
     api = "/api/threads/{thread_id}"
     routes = [
         Route("/", home),
-        Route("/threads/{thread_id}", thread_view),
+        Route("/threads/{thread_id}", thread_view, methods=["GET"]),
+        *lg_assistants.routes(lg),
+        *lg_thread_routes,
+        *lg_runs.routes(lg),
+        Route("/info", info),
+        Route("/ok", ok),
         Route("/api/threads", reader(list_threads)),
         Route(api, reader(thread_status)),
         Route(api + "/pending", reader(pending)),
@@ -281,6 +324,7 @@ def create_app(
     return Starlette(
         routes=routes,
         middleware=middleware,
+        lifespan=lifespan,
         exception_handlers={
             LongTaskError: on_longtask_error,
             HTTPException: on_http_error,

@@ -20,6 +20,8 @@ from longtask.serve import create_app, is_loopback, run_server, tokens_from_env
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob", "tok-mallory": "mallory"}
 ALICE = {"Authorization": "Bearer tok-alice"}
 BOB = {"Authorization": "Bearer tok-bob"}
+#: what a browser asks for: the page (other clients get the LangGraph API's thread)
+BROWSER = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 STEP = "ship_ok"
 
 
@@ -453,9 +455,13 @@ def test_closed_reads_need_a_token(runner: Runner) -> None:
             assert r.status_code == 200
             assert sse(r, limit=1)[0]["event"] == "longtask.started"
         # The pages hold no data, and tell the script that reads need the token.
-        page = client.get(f"/threads/{thread}")
+        page = client.get(f"/threads/{thread}", headers=BROWSER)
         assert page.status_code == 200
         assert '"readsNeedToken": true' in page.text
+        # Not a browser: the LangGraph Server API's thread, which needs the token too.
+        assert client.get(f"/threads/{thread}").status_code == 401
+        as_sdk = client.get(f"/threads/{thread}", headers={"X-Api-Key": "tok-alice"})
+        assert as_sdk.json()["status"] == "interrupted"
 
 
 def test_loopback_server_refuses_other_host_names(runner: Runner) -> None:
@@ -470,7 +476,7 @@ def test_loopback_server_refuses_other_host_names(runner: Runner) -> None:
 
 def test_the_page_escapes_the_thread_id_and_sets_a_nonce_policy(runner: Runner) -> None:
     with TestClient(create_app(runner, TOKENS)) as client:
-        page = client.get("/threads/%3Cscript%3Ealert(1)%3C")
+        page = client.get("/threads/%3Cscript%3Ealert(1)%3C", headers=BROWSER)
         assert page.status_code == 404
         assert "<script>alert(1)" not in page.text
         policy = page.headers["content-security-policy"]
@@ -482,14 +488,14 @@ def test_the_page_escapes_the_thread_id_and_sets_a_nonce_policy(runner: Runner) 
 def test_the_page_of_a_missing_thread_says_so(runner: Runner) -> None:
     runner.start(CI, {}, thread_id="ci-here")
     with TestClient(create_app(runner, TOKENS)) as client:
-        assert client.get("/threads/ci-here").status_code == 200
-        page = client.get("/threads/nope")
+        assert client.get("/threads/ci-here", headers=BROWSER).status_code == 200
+        page = client.get("/threads/nope", headers=BROWSER)
         assert page.status_code == 404
         assert "no such thread" in page.text
     # With closed reads the page does not tell, without a token, which threads exist: it
     # asks the API with the token it is given.
     with TestClient(create_app(runner, TOKENS, open_reads=False)) as client:
-        assert client.get("/threads/nope").status_code == 200
+        assert client.get("/threads/nope", headers=BROWSER).status_code == 200
 
 
 def test_run_server_refuses_a_public_host_without_a_token(
