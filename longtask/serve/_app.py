@@ -48,7 +48,8 @@ from longtask.serve._http import (
     page_response,
     unauthorized,
 )
-from longtask.serve._lg_assistants import Registry
+from longtask.serve._lg_assistants import Registry, assistant_id
+from longtask.serve._lg_commands import plan_answer
 from longtask.serve._lg_common import Api
 from longtask.serve._page import index_page, thread_page
 from longtask.serve._stream import EventStream
@@ -104,6 +105,7 @@ def create_app(
     and threads a process that died left unfinished.
     """
     auth = Tokens(tokens or {})
+    tasks = registry or Registry()
     events = EventStream(runner, poll=poll, heartbeat=heartbeat)
 
     async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -218,22 +220,33 @@ def create_app(
 
     # -- actions -------------------------------------------------------------------------
 
+    def answer_later(thread_id: str, target: str | None, kind: str, value: Any, by: str) -> str:
+        """Check an answer now, and record it as a run that serve's executor carries out:
+        the request returns at once, however long the steps after the pause take."""
+        rec = runner._thread(thread_id)
+        if runner.served_by_workers(rec):
+            # Queued for the workers: returns as soon as the command is in the inbox.
+            if kind == "approval":
+                runner.decide(thread_id, target, by=by, **value)
+            else:
+                runner.signal(thread_id, str(target), value, by=by)
+            return "queued"
+        entry = tasks.find(rec.task_name)
+        task = entry.task if entry is not None else runner._load(rec)
+        lg_runs.refuse_busy(lg, thread_id)
+        request = plan_answer(runner, rec, task, target, kind, value, by)
+        return lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by).run_id
+
+    async def accepted(thread_id: str, run_id: str) -> Response:
+        status = await call(runner.status, thread_id)
+        return JSONResponse({**status.model_dump(mode="json"), "run_id": run_id}, 202)
+
     async def decide(request: Request, by: str, approved: bool) -> Response:
         thread_id = request.path_params["thread_id"]
         answer = await body(request, DecisionBody)
-        try:
-            await call(
-                runner.decide,
-                thread_id,
-                answer.step,
-                approved=approved,
-                by=by,
-                comment=answer.comment,
-                plan_hash=answer.plan_hash,
-            )
-        except RUN_OUTCOMES as exc:
-            log.info("thread %s stopped after a decision by %s: %s", thread_id, by, exc)
-        return await new_status(thread_id)
+        value = {"approved": approved, "comment": answer.comment, "plan_hash": answer.plan_hash}
+        run_id = await call(answer_later, thread_id, answer.step, "approval", value, by)
+        return await accepted(thread_id, run_id)
 
     async def approve(request: Request, by: str) -> Response:
         return await decide(request, by, True)
@@ -244,11 +257,8 @@ def create_app(
     async def signal(request: Request, by: str) -> Response:
         thread_id = request.path_params["thread_id"]
         event = await body(request, SignalBody)
-        try:
-            await call(runner.signal, thread_id, event.name, event.payload, by=by)
-        except RUN_OUTCOMES as exc:
-            log.info("thread %s stopped after signal %s by %s: %s", thread_id, event.name, by, exc)
-        return await new_status(thread_id)
+        run_id = await call(answer_later, thread_id, event.name, "wait", event.payload, by)
+        return await accepted(thread_id, run_id)
 
     async def cancel(request: Request, by: str) -> Response:
         thread_id = request.path_params["thread_id"]
@@ -283,9 +293,8 @@ def create_app(
             return page_response(thread_page(thread_id, False, missing=True), 404)
         return page_response(thread_page(thread_id, not open_reads))
 
-    registry = registry or Registry()
-    executor = Executor(runner, registry, workers=run_workers)
-    lg = Api(runner, registry, executor, reader, actor)
+    executor = Executor(runner, tasks, workers=run_workers)
+    lg = Api(runner, tasks, executor, reader, actor)
     lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
     lg_thread = reader(lg_thread_get)
 

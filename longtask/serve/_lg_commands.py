@@ -138,6 +138,21 @@ def plan_command(
     raise InvalidInput("the command is empty: give resume, update or goto")
 
 
+def plan_answer(
+    runner: Runner,
+    rec: ThreadRecord,
+    task: LongTask,
+    target: str | None,
+    kind: str,
+    value: Any,
+    actor: str,
+) -> dict[str, Any]:
+    """The run request answering the pending ``kind`` (approval or wait) ``target`` (the
+    only one if None) of ``rec`` with ``value``, checked (raises InvalidInput)."""
+    item = runner._select(rec.thread_id, task, target, kind)
+    return {"kind": "answer", "answers": [_check(runner, rec.thread_id, task, item, value, actor)]}
+
+
 def plan_continue(rec: ThreadRecord) -> dict[str, Any]:
     if rec.status in ("completed", "cancelled"):
         raise NothingToResume(rec.thread_id, rec.status)

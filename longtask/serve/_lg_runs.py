@@ -46,6 +46,38 @@ def run_json(run: ApiRun) -> dict[str, Any]:
     }
 
 
+def refuse_busy(api: Api, thread_id: str) -> None:
+    """One run of a thread at a time (the SDK's ``multitask_strategy="reject"``)."""
+    runs = api.runner.db.store.api_runs(thread_id, limit=50)
+    if any(r.status in ("pending", "running") for r in runs):
+        raise HTTPException(
+            409, f"thread {thread_id!r} has a run in progress; join it or cancel it first"
+        )
+
+
+def record(
+    api: Api,
+    thread_id: str,
+    assistant_id: str,
+    request: dict[str, Any],
+    actor: str,
+    metadata: dict[str, Any] | None = None,
+) -> ApiRun:
+    """Record a checked run request and hand it to the executor; returns the run."""
+    runner = api.runner
+    store = runner.db.store
+    request.setdefault("stream_mode", ["values"])
+    request["since_event"] = store.api_last_event(thread_id)
+    exists = store.get_thread(thread_id) is not None
+    request["before"] = sorted(runner.results(thread_id)) if exists else []
+    run_id = str(uuid.uuid4())
+    store.api_run_create(run_id, thread_id, assistant_id, request, actor, metadata)
+    api.executor.submit(run_id)
+    found = store.api_run(run_id)
+    assert found is not None
+    return found
+
+
 def routes(api: Api) -> list[Route]:
     runner = api.runner
     store = runner.db.store
@@ -61,11 +93,7 @@ def routes(api: Api) -> list[Route]:
             if body.get("if_not_exists") != "create":
                 raise ThreadNotFound(thread_id, runner.db.url.redacted)
             store.api_thread_put(thread_id, {"graph_id": entry.name})
-        if any(r.status in ("pending", "running") for r in store.api_runs(thread_id, limit=50)):
-            raise HTTPException(
-                409,
-                f"thread {thread_id!r} has a run in progress; join it or cancel it first",
-            )
+        refuse_busy(api, thread_id)
         if rec is not None and rec.task_name != entry.name:
             raise InvalidInput(
                 f"thread {thread_id!r} runs task {rec.task_name!r}, not {entry.name!r}"
@@ -98,16 +126,7 @@ def routes(api: Api) -> list[Route]:
                 f"{', '.join(sorted(MODES))}"
             )
         request["stream_mode"] = sorted(modes)
-        request["since_event"] = store.api_last_event(thread_id)
-        request["before"] = sorted(runner.results(thread_id)) if rec is not None else []
-        run_id = str(uuid.uuid4())
-        store.api_run_create(
-            run_id, thread_id, entry.assistant_id, request, actor, body.get("metadata")
-        )
-        api.executor.submit(run_id)
-        found = store.api_run(run_id)
-        assert found is not None
-        return found
+        return record(api, thread_id, entry.assistant_id, request, actor, body.get("metadata"))
 
     async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
         body = await api.json_body(request)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -50,6 +52,27 @@ RELEASE = LongTask(
 )
 
 
+#: the file the gated step waits for (set by the test that uses it)
+GATE: dict[str, Path] = {}
+
+
+@function_step
+def gated(ctx: StepContext) -> str:
+    deadline = time.monotonic() + 20
+    while not GATE["path"].exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "through the gate" if GATE["path"].exists() else "the gate never opened"
+
+
+GATED = LongTask(
+    "serve_gated",
+    stages=[
+        Stage("approve", [approval("go", plan=lambda ctx: {"go": 1}, approvers=["alice"])]),
+        Stage("work", [gated]),
+    ],
+)
+
+
 class CiResult(BaseModel):
     status: Literal["passed", "failed"]
 
@@ -82,6 +105,21 @@ def paused(runner: Runner, thread: str = "rel-1") -> str:
     runner.start(RELEASE, {}, thread_id=thread)
     assert runner.status(thread).status == "waiting_user"
     return thread
+
+
+def carried_out(runner: Runner, response: Any) -> str:
+    """An action answers 202 at once with the run serve's executor carries it out in; wait
+    for that run to finish, and return the thread's status then."""
+    assert response.status_code == 202, response.text
+    run_id = response.json()["run_id"]
+    deadline = time.monotonic() + 60
+    while True:
+        run = runner.db.store.api_run(run_id)
+        assert run is not None
+        if run.status in ("success", "error", "interrupted"):
+            return runner.status(response.json()["thread_id"]).status
+        assert time.monotonic() < deadline, f"run {run_id} did not finish"
+        time.sleep(0.02)
 
 
 def snapshot(runner: Runner, thread: str) -> tuple[Any, ...]:
@@ -184,9 +222,7 @@ def test_approve_continues_the_thread_as_the_tokens_name(
         json={"step": STEP, "plan_hash": shown, "comment": "ship it"},
         headers=ALICE,
     )
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "completed"
-    assert runner.status(thread).status == "completed"
+    assert carried_out(runner, r) == "completed"
     resolved = runner.events(thread, kinds=["approval.resolved"])
     assert [(e.data["outcome"], e.data["by"], e.data["comment"]) for e in resolved] == [
         ("approved", "alice", "ship it")
@@ -196,11 +232,26 @@ def test_approve_continues_the_thread_as_the_tokens_name(
     assert runner.result(thread, "publish") == "published app-1.0.tar.gz for alice"
 
 
+def test_approve_answers_before_the_next_step_runs(
+    runner: Runner, client: TestClient, tmp_path: Path
+) -> None:
+    # The step after the approval waits for a gate the test opens only after the answer:
+    # were the step run inside the request, the request could not answer first.
+    GATE["path"] = tmp_path / "gate"
+    runner.start(GATED, {}, thread_id="gated-1")
+    r = client.post("/api/threads/gated-1/approve", headers=ALICE)
+    assert r.status_code == 202, r.text
+    assert not GATE["path"].exists()
+    assert runner.db.store.api_run(r.json()["run_id"]) is not None
+    GATE["path"].write_text("open")
+    assert carried_out(runner, r) == "completed"
+    assert runner.result("gated-1", "gated") == "through the gate"
+
+
 def test_reject_fails_the_thread_as_the_tokens_name(runner: Runner, client: TestClient) -> None:
     thread = paused(runner)
     r = client.post(f"/api/threads/{thread}/reject", json={"comment": "not now"}, headers=BOB)
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "failed"
+    assert carried_out(runner, r) == "failed"
     resolved = runner.events(thread, kinds=["approval.resolved"])
     assert [(e.data["outcome"], e.data["by"]) for e in resolved] == [("rejected", "bob")]
 
@@ -295,8 +346,7 @@ def test_signal_delivers_the_payload_and_checks_its_schema(
 
     passed = {"name": "ci", "payload": {"status": "passed"}}
     ok = client.post("/api/threads/ci-1/signal", json=passed, headers=BOB)
-    assert ok.status_code == 200, ok.text
-    assert ok.json()["status"] == "completed"
+    assert carried_out(runner, ok) == "completed"
     assert runner.result("ci-1", "after_ci") == "passed"
     # The event is recorded as delivered by the token's name.
     (resolved,) = runner.events("ci-1", kinds=["wait.resolved"])
@@ -349,7 +399,7 @@ def sse(response: Any, limit: int | None = None) -> list[dict[str, Any]]:
 def completed(runner: Runner, client: TestClient) -> str:
     thread = paused(runner)
     r = client.post(f"/api/threads/{thread}/approve", headers=ALICE)
-    assert r.json()["status"] == "completed"
+    assert carried_out(runner, r) == "completed"
     return thread
 
 
@@ -405,7 +455,7 @@ def test_stream_of_a_paused_thread_stays_open_and_delivers_new_events_live(
         approver.start()
         got += sse(items)
     approver.join(60)
-    assert answers == [200]
+    assert answers == [202]
     stored = [(e.id, e.kind) for e in runner.events(thread)]
     assert [(e["id"], e["event"]) for e in got] == stored
     live = [e["event"] for e in got[len(before) :]]
