@@ -23,11 +23,9 @@ from starlette.routing import Route
 
 from longtask import __version__
 from longtask.errors import (
-    CompensationFailed,
     InvalidInput,
-    LimitReached,
     LongTaskError,
-    StepFailed,
+    TooLateToCancel,
     describe_validation,
 )
 from longtask.serve import _lg_assistants as lg_assistants
@@ -61,9 +59,6 @@ log = logging.getLogger("longtask.serve")
 T = TypeVar("T")
 Model = TypeVar("Model", bound=BaseModel)
 MAX_BODY = 1024 * 1024
-#: errors raised after an answer was accepted and the thread ran on: the answer counted, and
-#: the thread's new status (failed, cancelling) tells the rest
-RUN_OUTCOMES = (StepFailed, LimitReached, CompensationFailed)
 
 
 class DecisionBody(BaseModel):
@@ -260,16 +255,23 @@ def create_app(
         run_id = await call(answer_later, thread_id, event.name, "wait", event.payload, by)
         return await accepted(thread_id, run_id)
 
+    def cancel_later(thread_id: str, reason: str | None, by: str) -> str:
+        """Refuse a cancel that comes too late now; record the rest as a run: compensations
+        run in serve's executor, never inside the request."""
+        rec = runner._thread(thread_id)
+        if rec.status in ("completed", "cancelled") or (rec.error or {}).get("compensated"):
+            raise TooLateToCancel(thread_id, rec.status)
+        if runner.served_by_workers(rec):
+            runner.cancel(thread_id, reason=reason, by=by)  # queued for the workers
+            return "queued"
+        request = {"kind": "cancel", "reason": reason}
+        return lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by).run_id
+
     async def cancel(request: Request, by: str) -> Response:
         thread_id = request.path_params["thread_id"]
         order = await body(request, CancelBody)
-        try:
-            done = await call(runner.cancel, thread_id, reason=order.reason, by=by)
-        except CompensationFailed as exc:
-            log.info("cancel of thread %s by %s: %s", thread_id, by, exc)
-            done = True
-        # False: another process is advancing the thread; it stops at its next step.
-        return await new_status(thread_id, 200 if done else 202)
+        run_id = await call(cancel_later, thread_id, order.reason, by)
+        return await accepted(thread_id, run_id)
 
     async def info(request: Request) -> Response:
         return JSONResponse({"version": __version__, "flags": {"assistants": True}})

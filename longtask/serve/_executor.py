@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
 
-from longtask.errors import InvalidInput, LongTaskError, NothingToResume, ThreadBusy
+from longtask.errors import (
+    CompensationFailed,
+    InvalidInput,
+    LongTaskError,
+    NothingToResume,
+    ThreadBusy,
+)
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -126,7 +132,9 @@ class Executor:
         run = store.api_run(run_id)
         if run is None or run.status not in OPEN_RUN_STATUSES:
             return  # cancelled before it started, or already done
-        again = run.status == "running"  # a run a process that died was carrying out
+        # A run a process that died was carrying out (a cancel is simply carried out again:
+        # a repeated cancel continues where the first stopped).
+        again = run.status == "running" and run.request.get("kind") != "cancel"
         self._set(run_id, "running")
         error: str | None = None
         try:
@@ -141,6 +149,11 @@ class Executor:
             log.exception("run %s of thread %s failed", run_id, run.thread_id)
             error = f"{type(exc).__name__}: {exc}"
         rec = store.get_thread(run.thread_id)
+        if run.request.get("kind") == "cancel":
+            # Delivered: the thread is cancelled, or the run advancing it stops at its next
+            # step and compensates.
+            self._set(run_id, "error" if error else "success", error)
+            return
         status = RUN_OUTCOME.get(rec.status, "error") if rec is not None else "error"
         if rec is not None and rec.status == "failed":
             error = error or str((rec.error or {}).get("message") or "the thread failed")
@@ -158,6 +171,10 @@ class Executor:
                 runner.resume(run.thread_id, task=self.task_for(rec))
             rec = runner.db.store.get_thread(run.thread_id)
         kind = req.get("kind")
+        if kind == "cancel":
+            with contextlib.suppress(CompensationFailed):  # recorded on the thread
+                runner.cancel(run.thread_id, reason=req.get("reason"), by=run.actor)
+            return
         if kind == "start":
             if rec is not None:
                 return  # started before the restart, and continued above
