@@ -136,6 +136,14 @@ def serve(
     run_workers: Annotated[
         int, typer.Option("--run-workers", min=1, max=64, help="Threads that carry out runs.")
     ] = 4,
+    workers: Annotated[
+        bool,
+        typer.Option(
+            "--workers",
+            help="Start the LangGraph API's threads on `longtask worker`s (PostgreSQL) "
+            "instead of in this process.",
+        ),
+    ] = False,
 ) -> None:
     """The HTTP API, the LangGraph Server API, the live event stream and the web page.
 
@@ -148,4 +156,12 @@ def serve(
     from longtask.serve import run_server
 
     out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)")
-    run_server(host=host, port=port, db=db, tasks=task, config=config, run_workers=run_workers)
+    run_server(
+        host=host,
+        port=port,
+        db=db,
+        tasks=task,
+        config=config,
+        run_workers=run_workers,
+        to_workers=workers,
+    )

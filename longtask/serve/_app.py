@@ -89,6 +89,7 @@ def create_app(
     heartbeat: float = 10.0,
     registry: Registry | None = None,
     run_workers: int = 4,
+    to_workers: bool = False,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
@@ -97,7 +98,8 @@ def create_app(
     ``loopback_hosts_only`` refuses requests whose ``Host`` header is not a loopback name.
     ``registry`` holds the tasks the LangGraph Server API offers as assistants; its runs are
     carried out by an executor of ``run_workers`` threads, which on startup continues runs
-    and threads a process that died left unfinished.
+    and threads a process that died left unfinished; ``to_workers`` starts them as threads
+    served by workers (``longtask worker``, PostgreSQL) instead.
     """
     auth = Tokens(tokens or {})
     tasks = registry or Registry()
@@ -295,7 +297,7 @@ def create_app(
             return page_response(thread_page(thread_id, False, missing=True), 404)
         return page_response(thread_page(thread_id, not open_reads))
 
-    executor = Executor(runner, tasks, workers=run_workers)
+    executor = Executor(runner, tasks, workers=run_workers, to_workers=to_workers)
     lg = Api(runner, tasks, executor, reader, actor)
     lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
     lg_thread = reader(lg_thread_get)

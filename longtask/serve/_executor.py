@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -54,12 +55,23 @@ RUN_OUTCOME = {
 class Executor:
     """Carries out recorded runs on a thread pool of its own."""
 
-    def __init__(self, runner: Runner, registry: Registry, *, workers: int = 4) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        registry: Registry,
+        *,
+        workers: int = 4,
+        to_workers: bool = False,
+        follow_poll: float = 0.2,
+    ) -> None:
         from longtask.runtime import Runner as RunnerClass
 
         # Its own Runner on the app's database: runs never share the request side's state.
         self.runner = RunnerClass(runner.db)
         self.registry = registry
+        #: start threads served by workers (``longtask worker``, PostgreSQL) instead of here
+        self.to_workers = to_workers
+        self.follow_poll = follow_poll
         self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="longtask-run")
         #: notified whenever a run's status changes (join/wait sleep on it)
         self.changed = threading.Condition()
@@ -137,8 +149,13 @@ class Executor:
         again = run.status == "running" and run.request.get("kind") != "cancel"
         self._set(run_id, "running")
         error: str | None = None
+        before = store.get_thread(run.thread_id)
         try:
             self._carry_out(run, again)
+            after = store.get_thread(run.thread_id)
+            if after is not None and after.mode == "worker":
+                # Handed to the workers' queue: the run lasts until a worker has acted.
+                self._follow_worker(run.thread_id, before.runs if before is not None else 0)
         except ThreadBusy as exc:
             error = str(exc)
         except LongTaskError as exc:
@@ -165,7 +182,7 @@ class Executor:
         runner = self.runner
         req = run.request
         rec = runner.db.store.get_thread(run.thread_id)
-        if again and rec is not None and rec.status == "running":
+        if again and rec is not None and rec.status == "running" and rec.mode != "worker":
             if not runner.db.is_locked(run.thread_id):
                 # Its process died mid-run: continue from the last checkpoint first.
                 runner.resume(run.thread_id, task=self.task_for(rec))
@@ -179,9 +196,8 @@ class Executor:
             if rec is not None:
                 return  # started before the restart, and continued above
             entry = self.registry.get(req["graph"])
-            runner.start(
-                entry.task, req.get("input") or {}, thread_id=run.thread_id, task_ref=entry.ref
-            )
+            start = runner.submit if self.to_workers else runner.start
+            start(entry.task, req.get("input") or {}, thread_id=run.thread_id, task_ref=entry.ref)
             return
         assert rec is not None, "a resume run names a thread that exists"
         task = self.task_for(rec)
@@ -199,6 +215,22 @@ class Executor:
         else:
             with contextlib.suppress(NothingToResume):
                 runner.resume(run.thread_id, task=task, by=run.actor)
+
+    def _follow_worker(self, thread_id: str, runs_before: int) -> None:
+        """Wait until a worker has taken the commands queued for the thread (its inbox is
+        empty, it has advanced at least once more) and let go of it."""
+        store = self.runner.db.store
+        while True:
+            rec = store.get_thread(thread_id)
+            if rec is None:
+                return
+            if (
+                rec.runs > runs_before
+                and rec.status not in ("pending", "running", "cancelling")
+                and not store.inbox_peek(thread_id)
+            ):
+                return
+            time.sleep(self.follow_poll)
 
     def _answer(self, run: ApiRun, task: LongTask, answer: dict[str, Any]) -> None:
         by = run.actor or "api"

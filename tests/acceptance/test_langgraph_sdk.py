@@ -37,8 +37,9 @@ def _free_port() -> int:
 class Serve:
     """A ``longtask serve`` process with the test tasks registered; restartable."""
 
-    def __init__(self, db: str, env: dict[str, str]) -> None:
+    def __init__(self, db: str, env: dict[str, str], *extra: str) -> None:
         self.db = db
+        self.extra = list(extra)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "LONGTASK_API_TOKENS": f"alice={TOKEN}", **env}
@@ -46,7 +47,7 @@ class Serve:
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
-        args = ["serve", "--port", str(self.port), "--db", self.db]
+        args = ["serve", "--port", str(self.port), "--db", self.db, *self.extra]
         for name in ("RELEASE", "LONG", "SLEEPY"):
             args += ["--task", f"{TASKS}:{name}"]
         self.proc = subprocess.Popen(
@@ -116,90 +117,123 @@ async def _until(check: Any, what: str, timeout: float = 60) -> Any:
         await asyncio.sleep(0.1)
 
 
+@pytest.fixture
+def serve_with_worker(pg_url: str, tmp_path: Path) -> Iterator[Serve]:
+    """``longtask serve --workers`` and one ``longtask worker`` on PostgreSQL."""
+    server = Serve(pg_url, {"LT_SLEEPY": "1"}, "--workers")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "longtask", "worker", "--db", pg_url, "--stalled-after", "2"],
+        env=server.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        worker.terminate()
+        try:
+            worker.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.communicate()
+
+
 def test_sdk_drives_a_task_through_approval_wait_and_cancel(serve: Serve) -> None:
-    async def scenario() -> None:
-        lg = client(serve)
-        assistants = await lg.assistants.search(graph_id="lg_release")
-        assert [a["graph_id"] for a in assistants] == ["lg_release"]
-        assistant = assistants[0]["assistant_id"]
-        assert (await lg.assistants.get(assistant))["name"] == "lg_release"
-        graph = await lg.assistants.get_graph(assistant)
-        assert {"fetch_a", "fetch_b"} <= {n["id"] for n in graph["nodes"]}
-        schemas = await lg.assistants.get_schemas(assistant)
-        assert "ship_ok" in schemas["state_schema"]["properties"]
+    asyncio.run(_drive(serve))
 
-        thread = await lg.threads.create(metadata={"purpose": "test"})
-        tid = thread["thread_id"]
-        assert (await lg.threads.get(tid))["status"] == "idle"
 
-        parts = [
-            p
-            async for p in lg.runs.stream(
-                tid, "lg_release", input={}, stream_mode=["updates", "values", "custom"]
-            )
-        ]
-        kinds = [p.event for p in parts]
-        assert kinds[0] == "metadata"
-        updates = [p.data for p in parts if p.event == "updates"]
-        assert {"fetch_a": {"a": 1}} in updates and {"fetch_b": {"b": 2}} in updates
-        interrupt = next(u["__interrupt__"] for u in updates if "__interrupt__" in u)
-        assert interrupt[0]["value"]["step"] == "ship_ok"
-        values = [p.data for p in parts if p.event == "values"]
-        assert values[-1]["fetch_a"] == {"a": 1}
-        custom = [p.data["kind"] for p in parts if p.event == "custom"]
-        assert "approval.required" in custom
+def test_sdk_drives_threads_served_by_a_worker(serve_with_worker: Serve, pg_url: str) -> None:
+    asyncio.run(_drive(serve_with_worker))
+    from longtask import Runner
 
-        state = await lg.threads.get_state(tid)
-        assert [i["value"]["step"] for i in state["interrupts"]] == ["ship_ok"]
-        assert state["values"]["fetch_b"] == {"b": 2}
-        assert (await lg.threads.get(tid))["status"] == "interrupted"
-        found = await lg.threads.search(status="interrupted")
-        assert tid in [t["thread_id"] for t in found]
+    with Runner(pg_url) as runner:
+        modes = {r.mode for r in runner.threads()}
+    assert modes == {"worker"}  # every thread was advanced by the worker, not by serve
 
-        # A wrong answer is refused at once and changes nothing.
-        with pytest.raises(httpx.HTTPStatusError) as bad:
-            await lg.runs.create(tid, assistant, command={"resume": {"maybe": 1}})
-        assert bad.value.response.status_code == 409
-        # Without a token nothing is recorded.
-        with pytest.raises(httpx.HTTPStatusError) as anon:
-            await client(serve, api_key=None).runs.create(tid, assistant, command={"resume": True})
-        assert anon.value.response.status_code == 401
 
-        run = await lg.runs.create(
-            tid, assistant, command={"resume": {"approved": True, "comment": "ok"}}
+async def _drive(serve: Serve) -> None:
+    """The whole tour through the SDK (see the module's docstring)."""
+    lg = client(serve)
+    assistants = await lg.assistants.search(graph_id="lg_release")
+    assert [a["graph_id"] for a in assistants] == ["lg_release"]
+    assistant = assistants[0]["assistant_id"]
+    assert (await lg.assistants.get(assistant))["name"] == "lg_release"
+    graph = await lg.assistants.get_graph(assistant)
+    assert {"fetch_a", "fetch_b"} <= {n["id"] for n in graph["nodes"]}
+    schemas = await lg.assistants.get_schemas(assistant)
+    assert "ship_ok" in schemas["state_schema"]["properties"]
+
+    thread = await lg.threads.create(metadata={"purpose": "test"})
+    tid = thread["thread_id"]
+    assert (await lg.threads.get(tid))["status"] == "idle"
+
+    parts = [
+        p
+        async for p in lg.runs.stream(
+            tid, "lg_release", input={}, stream_mode=["updates", "values", "custom"]
         )
-        assert run["status"] in ("pending", "running", "interrupted")
-        await lg.runs.join(tid, run["run_id"])
-        done = await lg.runs.get(tid, run["run_id"])
-        assert done["status"] == "interrupted"  # it stopped at the wait for ci
-        state = await lg.threads.get_state(tid)
-        assert state["values"]["ship_ok"]["by"] == "alice"  # the token's name
-        assert [i["value"]["step"] for i in state["interrupts"]] == ["ci"]
+    ]
+    kinds = [p.event for p in parts]
+    assert kinds[0] == "metadata"
+    updates = [p.data for p in parts if p.event == "updates"]
+    assert {"fetch_a": {"a": 1}} in updates and {"fetch_b": {"b": 2}} in updates
+    interrupt = next(u["__interrupt__"] for u in updates if "__interrupt__" in u)
+    assert interrupt[0]["value"]["step"] == "ship_ok"
+    values = [p.data for p in parts if p.event == "values"]
+    assert values[-1]["fetch_a"] == {"a": 1}
+    custom = [p.data["kind"] for p in parts if p.event == "custom"]
+    assert "approval.required" in custom
 
-        final = await lg.runs.wait(tid, assistant, command={"resume": {"status": "passed"}})
-        assert final["finish"] == "shipped after ci passed by alice"
-        assert (await lg.threads.get(tid))["status"] == "idle"
-        runs = await lg.runs.list(tid)
-        assert len(runs) == 3 and runs[0]["status"] == "success"
-        history = await lg.threads.get_history(tid, limit=100)
-        assert len(history) > 3
-        assert "finish" in history[0]["values"] and "finish" not in history[-1]["values"]
+    state = await lg.threads.get_state(tid)
+    assert [i["value"]["step"] for i in state["interrupts"]] == ["ship_ok"]
+    assert state["values"]["fetch_b"] == {"b": 2}
+    assert (await lg.threads.get(tid))["status"] == "interrupted"
+    found = await lg.threads.search(status="interrupted")
+    assert tid in [t["thread_id"] for t in found]
 
-        # Cancel a run of another thread while it runs.
-        other = await lg.threads.create()
-        sleepy = await lg.runs.create(other["thread_id"], "lg_sleepy", input={})
-        await _until(
-            lambda: _status(lg, other["thread_id"], sleepy["run_id"], "running"), "the run"
-        )
-        await lg.runs.cancel(other["thread_id"], sleepy["run_id"])
-        await lg.runs.join(other["thread_id"], sleepy["run_id"])
-        cancelled = await lg.runs.get(other["thread_id"], sleepy["run_id"])
-        assert cancelled["status"] == "interrupted"
-        after = await lg.threads.get(other["thread_id"])
-        assert after["metadata"]["longtask_status"] == "cancelled"
-        assert "nap3" not in after["values"]
+    # A wrong answer is refused at once and changes nothing.
+    with pytest.raises(httpx.HTTPStatusError) as bad:
+        await lg.runs.create(tid, assistant, command={"resume": {"maybe": 1}})
+    assert bad.value.response.status_code == 409
+    # Without a token nothing is recorded.
+    with pytest.raises(httpx.HTTPStatusError) as anon:
+        await client(serve, api_key=None).runs.create(tid, assistant, command={"resume": True})
+    assert anon.value.response.status_code == 401
 
-    asyncio.run(scenario())
+    run = await lg.runs.create(
+        tid, assistant, command={"resume": {"approved": True, "comment": "ok"}}
+    )
+    assert run["status"] in ("pending", "running", "interrupted")
+    await lg.runs.join(tid, run["run_id"])
+    done = await lg.runs.get(tid, run["run_id"])
+    assert done["status"] == "interrupted"  # it stopped at the wait for ci
+    state = await lg.threads.get_state(tid)
+    assert state["values"]["ship_ok"]["by"] == "alice"  # the token's name
+    assert [i["value"]["step"] for i in state["interrupts"]] == ["ci"]
+
+    final = await lg.runs.wait(tid, assistant, command={"resume": {"status": "passed"}})
+    assert final["finish"] == "shipped after ci passed by alice"
+    assert (await lg.threads.get(tid))["status"] == "idle"
+    runs = await lg.runs.list(tid)
+    assert len(runs) == 3 and runs[0]["status"] == "success"
+    history = await lg.threads.get_history(tid, limit=100)
+    assert len(history) > 3
+    assert "finish" in history[0]["values"] and "finish" not in history[-1]["values"]
+
+    # Cancel a run of another thread while it runs.
+    other = await lg.threads.create()
+    sleepy = await lg.runs.create(other["thread_id"], "lg_sleepy", input={})
+    await _until(lambda: _status(lg, other["thread_id"], sleepy["run_id"], "running"), "the run")
+    await lg.runs.cancel(other["thread_id"], sleepy["run_id"])
+    await lg.runs.join(other["thread_id"], sleepy["run_id"])
+    cancelled = await lg.runs.get(other["thread_id"], sleepy["run_id"])
+    assert cancelled["status"] == "interrupted"
+    after = await lg.threads.get(other["thread_id"])
+    assert after["metadata"]["longtask_status"] == "cancelled"
+    assert "nap3" not in after["values"]
 
 
 async def _status(lg: Any, thread_id: str, run_id: str, status: str) -> bool:
