@@ -7,6 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from longtask.errors import TaskRefError
+
 if TYPE_CHECKING:
     from langgraph.types import StateSnapshot
 
@@ -191,8 +193,14 @@ def thread_json(
         if entry is not None:
             metadata["assistant_id"] = entry.assistant_id
         values, interrupts = {}, {}
+        state = None
         if with_values:
-            state = thread_state(runner, registry, rec)
+            try:
+                state = thread_state(runner, registry, rec)
+            except TaskRefError as exc:
+                # A thread of a task this server cannot import: listed, without its state.
+                metadata["longtask_error"] = str(exc)
+        if state is not None:
             values = state["values"]
             for task in state["tasks"]:
                 if task["interrupts"]:

@@ -207,6 +207,11 @@ async def _drive(serve: Serve) -> None:
         tid, assistant, command={"resume": {"approved": True, "comment": "ok"}}
     )
     assert run["status"] in ("pending", "running", "interrupted")
+    joined = [
+        p async for p in lg.runs.join_stream(tid, run["run_id"], stream_mode=["updates", "events"])
+    ]
+    assert {p.data["ship_ok"]["by"] for p in joined if "ship_ok" in (p.data or {})} == {"alice"}
+    assert "approval.resolved" in {p.data["name"] for p in joined if p.event == "events"}
     await lg.runs.join(tid, run["run_id"])
     done = await lg.runs.get(tid, run["run_id"])
     assert done["status"] == "interrupted"  # it stopped at the wait for ci

@@ -154,3 +154,14 @@ def test_serve_continues_a_thread_a_dead_process_left_running(
             time.sleep(0.02)
         values = client.get("/threads/left-running/state").json()["values"]
     assert values == {"nap1": "nap1", "nap2": "nap2", "nap3": "nap3"}
+
+
+def test_a_thread_of_a_task_serve_cannot_import_is_listed_without_its_state(
+    runner: Runner, client: TestClient, tmp_path: Path
+) -> None:
+    task = load_task(f"{LG_TASKS}:LONG")  # not registered with this server
+    runner._new_thread(task, {}, "orphan", f"{tmp_path / 'gone.py'}:LONG", None)
+    found = client.post("/threads/search", json={"ids": ["orphan"]}).json()
+    assert [t["thread_id"] for t in found] == ["orphan"]
+    assert "does not exist" in found[0]["metadata"]["longtask_error"]
+    assert found[0]["values"] == {}
