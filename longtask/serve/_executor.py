@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
@@ -72,12 +72,33 @@ class Executor:
         #: start threads served by workers (``longtask worker``, PostgreSQL) instead of here
         self.to_workers = to_workers
         self.follow_poll = follow_poll
-        self.pool = ThreadPoolExecutor(max(1, workers), thread_name_prefix="longtask-run")
+        # Daemon threads, not a ThreadPoolExecutor (whose threads the interpreter joins at
+        # exit): stopping serve must not wait hours for a step. A run cut off that way is a
+        # thread left running with its lock free, which the next start continues.
+        self._jobs: queue.Queue[tuple[Any, tuple[Any, ...]] | None] = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"longtask-run-{i}", daemon=True)
+            for i in range(max(1, workers))
+        ]
+        for t in self._threads:
+            t.start()
         #: notified whenever a run's status changes (join/wait sleep on it)
         self.changed = threading.Condition()
 
     def close(self) -> None:
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args = job
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("a run of serve's executor failed")
 
     def task_for(self, rec: ThreadRecord) -> LongTask:
         entry = self.registry.find(rec.task_name)
@@ -86,16 +107,10 @@ class Executor:
     # -- submitting ------------------------------------------------------------------------
 
     def submit(self, run_id: str) -> None:
-        self.pool.submit(self._guarded, self._execute, run_id)
+        self._jobs.put((self._execute, (run_id,)))
 
     def submit_cancel(self, thread_id: str, reason: str | None, by: str) -> None:
-        self.pool.submit(self._guarded, self._cancel, thread_id, reason, by)
-
-    def _guarded(self, fn: Any, *args: Any) -> None:
-        try:
-            fn(*args)
-        except Exception:
-            log.exception("a run of serve's executor failed")
+        self._jobs.put((self._cancel, (thread_id, reason, by)))
 
     def _set(self, run_id: str, status: str, error: str | None = None) -> None:
         self.runner.db.store.api_run_set(run_id, status, error)
@@ -122,7 +137,7 @@ class Executor:
             if self.runner.db.is_locked(rec.thread_id):
                 continue  # another process is advancing it
             threads.append(rec.thread_id)
-            self.pool.submit(self._guarded, self._continue, rec.thread_id)
+            self._jobs.put((self._continue, (rec.thread_id,)))
         return threads
 
     def _continue(self, thread_id: str) -> None:
