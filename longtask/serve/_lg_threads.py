@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     from longtask.serve._lg_common import Api, Handler
 
 CLOSED = ("completed", "failed", "cancelled")
+#: metadata keys a thread's JSON takes from longtask's record
+RESERVED = ("graph_id", "assistant_id", "longtask_status", "longtask_error")
 
 
 def routes(api: Api) -> tuple[list[Route], Handler]:
@@ -140,6 +142,17 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             }
         }
 
+    def patch(thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        get_json(thread_id)
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InvalidInput("thread metadata must be an object")
+        reserved = [k for k in metadata if k in RESERVED]
+        if reserved:
+            raise InvalidInput(f"metadata {', '.join(reserved)} is longtask's own: not settable")
+        store.api_thread_merge(thread_id, metadata)
+        return get_json(thread_id)
+
     def delete(thread_id: str) -> None:
         rec = store.get_thread(thread_id)
         if rec is None:
@@ -190,6 +203,10 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             body = dict(request.query_params)
         return JSONResponse(await api.call(history, request.path_params["thread_id"], body))
 
+    async def update_thread(request: Request, actor: str) -> Response:
+        body = await api.json_body(request)
+        return JSONResponse(await api.call(patch, request.path_params["thread_id"], body))
+
     async def delete_thread(request: Request, actor: str) -> Response:
         await api.call(delete, request.path_params["thread_id"])
         return Response(status_code=204)
@@ -205,6 +222,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         Route(one + "/state/{checkpoint_id}", api.reader(get_state), methods=["GET"]),
         Route(one + "/history", api.reader(get_history), methods=["GET", "POST"]),
         Route(one, api.actor(delete_thread), methods=["DELETE"]),
+        Route(one, api.actor(update_thread), methods=["PATCH"]),
         # GET of a thread is in the app: a browser (Accept: text/html) gets the page
     ], get_thread
 

@@ -119,6 +119,17 @@ class ApiTables:
         )
         return bool(rows)
 
+    def api_thread_merge(self, thread_id: str, metadata: dict[str, Any]) -> None:
+        """Merge ``metadata`` into the thread's (a row is made for a thread started
+        elsewhere: the CLI or Python)."""
+        found = self.api_thread(thread_id)
+        merged = {**(found[0] if found else {}), **metadata}
+        self._run(
+            "INSERT INTO longtask_api_threads (thread_id, metadata, created_at) VALUES (?,?,?) "
+            "ON CONFLICT (thread_id) DO UPDATE SET metadata = excluded.metadata",
+            (thread_id, json.dumps(merged), time.time()),
+        )
+
     def api_thread(self, thread_id: str) -> tuple[dict[str, Any], float] | None:
         """The metadata and creation time of a thread created through the API."""
         rows = self._run(

@@ -124,7 +124,7 @@ def test_update_state_sets_a_steps_result_or_refuses(runner: Runner, client: Tes
     assert runner.result(thread, "fetch_a") == {"a": 40}
 
 
-def test_delete_removes_a_thread_with_no_run_and_refuses_a_started_one(
+def test_update_sets_metadata_and_delete_removes_only_a_thread_with_no_run(
     client: TestClient,
 ) -> None:
     fresh = client.post("/threads", json={"metadata": {"k": 1}}, headers=ALICE).json()
@@ -132,6 +132,12 @@ def test_delete_removes_a_thread_with_no_run_and_refuses_a_started_one(
     assert client.delete(f"/threads/{fresh['thread_id']}", headers=ALICE).status_code == 204
     assert client.get(f"/threads/{fresh['thread_id']}").status_code == 404
     started = paused(client)
+    one = f"/threads/{started}"
+    patched = client.patch(one, json={"metadata": {"owner": "ops"}}, headers=ALICE)
+    assert patched.json()["metadata"]["owner"] == "ops"
+    assert patched.json()["metadata"]["graph_id"] == "lg_release"
+    reserved = client.patch(one, json={"metadata": {"graph_id": "x"}}, headers=ALICE)
+    assert reserved.status_code == 409
     refused = client.delete(f"/threads/{started}", headers=ALICE)
     assert refused.status_code == 409 and "longtask cancel" in refused.json()["error"]
     assert client.get(f"/threads/{started}").json()["status"] == "interrupted"
