@@ -198,6 +198,7 @@ async def _drive(serve: Serve) -> None:
     with pytest.raises(httpx.HTTPStatusError) as bad:
         await lg.runs.create(tid, assistant, command={"resume": {"maybe": 1}})
     assert bad.value.response.status_code == 409
+    assert "answer an approval with true/false" in str(bad.value)  # said through the SDK
     # Without a token nothing is recorded.
     with pytest.raises(httpx.HTTPStatusError) as anon:
         await client(serve, api_key=None).runs.create(tid, assistant, command={"resume": True})
