@@ -162,7 +162,10 @@ class Executor:
         # A run a process that died was carrying out (a cancel is simply carried out again:
         # a repeated cancel continues where the first stopped).
         again = run.status == "running" and run.request.get("kind") != "cancel"
-        self._set(run_id, "running")
+        if not store.api_run_claim(run_id, run.status):
+            return  # cancelled meanwhile
+        with self.changed:
+            self.changed.notify_all()
         error: str | None = None
         before = store.get_thread(run.thread_id)
         try:

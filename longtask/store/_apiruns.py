@@ -104,6 +104,16 @@ class ApiTables:
         )
         return [_run(r) for r in rows]
 
+    def api_run_claim(self, run_id: str, seen: str) -> bool:
+        """Mark the run running if its status is still ``seen`` (a cancel of a pending run
+        may have come in between); whether it was."""
+        rows = self._run(
+            "UPDATE longtask_api_runs SET status = 'running', updated_at = ? "
+            "WHERE run_id = ? AND status = ? RETURNING run_id",
+            (time.time(), run_id, seen),
+        )
+        return bool(rows)
+
     def api_run_set(self, run_id: str, status: str, error: str | None = None) -> None:
         self._run(
             "UPDATE longtask_api_runs SET status = ?, error = ?, updated_at = ? WHERE run_id = ?",

@@ -120,7 +120,9 @@ async def _until(check: Any, what: str, timeout: float = 60) -> Any:
 @pytest.fixture
 def serve_with_worker(pg_url: str, tmp_path: Path) -> Iterator[Serve]:
     """``longtask serve --workers`` and one ``longtask worker`` on PostgreSQL."""
-    server = Serve(pg_url, {"LT_SLEEPY": "1"}, "--workers")
+    # Naps long enough that a cancel through the queue comes before the last one, even on a
+    # loaded machine.
+    server = Serve(pg_url, {"LT_SLEEPY": "3"}, "--workers")
     worker = subprocess.Popen(
         [sys.executable, "-m", "longtask", "worker", "--db", pg_url, "--stalled-after", "2"],
         env=server.env,
