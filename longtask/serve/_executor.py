@@ -82,7 +82,7 @@ class Executor:
         ]
         for t in self._threads:
             t.start()
-        #: notified whenever a run's status changes (join/wait sleep on it)
+        #: notified whenever a run's status changes
         self.changed = threading.Condition()
 
     def close(self) -> None:
@@ -117,10 +117,6 @@ class Executor:
         with self.changed:
             self.changed.notify_all()
 
-    def wait(self, timeout: float) -> None:
-        with self.changed:
-            self.changed.wait(timeout)
-
     # -- recovering ------------------------------------------------------------------------
 
     def recover(self) -> list[str]:
@@ -131,7 +127,12 @@ class Executor:
         for run in store.api_runs_open():
             threads.append(run.thread_id)
             self.submit(run.run_id)
-        for rec in store.list_threads(limit=10000, status="running"):
+        left = [
+            rec
+            for status in ("running", "cancelling")
+            for rec in store.list_threads(limit=10000, status=status)
+        ]
+        for rec in left:
             if rec.thread_id in threads or rec.mode == "worker":
                 continue  # workers take over their own threads
             if self.runner.db.is_locked(rec.thread_id):
@@ -142,7 +143,9 @@ class Executor:
 
     def _continue(self, thread_id: str) -> None:
         rec = self.runner.db.store.get_thread(thread_id)
-        if rec is None or rec.status != "running" or self.runner.db.is_locked(thread_id):
+        if rec is None or rec.status not in ("running", "cancelling"):
+            return
+        if self.runner.db.is_locked(thread_id):
             return
         log.info("continuing thread %s left running by a process that stopped", thread_id)
         try:
@@ -200,8 +203,9 @@ class Executor:
         runner = self.runner
         req = run.request
         rec = runner.db.store.get_thread(run.thread_id)
-        if again and rec is not None and rec.status == "running" and rec.mode != "worker":
-            if not runner.db.is_locked(run.thread_id):
+        # "pending": it died after the thread was recorded and before its first advance.
+        if again and rec is not None and rec.status in ("running", "pending", "cancelling"):
+            if rec.mode != "worker" and not runner.db.is_locked(run.thread_id):
                 # Its process died mid-run: continue from the last checkpoint first.
                 runner.resume(run.thread_id, task=self.task_for(rec))
             rec = runner.db.store.get_thread(run.thread_id)

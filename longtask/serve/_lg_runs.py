@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from longtask.serve._lg_common import Api
     from longtask.store._apiruns import ApiRun
 
-#: body keys of a run this server reads; the others the SDK may send are accepted and
-#: ignored (webhooks, interrupt_before/after, checkpoint_during, ...)
+#: seconds between reads of a run's status while a request waits for it to finish
 _POLL = 0.1
 
 

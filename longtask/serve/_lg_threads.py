@@ -28,7 +28,6 @@ from longtask.steps import result_channel
 if TYPE_CHECKING:
     from longtask.serve._lg_common import Api, Handler
 
-CLOSED = ("completed", "failed", "cancelled")
 #: metadata keys a thread's JSON takes from longtask's record
 RESERVED = ("graph_id", "assistant_id", "longtask_status", "longtask_error")
 
@@ -225,6 +224,3 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         Route(one, api.actor(update_thread), methods=["PATCH"]),
         # GET of a thread is in the app: a browser (Accept: text/html) gets the page
     ], get_thread
-
-
-__all__ = ["CLOSED", "routes"]

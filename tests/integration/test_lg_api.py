@@ -171,3 +171,27 @@ def test_a_thread_of_a_task_serve_cannot_import_is_listed_without_its_state(
     assert [t["thread_id"] for t in found] == ["orphan"]
     assert "does not exist" in found[0]["metadata"]["longtask_error"]
     assert found[0]["values"] == {}
+
+
+def test_serve_carries_out_runs_a_dead_serve_left_open(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LT_SLEEPY", "0")
+    store = runner.db.store
+    sleepy = assistant_id("lg_sleepy")
+    start = {"kind": "start", "graph": "lg_sleepy", "input": {}, "stream_mode": ["values"]}
+    # Recorded, never taken: serve died right after answering the request.
+    store.api_thread_put("never-taken", {})
+    store.api_run_create("run-1", "never-taken", sleepy, dict(start), "alice", None)
+    # Taken, and the thread recorded, but serve died before the thread's first advance.
+    store.api_thread_put("half-started", {})
+    store.api_run_create("run-2", "half-started", sleepy, dict(start), "alice", None)
+    assert store.api_run_claim("run-2", "pending")
+    runner._new_thread(load_task(SLEEPY_REF), {}, "half-started", SLEEPY_REF, None)
+    assert runner.status("half-started").status == "pending"
+
+    registry = load_registry([SLEEPY_REF])
+    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+        for thread_id, run_id in (("never-taken", "run-1"), ("half-started", "run-2")):
+            assert wait_run(client, thread_id, run_id)["status"] == "success"
+            assert runner.status(thread_id).status == "completed"
