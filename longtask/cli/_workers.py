@@ -145,7 +145,7 @@ def serve(
         ),
     ] = False,
 ) -> None:
-    """The HTTP API, the LangGraph Server API, the live event stream and the web page.
+    """The web page, its HTTP API and the LangGraph Server API.
 
     The page shows threads live (SSE); approve and reject from the browser. LangGraph
     clients (langgraph-sdk, Studio, Agent Chat UI) drive the tasks given with --task or in
