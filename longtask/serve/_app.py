@@ -217,7 +217,9 @@ def create_app(
 
     # -- actions -------------------------------------------------------------------------
 
-    def answer_later(thread_id: str, target: str | None, kind: str, value: Any, by: str) -> str:
+    def answer_later(
+        thread_id: str, target: str | None, kind: str, value: Any, by: str
+    ) -> str | None:
         """Check an answer now, and record it as a run that serve's executor carries out:
         the request returns at once, however long the steps after the pause take."""
         rec = runner._thread(thread_id)
@@ -227,14 +229,14 @@ def create_app(
                 runner.decide(thread_id, target, by=by, **value)
             else:
                 runner.signal(thread_id, str(target), value, by=by)
-            return "queued"
+            return None  # no run of serve's: a worker carries it out
         entry = tasks.find(rec.task_name)
         task = entry.task if entry is not None else runner._load(rec)
         lg_runs.refuse_busy(lg, thread_id)
         request = plan_answer(runner, rec, task, target, kind, value, by)
         return lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by).run_id
 
-    async def accepted(thread_id: str, run_id: str) -> Response:
+    async def accepted(thread_id: str, run_id: str | None) -> Response:
         status = await call(runner.status, thread_id)
         return JSONResponse({**status.model_dump(mode="json"), "run_id": run_id}, 202)
 
@@ -257,7 +259,7 @@ def create_app(
         run_id = await call(answer_later, thread_id, event.name, "wait", event.payload, by)
         return await accepted(thread_id, run_id)
 
-    def cancel_later(thread_id: str, reason: str | None, by: str) -> str:
+    def cancel_later(thread_id: str, reason: str | None, by: str) -> str | None:
         """Refuse a cancel that comes too late now; record the rest as a run: compensations
         run in serve's executor, never inside the request."""
         rec = runner._thread(thread_id)
@@ -265,7 +267,7 @@ def create_app(
             raise TooLateToCancel(thread_id, rec.status)
         if runner.served_by_workers(rec):
             runner.cancel(thread_id, reason=reason, by=by)  # queued for the workers
-            return "queued"
+            return None  # no run of serve's: a worker carries it out
         request = {"kind": "cancel", "reason": reason}
         return lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by).run_id
 

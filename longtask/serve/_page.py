@@ -264,7 +264,7 @@ async function decide(p, approved, comment, buttons) {
       {method: "POST", body: JSON.stringify(body)});
     // 202: the answer is recorded; the steps after it run in the background (events follow).
     msg.textContent = (approved ? "approved " : "rejected ") + p.step +
-      (st.run_id ? "; the thread goes on" : "; thread is " + st.status);
+      "; the thread goes on";
     renderStatus(st);
     refresh();
   } catch (e) {

@@ -588,3 +588,21 @@ def test_tokens_from_the_environment() -> None:
 )
 def test_loopback_hosts(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_an_answer_to_a_thread_served_by_workers_is_queued_for_them(pg_url: str) -> None:
+    from longtask.runtime._queue import serve_thread
+
+    with Runner(pg_url) as caller, Runner(pg_url, worker="w-test") as worker:
+        thread = caller.submit(RELEASE, {}, thread_id="rel-w", task_ref="test_serve:RELEASE")
+        serve_thread(worker, thread)
+        assert caller.status(thread).status == "waiting_user"
+        with TestClient(create_app(caller, TOKENS)) as client:
+            r = client.post(f"/api/threads/{thread}/approve", headers=ALICE)
+            assert r.status_code == 202, r.text
+            assert r.json()["run_id"] is None  # not serve's to carry out
+            assert caller.db.store.inbox_peek(thread)
+            assert caller.db.store.api_runs(thread) == []
+        serve_thread(worker, thread)
+        assert caller.status(thread).status == "completed"
+        assert caller.result(thread, STEP)["by"] == "alice"
