@@ -118,14 +118,51 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port.")] = 8321,
     db: DbOpt = None,
+    task: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--task",
+            help="A task to offer to LangGraph clients (package.module:task or "
+            "path/file.py:task); repeatable.",
+        ),
+    ] = None,
+    config: Annotated[
+        str | None,
+        typer.Option(
+            "--config",
+            help='A JSON file of tasks: {"tasks": {"name": "module:task"}} '
+            "[default: ./longtask.json if present].",
+        ),
+    ] = None,
+    run_workers: Annotated[
+        int, typer.Option("--run-workers", min=1, max=64, help="Threads that carry out runs.")
+    ] = 4,
+    workers: Annotated[
+        bool,
+        typer.Option(
+            "--workers",
+            help="Start the LangGraph API's threads on `longtask worker`s (PostgreSQL) "
+            "instead of in this process.",
+        ),
+    ] = False,
 ) -> None:
-    """The HTTP API, the live event stream and the web page.
+    """The web page, its HTTP API and the LangGraph Server API.
 
-    The page shows threads live (SSE); approve and reject from the browser. Actions
-    need a bearer token: $LONGTASK_API_TOKEN (named by
+    The page shows threads live (SSE); approve and reject from the browser. LangGraph
+    clients (langgraph-sdk, Studio, Agent Chat UI) drive the tasks given with --task or in
+    longtask.json; their runs are carried out in the background, and continue after a
+    restart. Actions need a bearer token (or X-Api-Key): $LONGTASK_API_TOKEN (named by
     $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...; off 127.0.0.1 a token is
     required."""
     from longtask.serve import run_server
 
     out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)")
-    run_server(host=host, port=port, db=db)
+    run_server(
+        host=host,
+        port=port,
+        db=db,
+        tasks=task,
+        config=config,
+        run_workers=run_workers,
+        to_workers=workers,
+    )

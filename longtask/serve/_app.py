@@ -6,9 +6,10 @@ one runs in a worker thread; the event loop only parses requests and streams eve
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -20,15 +21,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from longtask import __version__
 from longtask.errors import (
-    CompensationFailed,
     InvalidInput,
-    LimitReached,
     LongTaskError,
-    StepFailed,
+    TooLateToCancel,
     describe_validation,
 )
+from longtask.serve import _lg_assistants as lg_assistants
+from longtask.serve import _lg_runs as lg_runs
+from longtask.serve import _lg_threads as lg_threads
 from longtask.serve._auth import Tokens
+from longtask.serve._executor import Executor
 from longtask.serve._http import (
     LoopbackHostOnly,
     artifact_response,
@@ -42,6 +46,9 @@ from longtask.serve._http import (
     page_response,
     unauthorized,
 )
+from longtask.serve._lg_assistants import Registry, assistant_id
+from longtask.serve._lg_commands import plan_answer
+from longtask.serve._lg_common import Api
 from longtask.serve._page import index_page, thread_page
 from longtask.serve._stream import EventStream
 
@@ -52,9 +59,6 @@ log = logging.getLogger("longtask.serve")
 T = TypeVar("T")
 Model = TypeVar("Model", bound=BaseModel)
 MAX_BODY = 1024 * 1024
-#: errors raised after an answer was accepted and the thread ran on: the answer counted, and
-#: the thread's new status (failed, cancelling) tells the rest
-RUN_OUTCOMES = (StepFailed, LimitReached, CompensationFailed)
 
 
 class DecisionBody(BaseModel):
@@ -83,14 +87,22 @@ def create_app(
     loopback_hosts_only: bool = False,
     poll: float = 0.25,
     heartbeat: float = 10.0,
+    registry: Registry | None = None,
+    run_workers: int = 4,
+    to_workers: bool = False,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
     ``tokens`` maps bearer tokens to the names that act with them; every action needs one.
     ``open_reads=False`` makes reads need a token too (``run_server`` does so off loopback).
     ``loopback_hosts_only`` refuses requests whose ``Host`` header is not a loopback name.
+    ``registry`` holds the tasks the LangGraph Server API offers as assistants; its runs are
+    carried out by an executor of ``run_workers`` threads, which on startup continues runs
+    and threads a process that died left unfinished; ``to_workers`` starts them as threads
+    served by workers (``longtask worker``, PostgreSQL) instead.
     """
     auth = Tokens(tokens or {})
+    tasks = registry or Registry()
     events = EventStream(runner, poll=poll, heartbeat=heartbeat)
 
     async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -112,7 +124,7 @@ def create_app(
         async def guarded(request: Request) -> Response:
             name = auth.from_request(request)
             if name is None:
-                given = "authorization" in request.headers
+                given = "authorization" in request.headers or "x-api-key" in request.headers
                 return unauthorized("invalid bearer token" if given else "a bearer token is needed")
             return await handler(request, name)
 
@@ -205,22 +217,35 @@ def create_app(
 
     # -- actions -------------------------------------------------------------------------
 
+    def answer_later(
+        thread_id: str, target: str | None, kind: str, value: Any, by: str
+    ) -> str | None:
+        """Check an answer now, and record it as a run that serve's executor carries out:
+        the request returns at once, however long the steps after the pause take."""
+        rec = runner._thread(thread_id)
+        if runner.served_by_workers(rec):
+            # Queued for the workers: returns as soon as the command is in the inbox.
+            if kind == "approval":
+                runner.decide(thread_id, target, by=by, **value)
+            else:
+                runner.signal(thread_id, str(target), value, by=by)
+            return None  # no run of serve's: a worker carries it out
+        entry = tasks.find(rec.task_name)
+        task = entry.task if entry is not None else runner._load(rec)
+        lg_runs.refuse_busy(lg, thread_id)
+        request = plan_answer(runner, rec, task, target, kind, value, by)
+        return lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by).run_id
+
+    async def accepted(thread_id: str, run_id: str | None) -> Response:
+        status = await call(runner.status, thread_id)
+        return JSONResponse({**status.model_dump(mode="json"), "run_id": run_id}, 202)
+
     async def decide(request: Request, by: str, approved: bool) -> Response:
         thread_id = request.path_params["thread_id"]
         answer = await body(request, DecisionBody)
-        try:
-            await call(
-                runner.decide,
-                thread_id,
-                answer.step,
-                approved=approved,
-                by=by,
-                comment=answer.comment,
-                plan_hash=answer.plan_hash,
-            )
-        except RUN_OUTCOMES as exc:
-            log.info("thread %s stopped after a decision by %s: %s", thread_id, by, exc)
-        return await new_status(thread_id)
+        value = {"approved": approved, "comment": answer.comment, "plan_hash": answer.plan_hash}
+        run_id = await call(answer_later, thread_id, answer.step, "approval", value, by)
+        return await accepted(thread_id, run_id)
 
     async def approve(request: Request, by: str) -> Response:
         return await decide(request, by, True)
@@ -231,22 +256,32 @@ def create_app(
     async def signal(request: Request, by: str) -> Response:
         thread_id = request.path_params["thread_id"]
         event = await body(request, SignalBody)
-        try:
-            await call(runner.signal, thread_id, event.name, event.payload, by=by)
-        except RUN_OUTCOMES as exc:
-            log.info("thread %s stopped after signal %s by %s: %s", thread_id, event.name, by, exc)
-        return await new_status(thread_id)
+        run_id = await call(answer_later, thread_id, event.name, "wait", event.payload, by)
+        return await accepted(thread_id, run_id)
+
+    def cancel_later(thread_id: str, reason: str | None, by: str) -> str | None:
+        """Refuse a cancel that comes too late now; record the rest as a run: compensations
+        run in serve's executor, never inside the request."""
+        rec = runner._thread(thread_id)
+        if rec.status in ("completed", "cancelled") or (rec.error or {}).get("compensated"):
+            raise TooLateToCancel(thread_id, rec.status)
+        if runner.served_by_workers(rec):
+            runner.cancel(thread_id, reason=reason, by=by)  # queued for the workers
+            return None  # no run of serve's: a worker carries it out
+        request = {"kind": "cancel", "reason": reason}
+        return lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by).run_id
 
     async def cancel(request: Request, by: str) -> Response:
         thread_id = request.path_params["thread_id"]
         order = await body(request, CancelBody)
-        try:
-            done = await call(runner.cancel, thread_id, reason=order.reason, by=by)
-        except CompensationFailed as exc:
-            log.info("cancel of thread %s by %s: %s", thread_id, by, exc)
-            done = True
-        # False: another process is advancing the thread; it stops at its next step.
-        return await new_status(thread_id, 200 if done else 202)
+        run_id = await call(cancel_later, thread_id, order.reason, by)
+        return await accepted(thread_id, run_id)
+
+    async def info(request: Request) -> Response:
+        return JSONResponse({"version": __version__, "flags": {"assistants": True}})
+
+    async def ok(request: Request) -> Response:
+        return JSONResponse({"ok": True})
 
     # -- pages ---------------------------------------------------------------------------
 
@@ -254,6 +289,9 @@ def create_app(
         return page_response(index_page(reads_need_token=not open_reads))
 
     async def thread_view(request: Request) -> Response:
+        if "text/html" not in request.headers.get("accept", ""):
+            # Not a browser: the LangGraph Server API's thread (the SDK's threads.get).
+            return await lg_thread(request)
         thread_id = request.path_params["thread_id"]
         # Only where anyone may read: with closed reads, whether a thread exists is the
         # API's answer to a token, and the page asks it.
@@ -261,10 +299,30 @@ def create_app(
             return page_response(thread_page(thread_id, False, missing=True), 404)
         return page_response(thread_page(thread_id, not open_reads))
 
+    executor = Executor(runner, tasks, workers=run_workers, to_workers=to_workers)
+    lg = Api(runner, tasks, executor, reader, actor)
+    lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
+    lg_thread = reader(lg_thread_get)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        recovered = await call(executor.recover)
+        if recovered:
+            log.info("continuing %d thread(s) left unfinished", len(recovered))
+        try:
+            yield
+        finally:
+            executor.close()
+
     api = "/api/threads/{thread_id}"
     routes = [
         Route("/", home),
-        Route("/threads/{thread_id}", thread_view),
+        Route("/threads/{thread_id}", thread_view, methods=["GET"]),
+        *lg_assistants.routes(lg),
+        *lg_thread_routes,
+        *lg_runs.routes(lg),
+        Route("/info", info),
+        Route("/ok", ok),
         Route("/api/threads", reader(list_threads)),
         Route(api, reader(thread_status)),
         Route(api + "/pending", reader(pending)),
@@ -281,6 +339,7 @@ def create_app(
     return Starlette(
         routes=routes,
         middleware=middleware,
+        lifespan=lifespan,
         exception_handlers={
             LongTaskError: on_longtask_error,
             HTTPException: on_http_error,

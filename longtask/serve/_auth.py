@@ -109,11 +109,16 @@ class Tokens:
         return found
 
     def from_request(self, conn: HTTPConnection, *, query: bool = False) -> str | None:
-        """The name of the request's token: ``Authorization: Bearer``, or (when ``query``)
-        the ``access_token`` query parameter."""
+        """The name of the request's token: ``Authorization: Bearer``, ``X-Api-Key`` (the
+        LangGraph SDK's ``api_key``), or (when ``query``) the ``access_token`` query
+        parameter."""
         scheme, _, value = conn.headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return self.name_for(value.strip())
+        # The LangGraph SDK sends its api_key (or $LANGGRAPH_API_KEY) as X-Api-Key.
+        key = conn.headers.get("x-api-key", "").strip()
+        if key:
+            return self.name_for(key)
         if query:
             return self.name_for(conn.query_params.get(QUERY_TOKEN))
         return None

@@ -262,7 +262,9 @@ async function decide(p, approved, comment, buttons) {
   try {
     const st = await api(BASE + (approved ? "/approve" : "/reject"),
       {method: "POST", body: JSON.stringify(body)});
-    msg.textContent = (approved ? "approved " : "rejected ") + p.step + "; thread is " + st.status;
+    // 202: the answer is recorded; the steps after it run in the background (events follow).
+    msg.textContent = (approved ? "approved " : "rejected ") + p.step +
+      "; the thread goes on";
     renderStatus(st);
     refresh();
   } catch (e) {

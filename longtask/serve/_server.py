@@ -14,11 +14,18 @@ def run_server(
     port: int = 8000,
     db: str | None = None,
     tokens: Mapping[str, str] | None = None,
+    tasks: list[str] | None = None,
+    config: str | None = None,
+    run_workers: int = 4,
+    to_workers: bool = False,
 ) -> None:
     """Serve the API and the pages on ``host:port`` until interrupted.
 
     ``tokens`` (``{token: name}``) defaults to ``$LONGTASK_API_TOKENS`` and
     ``$LONGTASK_API_TOKEN``. Off loopback a token is required, and reads need one too.
+    ``tasks`` (references) and ``config`` (a ``longtask.json``; by default the one in the
+    working directory, if any) register the tasks the LangGraph Server API offers; with
+    ``to_workers`` (PostgreSQL) its runs start threads served by ``longtask worker``.
     """
     configured = check_tokens(tokens) if tokens is not None else tokens_from_env(os.environ)
     loopback = is_loopback(host)
@@ -32,8 +39,22 @@ def run_server(
 
     from longtask.runtime import Runner
     from longtask.serve._app import create_app
+    from longtask.serve._lg_assistants import load_registry
 
+    registry = load_registry(tasks or [], config)
     with Runner(db) as runner:
-        app = create_app(runner, configured, open_reads=loopback, loopback_hosts_only=loopback)
+        if to_workers:
+            from longtask.runtime._queue import make_app
+
+            make_app(runner.db)  # PostgreSQL only: refuse now, not at the first run
+        app = create_app(
+            runner,
+            configured,
+            open_reads=loopback,
+            loopback_hosts_only=loopback,
+            registry=registry,
+            run_workers=run_workers,
+            to_workers=to_workers,
+        )
         # No access log: a URL may carry an access_token (EventSource cannot send headers).
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -297,6 +297,30 @@ MIGRATIONS: list[list[str]] = [
     [
         "ALTER TABLE longtask_maps ADD COLUMN items TEXT",
     ],
+    # 11: the LangGraph Server API of `longtask serve`: its runs (a command recorded by a
+    # request and carried out by serve's executor, with the status the SDK reads), and the
+    # threads it created that have no run yet (no longtask thread record exists before one)
+    [
+        """CREATE TABLE longtask_api_runs (
+            run_id TEXT PRIMARY KEY,
+            thread_id TEXT NOT NULL,
+            assistant_id TEXT NOT NULL,
+            status TEXT NOT NULL,
+            request TEXT NOT NULL,
+            actor TEXT,
+            metadata TEXT,
+            error TEXT,
+            created_at {real} NOT NULL,
+            updated_at {real} NOT NULL
+        )""",
+        "CREATE INDEX longtask_api_runs_thread ON longtask_api_runs (thread_id, created_at)",
+        "CREATE INDEX longtask_api_runs_status ON longtask_api_runs (status)",
+        """CREATE TABLE longtask_api_threads (
+            thread_id TEXT PRIMARY KEY,
+            metadata TEXT,
+            created_at {real} NOT NULL
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

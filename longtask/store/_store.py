@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import SchemaVersionError, ThreadExists
+from longtask.store._apiruns import ApiTables
 from longtask.store._artifacts import ArtifactTables
 from longtask.store._effects import EffectTables
 from longtask.store._fence import Fence
@@ -151,7 +152,7 @@ _THREAD_COLS = (
 _THREAD_READ = _THREAD_COLS.replace(" definition,", " NULL,")
 
 
-class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, ABC):
+class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, ApiTables, ABC):
     dialect: Dialect
     #: parsed definition summaries by definition hash (see _threads)
     _definitions: dict[str, dict[str, Any]]

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
@@ -20,6 +22,8 @@ from longtask.serve import create_app, is_loopback, run_server, tokens_from_env
 TOKENS = {"tok-alice": "alice", "tok-bob": "bob", "tok-mallory": "mallory"}
 ALICE = {"Authorization": "Bearer tok-alice"}
 BOB = {"Authorization": "Bearer tok-bob"}
+#: what a browser asks for: the page (other clients get the LangGraph API's thread)
+BROWSER = {"Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
 STEP = "ship_ok"
 
 
@@ -44,6 +48,27 @@ RELEASE = LongTask(
         Stage("prepare", [build]),
         Stage("approve", [approval(STEP, plan=release_plan, approvers=["alice", "bob", "api"])]),
         Stage("ship", [publish]),
+    ],
+)
+
+
+#: the file the gated step waits for (set by the test that uses it)
+GATE: dict[str, Path] = {}
+
+
+@function_step
+def gated(ctx: StepContext) -> str:
+    deadline = time.monotonic() + 20
+    while not GATE["path"].exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "through the gate" if GATE["path"].exists() else "the gate never opened"
+
+
+GATED = LongTask(
+    "serve_gated",
+    stages=[
+        Stage("approve", [approval("go", plan=lambda ctx: {"go": 1}, approvers=["alice"])]),
+        Stage("work", [gated]),
     ],
 )
 
@@ -80,6 +105,21 @@ def paused(runner: Runner, thread: str = "rel-1") -> str:
     runner.start(RELEASE, {}, thread_id=thread)
     assert runner.status(thread).status == "waiting_user"
     return thread
+
+
+def carried_out(runner: Runner, response: Any) -> str:
+    """An action answers 202 at once with the run serve's executor carries it out in; wait
+    for that run to finish, and return the thread's status then."""
+    assert response.status_code == 202, response.text
+    run_id = response.json()["run_id"]
+    deadline = time.monotonic() + 60
+    while True:
+        run = runner.db.store.api_run(run_id)
+        assert run is not None
+        if run.status in ("success", "error", "interrupted"):
+            return runner.status(response.json()["thread_id"]).status
+        assert time.monotonic() < deadline, f"run {run_id} did not finish"
+        time.sleep(0.02)
 
 
 def snapshot(runner: Runner, thread: str) -> tuple[Any, ...]:
@@ -182,9 +222,7 @@ def test_approve_continues_the_thread_as_the_tokens_name(
         json={"step": STEP, "plan_hash": shown, "comment": "ship it"},
         headers=ALICE,
     )
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "completed"
-    assert runner.status(thread).status == "completed"
+    assert carried_out(runner, r) == "completed"
     resolved = runner.events(thread, kinds=["approval.resolved"])
     assert [(e.data["outcome"], e.data["by"], e.data["comment"]) for e in resolved] == [
         ("approved", "alice", "ship it")
@@ -194,11 +232,26 @@ def test_approve_continues_the_thread_as_the_tokens_name(
     assert runner.result(thread, "publish") == "published app-1.0.tar.gz for alice"
 
 
+def test_approve_answers_before_the_next_step_runs(
+    runner: Runner, client: TestClient, tmp_path: Path
+) -> None:
+    # The step after the approval waits for a gate the test opens only after the answer:
+    # were the step run inside the request, the request could not answer first.
+    GATE["path"] = tmp_path / "gate"
+    runner.start(GATED, {}, thread_id="gated-1")
+    r = client.post("/api/threads/gated-1/approve", headers=ALICE)
+    assert r.status_code == 202, r.text
+    assert not GATE["path"].exists()
+    assert runner.db.store.api_run(r.json()["run_id"]) is not None
+    GATE["path"].write_text("open")
+    assert carried_out(runner, r) == "completed"
+    assert runner.result("gated-1", "gated") == "through the gate"
+
+
 def test_reject_fails_the_thread_as_the_tokens_name(runner: Runner, client: TestClient) -> None:
     thread = paused(runner)
     r = client.post(f"/api/threads/{thread}/reject", json={"comment": "not now"}, headers=BOB)
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "failed"
+    assert carried_out(runner, r) == "failed"
     resolved = runner.events(thread, kinds=["approval.resolved"])
     assert [(e.data["outcome"], e.data["by"]) for e in resolved] == [("rejected", "bob")]
 
@@ -293,8 +346,7 @@ def test_signal_delivers_the_payload_and_checks_its_schema(
 
     passed = {"name": "ci", "payload": {"status": "passed"}}
     ok = client.post("/api/threads/ci-1/signal", json=passed, headers=BOB)
-    assert ok.status_code == 200, ok.text
-    assert ok.json()["status"] == "completed"
+    assert carried_out(runner, ok) == "completed"
     assert runner.result("ci-1", "after_ci") == "passed"
     # The event is recorded as delivered by the token's name.
     (resolved,) = runner.events("ci-1", kinds=["wait.resolved"])
@@ -304,8 +356,7 @@ def test_signal_delivers_the_payload_and_checks_its_schema(
 def test_cancel_is_recorded_as_the_tokens_name(runner: Runner, client: TestClient) -> None:
     thread = paused(runner)
     r = client.post(f"/api/threads/{thread}/cancel", json={"reason": "wrong week"}, headers=BOB)
-    assert r.status_code == 200, r.text
-    assert r.json()["status"] == "cancelled"
+    assert carried_out(runner, r) == "cancelled"
     [event] = runner.events(thread, kinds=["manual.cancel"])
     assert (event.data["by"], event.data["reason"]) == ("bob", "wrong week")
     again = client.post(f"/api/threads/{thread}/cancel", headers=BOB)
@@ -347,7 +398,7 @@ def sse(response: Any, limit: int | None = None) -> list[dict[str, Any]]:
 def completed(runner: Runner, client: TestClient) -> str:
     thread = paused(runner)
     r = client.post(f"/api/threads/{thread}/approve", headers=ALICE)
-    assert r.json()["status"] == "completed"
+    assert carried_out(runner, r) == "completed"
     return thread
 
 
@@ -403,7 +454,7 @@ def test_stream_of_a_paused_thread_stays_open_and_delivers_new_events_live(
         approver.start()
         got += sse(items)
     approver.join(60)
-    assert answers == [200]
+    assert answers == [202]
     stored = [(e.id, e.kind) for e in runner.events(thread)]
     assert [(e["id"], e["event"]) for e in got] == stored
     live = [e["event"] for e in got[len(before) :]]
@@ -453,9 +504,13 @@ def test_closed_reads_need_a_token(runner: Runner) -> None:
             assert r.status_code == 200
             assert sse(r, limit=1)[0]["event"] == "longtask.started"
         # The pages hold no data, and tell the script that reads need the token.
-        page = client.get(f"/threads/{thread}")
+        page = client.get(f"/threads/{thread}", headers=BROWSER)
         assert page.status_code == 200
         assert '"readsNeedToken": true' in page.text
+        # Not a browser: the LangGraph Server API's thread, which needs the token too.
+        assert client.get(f"/threads/{thread}").status_code == 401
+        as_sdk = client.get(f"/threads/{thread}", headers={"X-Api-Key": "tok-alice"})
+        assert as_sdk.json()["status"] == "interrupted"
 
 
 def test_loopback_server_refuses_other_host_names(runner: Runner) -> None:
@@ -470,7 +525,7 @@ def test_loopback_server_refuses_other_host_names(runner: Runner) -> None:
 
 def test_the_page_escapes_the_thread_id_and_sets_a_nonce_policy(runner: Runner) -> None:
     with TestClient(create_app(runner, TOKENS)) as client:
-        page = client.get("/threads/%3Cscript%3Ealert(1)%3C")
+        page = client.get("/threads/%3Cscript%3Ealert(1)%3C", headers=BROWSER)
         assert page.status_code == 404
         assert "<script>alert(1)" not in page.text
         policy = page.headers["content-security-policy"]
@@ -482,14 +537,14 @@ def test_the_page_escapes_the_thread_id_and_sets_a_nonce_policy(runner: Runner) 
 def test_the_page_of_a_missing_thread_says_so(runner: Runner) -> None:
     runner.start(CI, {}, thread_id="ci-here")
     with TestClient(create_app(runner, TOKENS)) as client:
-        assert client.get("/threads/ci-here").status_code == 200
-        page = client.get("/threads/nope")
+        assert client.get("/threads/ci-here", headers=BROWSER).status_code == 200
+        page = client.get("/threads/nope", headers=BROWSER)
         assert page.status_code == 404
         assert "no such thread" in page.text
     # With closed reads the page does not tell, without a token, which threads exist: it
     # asks the API with the token it is given.
     with TestClient(create_app(runner, TOKENS, open_reads=False)) as client:
-        assert client.get("/threads/nope").status_code == 200
+        assert client.get("/threads/nope", headers=BROWSER).status_code == 200
 
 
 def test_run_server_refuses_a_public_host_without_a_token(
@@ -533,3 +588,21 @@ def test_tokens_from_the_environment() -> None:
 )
 def test_loopback_hosts(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_an_answer_to_a_thread_served_by_workers_is_queued_for_them(pg_url: str) -> None:
+    from longtask.runtime._queue import serve_thread
+
+    with Runner(pg_url) as caller, Runner(pg_url, worker="w-test") as worker:
+        thread = caller.submit(RELEASE, {}, thread_id="rel-w", task_ref="test_serve:RELEASE")
+        serve_thread(worker, thread)
+        assert caller.status(thread).status == "waiting_user"
+        with TestClient(create_app(caller, TOKENS)) as client:
+            r = client.post(f"/api/threads/{thread}/approve", headers=ALICE)
+            assert r.status_code == 202, r.text
+            assert r.json()["run_id"] is None  # not serve's to carry out
+            assert caller.db.store.inbox_peek(thread)
+            assert caller.db.store.api_runs(thread) == []
+        serve_thread(worker, thread)
+        assert caller.status(thread).status == "completed"
+        assert caller.result(thread, STEP)["by"] == "alice"

@@ -18,7 +18,9 @@ LITERAL = re.compile(rf'"((?:{FAMILIES})\.[a-z_]+)"')
 #: f"{kind}.expired" and the like, where kind is "approval" or "wait"
 PAUSE_KIND = re.compile(r'f"\{kind\}\.([a-z_]+)"')
 #: dotted names that are not event kinds: loggers, modules, queue tasks, a browser key, a file
-NOT_KINDS = re.compile(r"longtask\.(runtime|steps|serve|workers|events|advance|wake|token|db)$")
+NOT_KINDS = re.compile(
+    r"longtask\.(runtime|steps|serve|workers|events|advance|wake|token|db|json)$"
+)
 
 
 def test_every_kind_the_code_writes_is_listed() -> None:

@@ -1,0 +1,280 @@
+"""Runs outside the request: ``serve``'s executor carries out the runs requests recorded.
+
+A request checks its command, records a run (``longtask_api_runs``, status ``pending``) and
+returns; a small thread pool with its own Runner takes the run, advances the thread until it
+completes, pauses or fails, and records the run's outcome. Nothing a task does runs inside a
+request handler, so a request answers at once however long the next step takes.
+
+When ``serve`` starts, runs left open and threads left ``running`` by a process that died
+(their writer lock is free) are continued, the way a worker takes over a stalled job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from langgraph.types import Command
+
+from longtask.errors import (
+    CompensationFailed,
+    InvalidInput,
+    LongTaskError,
+    NothingToResume,
+    ThreadBusy,
+)
+from longtask.store._apiruns import OPEN_RUN_STATUSES
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
+    from longtask.runtime import Runner
+    from longtask.serve._lg_assistants import Registry
+    from longtask.store import ThreadRecord
+    from longtask.store._apiruns import ApiRun
+
+log = logging.getLogger("longtask.serve")
+
+#: run statuses that are final
+FINAL_RUN = frozenset({"success", "error", "interrupted", "timeout"})
+#: longtask thread status after a run -> the run's status
+RUN_OUTCOME = {
+    "completed": "success",
+    "waiting_user": "interrupted",
+    "waiting_external": "interrupted",
+    "pending": "interrupted",
+    "failed": "error",
+    "cancelled": "interrupted",
+    "cancelling": "interrupted",
+}
+
+
+class Executor:
+    """Carries out recorded runs on a thread pool of its own."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        registry: Registry,
+        *,
+        workers: int = 4,
+        to_workers: bool = False,
+        follow_poll: float = 0.2,
+    ) -> None:
+        from longtask.runtime import Runner as RunnerClass
+
+        # Its own Runner on the app's database: runs never share the request side's state.
+        self.runner = RunnerClass(runner.db)
+        self.registry = registry
+        #: start threads served by workers (``longtask worker``, PostgreSQL) instead of here
+        self.to_workers = to_workers
+        self.follow_poll = follow_poll
+        # Daemon threads, not a ThreadPoolExecutor (whose threads the interpreter joins at
+        # exit): stopping serve must not wait hours for a step. A run cut off that way is a
+        # thread left running with its lock free, which the next start continues.
+        self._jobs: queue.Queue[tuple[Any, tuple[Any, ...]] | None] = queue.Queue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"longtask-run-{i}", daemon=True)
+            for i in range(max(1, workers))
+        ]
+        for t in self._threads:
+            t.start()
+        #: notified whenever a run's status changes
+        self.changed = threading.Condition()
+
+    def close(self) -> None:
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args = job
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("a run of serve's executor failed")
+
+    def task_for(self, rec: ThreadRecord) -> LongTask:
+        entry = self.registry.find(rec.task_name)
+        return entry.task if entry is not None else self.runner._load(rec)
+
+    # -- submitting ------------------------------------------------------------------------
+
+    def submit(self, run_id: str) -> None:
+        self._jobs.put((self._execute, (run_id,)))
+
+    def submit_cancel(self, thread_id: str, reason: str | None, by: str) -> None:
+        self._jobs.put((self._cancel, (thread_id, reason, by)))
+
+    def _set(self, run_id: str, status: str, error: str | None = None) -> None:
+        self.runner.db.store.api_run_set(run_id, status, error)
+        with self.changed:
+            self.changed.notify_all()
+
+    # -- recovering ------------------------------------------------------------------------
+
+    def recover(self) -> list[str]:
+        """Continue open runs and threads left running by a process that died (lock free).
+        Returns the thread ids continued."""
+        store = self.runner.db.store
+        threads: list[str] = []
+        for run in store.api_runs_open():
+            threads.append(run.thread_id)
+            self.submit(run.run_id)
+        left = [
+            rec
+            for status in ("running", "cancelling")
+            for rec in store.list_threads(limit=10000, status=status)
+        ]
+        for rec in left:
+            if rec.thread_id in threads or rec.mode == "worker":
+                continue  # workers take over their own threads
+            if self.runner.db.is_locked(rec.thread_id):
+                continue  # another process is advancing it
+            threads.append(rec.thread_id)
+            self._jobs.put((self._continue, (rec.thread_id,)))
+        return threads
+
+    def _continue(self, thread_id: str) -> None:
+        rec = self.runner.db.store.get_thread(thread_id)
+        if rec is None or rec.status not in ("running", "cancelling"):
+            return
+        if self.runner.db.is_locked(thread_id):
+            return
+        log.info("continuing thread %s left running by a process that stopped", thread_id)
+        try:
+            self.runner.resume(thread_id, task=self.task_for(rec))
+        except ThreadBusy:
+            pass
+        except LongTaskError as exc:
+            log.info("thread %s stopped: %s", thread_id, exc)
+
+    # -- carrying out ----------------------------------------------------------------------
+
+    def _execute(self, run_id: str) -> None:
+        store = self.runner.db.store
+        run = store.api_run(run_id)
+        if run is None or run.status not in OPEN_RUN_STATUSES:
+            return  # cancelled before it started, or already done
+        # A run a process that died was carrying out (a cancel is simply carried out again:
+        # a repeated cancel continues where the first stopped).
+        again = run.status == "running" and run.request.get("kind") != "cancel"
+        if not store.api_run_claim(run_id, run.status):
+            return  # cancelled meanwhile
+        with self.changed:
+            self.changed.notify_all()
+        error: str | None = None
+        before = store.get_thread(run.thread_id)
+        try:
+            self._carry_out(run, again)
+            after = store.get_thread(run.thread_id)
+            if after is not None and after.mode == "worker":
+                # Handed to the workers' queue: the run lasts until a worker has acted.
+                self._follow_worker(run.thread_id, before.runs if before is not None else 0)
+        except ThreadBusy as exc:
+            error = str(exc)
+        except LongTaskError as exc:
+            # A failing step, a rejection, a limit: the thread's status says which.
+            log.info("run %s of thread %s: %s", run_id, run.thread_id, exc)
+            error = str(exc)
+        except Exception as exc:
+            log.exception("run %s of thread %s failed", run_id, run.thread_id)
+            error = f"{type(exc).__name__}: {exc}"
+        rec = store.get_thread(run.thread_id)
+        if run.request.get("kind") == "cancel":
+            # Delivered: the thread is cancelled, or the run advancing it stops at its next
+            # step and compensates.
+            self._set(run_id, "error" if error else "success", error)
+            return
+        status = RUN_OUTCOME.get(rec.status, "error") if rec is not None else "error"
+        if rec is not None and rec.status == "failed":
+            error = error or str((rec.error or {}).get("message") or "the thread failed")
+        if rec is not None and rec.status == "running":
+            status = "error"  # another process holds the thread
+        self._set(run_id, status, error if status == "error" else None)
+
+    def _carry_out(self, run: ApiRun, again: bool) -> None:
+        runner = self.runner
+        req = run.request
+        rec = runner.db.store.get_thread(run.thread_id)
+        # "pending": it died after the thread was recorded and before its first advance.
+        if again and rec is not None and rec.status in ("running", "pending", "cancelling"):
+            if rec.mode != "worker" and not runner.db.is_locked(run.thread_id):
+                # Its process died mid-run: continue from the last checkpoint first.
+                runner.resume(run.thread_id, task=self.task_for(rec))
+            rec = runner.db.store.get_thread(run.thread_id)
+        kind = req.get("kind")
+        if kind == "cancel":
+            with contextlib.suppress(CompensationFailed):  # recorded on the thread
+                runner.cancel(run.thread_id, reason=req.get("reason"), by=run.actor)
+            return
+        if kind == "start":
+            if rec is not None:
+                return  # started before the restart, and continued above
+            entry = self.registry.get(req["graph"])
+            start = runner.submit if self.to_workers else runner.start
+            start(entry.task, req.get("input") or {}, thread_id=run.thread_id, task_ref=entry.ref)
+            return
+        assert rec is not None, "a resume run names a thread that exists"
+        task = self.task_for(rec)
+        if kind == "answer":
+            for answer in req.get("answers", []):
+                try:
+                    self._answer(run, task, answer)
+                except InvalidInput:
+                    if not again:
+                        raise
+                    # Answered before the restart; the thread went on without it.
+        elif kind == "command":
+            command = Command(update=req.get("update"), goto=req.get("goto") or ())
+            runner.resume(run.thread_id, command, task=task, by=run.actor)
+        else:
+            with contextlib.suppress(NothingToResume):
+                runner.resume(run.thread_id, task=task, by=run.actor)
+
+    def _follow_worker(self, thread_id: str, runs_before: int) -> None:
+        """Wait until a worker has taken the commands queued for the thread (its inbox is
+        empty, it has advanced at least once more) and let go of it."""
+        store = self.runner.db.store
+        while True:
+            rec = store.get_thread(thread_id)
+            if rec is None:
+                return
+            if (
+                rec.runs > runs_before
+                and rec.status not in ("pending", "running", "cancelling")
+                and not store.inbox_peek(thread_id)
+            ):
+                return
+            time.sleep(self.follow_poll)
+
+    def _answer(self, run: ApiRun, task: LongTask, answer: dict[str, Any]) -> None:
+        by = run.actor or "api"
+        if answer["kind"] == "approval":
+            self.runner.decide(
+                run.thread_id,
+                answer["step"],
+                approved=bool(answer["approved"]),
+                by=by,
+                comment=answer.get("comment"),
+                plan_hash=answer.get("plan_hash"),
+                task=task,
+            )
+        else:
+            self.runner.signal(
+                run.thread_id, answer["step"], answer.get("payload"), by=by, task=task
+            )
+
+    def _cancel(self, thread_id: str, reason: str | None, by: str) -> None:
+        try:
+            self.runner.cancel(thread_id, reason=reason, by=by)
+        except LongTaskError as exc:
+            log.info("cancel of thread %s by %s: %s", thread_id, by, exc)
+        with self.changed:
+            self.changed.notify_all()

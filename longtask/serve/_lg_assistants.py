@@ -1,0 +1,190 @@
+"""Tasks registered with ``longtask serve`` and the LangGraph Server API's assistants.
+
+One assistant per registered task: its id is a UUID derived from the task name (the way the
+LangGraph server derives one from a graph id), its ``graph_id`` the task name. A request may
+name an assistant by either.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from longtask.errors import InvalidInput, TaskRefError
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
+    from longtask.serve._lg_common import Api
+
+#: the namespace the LangGraph server derives an assistant id from a graph id in
+NAMESPACE_GRAPH = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
+#: the file ``longtask serve`` reads tasks from when it is in the working directory
+CONFIG_FILE = "longtask.json"
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC).isoformat()
+
+
+def assistant_id(name: str) -> str:
+    return str(uuid.uuid5(NAMESPACE_GRAPH, name))
+
+
+@dataclass(frozen=True)
+class Registered:
+    name: str
+    ref: str
+    task: LongTask
+
+    @property
+    def assistant_id(self) -> str:
+        return assistant_id(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "assistant_id": self.assistant_id,
+            "graph_id": self.name,
+            "name": self.name,
+            "description": None,
+            "config": {},
+            "context": {},
+            "metadata": {"created_by": "system", "task_ref": self.ref},
+            "version": 1,
+            "created_at": _EPOCH,
+            "updated_at": _EPOCH,
+        }
+
+
+class Registry:
+    """The tasks ``longtask serve`` offers as assistants, by name."""
+
+    def __init__(self, entries: list[Registered] | None = None) -> None:
+        self.by_name: dict[str, Registered] = {}
+        for entry in entries or []:
+            if entry.name in self.by_name and self.by_name[entry.name].ref != entry.ref:
+                raise InvalidInput(
+                    f"two tasks are registered as {entry.name!r} ({self.by_name[entry.name].ref} "
+                    f"and {entry.ref}); give them different names in {CONFIG_FILE}"
+                )
+            self.by_name[entry.name] = entry
+        self._by_id = {e.assistant_id: e for e in self.by_name.values()}
+
+    def __len__(self) -> int:
+        return len(self.by_name)
+
+    def find(self, key: str) -> Registered | None:
+        """The task an assistant id or a graph id (task name) names."""
+        return self._by_id.get(key) or self.by_name.get(key)
+
+    def get(self, key: str) -> Registered:
+        found = self.find(key)
+        if found is None:
+            known = ", ".join(sorted(self.by_name)) or "none (start serve with --task)"
+            raise LookupError(f"no assistant {key!r}; registered tasks: {known}")
+        return found
+
+
+def load_registry(refs: list[str], config: str | Path | None = None) -> Registry:
+    """Tasks from ``--task REF`` options and a ``longtask.json`` (``{"tasks": {name: ref}}``;
+    a langgraph.json-style ``graphs`` key is read the same way). With no ``config``, a
+    ``longtask.json`` in the working directory is read if there is one."""
+    from longtask.runtime import load_task
+
+    pairs: list[tuple[str | None, str]] = [(None, r) for r in refs]
+    path = Path(config) if config is not None else Path(CONFIG_FILE)
+    if config is not None or path.exists():
+        pairs.extend(_config_pairs(path))
+    entries = []
+    for name, ref in pairs:
+        try:
+            task = load_task(ref)
+        except TaskRefError:
+            raise
+        except Exception as exc:  # an import error in the task's module
+            raise TaskRefError(f"cannot load task {ref!r}: {exc}") from exc
+        entries.append(Registered(name or task.name, ref, task))
+    return Registry(entries)
+
+
+def _config_pairs(path: Path) -> list[tuple[str | None, str]]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InvalidInput(f"no task file {str(path)!r}") from None
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"{path} is not readable JSON: {exc}") from None
+    table = data.get("tasks", data.get("graphs")) if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in table.items()
+    ):
+        raise InvalidInput(
+            f'{path} must hold {{"tasks": {{"name": "package.module:task"}}}} '
+            '(or a langgraph.json-style "graphs" object)'
+        )
+    return [(name, ref) for name, ref in table.items()]
+
+
+def _schemas(entry: Registered) -> dict[str, Any]:
+    task = entry.task
+    inputs = task.inputs.model_json_schema() if task.inputs is not None else {"type": "object"}
+    steps = {name: {"title": name} for name in task.steps}
+    state = {"title": task.name, "type": "object", "properties": steps}
+    return {
+        "graph_id": entry.name,
+        "input_schema": inputs,
+        "output_schema": state,
+        "state_schema": state,
+        "config_schema": None,
+        "context_schema": None,
+    }
+
+
+def routes(api: Api) -> list[Route]:
+    registry = api.registry
+
+    async def search(request: Request) -> Response:
+        body = await api.json_body(request)
+        graph_id = body.get("graph_id")
+        name = str(body.get("name") or "").lower()
+        found = [
+            e.to_json()
+            for e in registry.by_name.values()
+            if (not graph_id or e.name == graph_id) and name in e.name.lower()
+        ]
+        offset, limit = int(body.get("offset") or 0), int(body.get("limit") or 10)
+        return JSONResponse(found[offset : offset + limit])
+
+    async def count(request: Request) -> Response:
+        body = await api.json_body(request)
+        graph_id = body.get("graph_id")
+        return JSONResponse(sum(1 for e in registry.by_name if not graph_id or e == graph_id))
+
+    async def get(request: Request) -> Response:
+        return JSONResponse(api.assistant(request.path_params["assistant_id"]).to_json())
+
+    async def graph(request: Request) -> Response:
+        entry = api.assistant(request.path_params["assistant_id"])
+        drawn = api.runner.graph(entry.task).get_graph().to_json()
+        return JSONResponse(json.loads(json.dumps(drawn, default=str)))
+
+    async def schemas(request: Request) -> Response:
+        return JSONResponse(_schemas(api.assistant(request.path_params["assistant_id"])))
+
+    async def subgraphs(request: Request) -> Response:
+        api.assistant(request.path_params["assistant_id"])
+        return JSONResponse({})
+
+    one = "/assistants/{assistant_id}"
+    return [
+        Route("/assistants/search", api.reader(search), methods=["POST"]),
+        Route("/assistants/count", api.reader(count), methods=["POST"]),
+        Route(one, api.reader(get)),
+        Route(one + "/graph", api.reader(graph)),
+        Route(one + "/schemas", api.reader(schemas)),
+        Route(one + "/subgraphs", api.reader(subgraphs)),
+    ]

@@ -1,0 +1,159 @@
+"""What a LangGraph run asks for, checked in the request before anything is recorded.
+
+``command={"resume": ...}`` answers the thread's pending interrupt with the CLI's checks:
+an approval takes ``true``/``false``, ``{"approved": ..., "comment": ..., "plan_hash": ...}``
+or LangChain's human-in-the-loop ``{"decisions": [{"type": "approve" | "reject"}]}``, and is
+made by the token's name (an approver the request names may not decide is refused); a wait
+takes its payload, checked against the step's schema. A resume keyed by interrupt id answers
+several at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from longtask.errors import InvalidInput, NothingToResume, describe_validation
+from longtask.model import Decision
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
+    from longtask.runtime import Runner
+    from longtask.runtime._views import Pending
+    from longtask.store import ThreadRecord
+
+APPROVE = {"approve", "approved", "accept", "yes"}
+REJECT = {"reject", "rejected", "deny", "no"}
+APPROVAL_SHAPES = (
+    'answer an approval with true/false, {"approved": true, "comment": "..."} or '
+    '{"decisions": [{"type": "approve"}]}'
+)
+
+
+def _decision(value: Any) -> tuple[bool, str | None, str | None]:
+    """(approved, comment, plan_hash) from a resume value for an approval."""
+    if isinstance(value, bool):
+        return value, None, None
+    if isinstance(value, str) and value.lower() in APPROVE | REJECT:
+        return value.lower() in APPROVE, None, None
+    if isinstance(value, dict):
+        if "by" in value:
+            raise InvalidInput("'by' is not accepted: whoever decides is the bearer token's name")
+        comment, plan_hash = value.get("comment"), value.get("plan_hash")
+        if "decisions" in value:
+            decisions = value["decisions"]
+            if not isinstance(decisions, list) or len(decisions) != 1:
+                raise InvalidInput("an approval takes exactly one decision; " + APPROVAL_SHAPES)
+            first = decisions[0] if isinstance(decisions[0], dict) else {}
+            kind = first.get("type")
+            if kind == "edit":
+                raise InvalidInput(
+                    "an approval's plan cannot be edited: reject it with a comment instead"
+                )
+            if kind not in ("approve", "reject"):
+                raise InvalidInput(f"unknown decision type {kind!r}; " + APPROVAL_SHAPES)
+            return kind == "approve", first.get("message") or comment, plan_hash
+        if isinstance(value.get("approved"), bool):
+            return value["approved"], comment, plan_hash
+    raise InvalidInput(APPROVAL_SHAPES)
+
+
+def _check(
+    runner: Runner, thread_id: str, task: LongTask, item: Pending, value: Any, actor: str
+) -> dict[str, Any]:
+    if item.kind == "approval":
+        approved, comment, plan_hash = _decision(value)
+        try:
+            decision = Decision(
+                approved=approved,
+                by=actor,
+                plan_hash=plan_hash or item.request["plan_hash"],
+                comment=comment,
+                at=runner.clock(),
+            )
+        except ValidationError as exc:
+            raise InvalidInput(f"the decision is not valid: {describe_validation(exc)}") from None
+        runner._answer(thread_id, task, item, decision)  # raises, changing nothing
+        return {
+            "kind": "approval",
+            "step": item.step,
+            "approved": approved,
+            "comment": comment,
+            "plan_hash": plan_hash or item.request["plan_hash"],
+        }
+    runner._answer(thread_id, task, item, value)
+    return {"kind": "wait", "step": item.step, "payload": value}
+
+
+def plan_command(
+    runner: Runner, rec: ThreadRecord, task: LongTask, command: dict[str, Any], actor: str
+) -> dict[str, Any]:
+    """The run request for ``command`` on ``rec`` (raises InvalidInput, storing nothing)."""
+    unknown = set(command) - {"resume", "update", "goto"}
+    if unknown:
+        raise InvalidInput(f"a command takes resume, update and goto, not {sorted(unknown)}")
+    if command.get("resume") is not None:
+        if command.get("update") is not None or command.get("goto"):
+            raise InvalidInput("send resume alone, or update/goto alone")
+        thread_id = rec.thread_id
+        pending = runner.pending(thread_id, task=task)
+        if not pending:
+            raise InvalidInput(
+                f"thread {thread_id!r} is not waiting for an answer (status: {rec.status})"
+            )
+        resume = command["resume"]
+        by_id = {p.interrupt_id: p for p in pending}
+        if isinstance(resume, dict) and resume and all(k in by_id for k in resume):
+            pairs = [(by_id[k], v) for k, v in resume.items()]
+        elif len(pending) == 1:
+            pairs = [(pending[0], resume)]
+        else:
+            raise InvalidInput(
+                f"thread {thread_id!r} waits for several answers "
+                f"({', '.join(p.step for p in pending)}): key the resume by interrupt id"
+            )
+        return {
+            "kind": "answer",
+            "answers": [_check(runner, thread_id, task, item, v, actor) for item, v in pairs],
+        }
+    if command.get("update") is not None or command.get("goto"):
+        update = command.get("update")
+        if update is not None and not isinstance(update, dict):
+            raise InvalidInput("command update must be an object of step name to result")
+        goto = command.get("goto")
+        goto = [goto] if isinstance(goto, str) else goto
+        if goto is not None and not (
+            isinstance(goto, list) and all(isinstance(g, str) for g in goto)
+        ):
+            raise InvalidInput("command goto must be a step name or a list of them")
+        bad = [k for k in (update or {}) if k != "inputs" and k not in task.steps]
+        bad += [g for g in goto or [] if g not in task.steps]
+        if bad:
+            raise InvalidInput(
+                f"{', '.join(map(repr, bad))}: not a step of {task.name!r} "
+                f"(steps: {', '.join(task.steps)})"
+            )
+        return {"kind": "command", "update": update, "goto": goto}
+    raise InvalidInput("the command is empty: give resume, update or goto")
+
+
+def plan_answer(
+    runner: Runner,
+    rec: ThreadRecord,
+    task: LongTask,
+    target: str | None,
+    kind: str,
+    value: Any,
+    actor: str,
+) -> dict[str, Any]:
+    """The run request answering the pending ``kind`` (approval or wait) ``target`` (the
+    only one if None) of ``rec`` with ``value``, checked (raises InvalidInput)."""
+    item = runner._select(rec.thread_id, task, target, kind)
+    return {"kind": "answer", "answers": [_check(runner, rec.thread_id, task, item, value, actor)]}
+
+
+def plan_continue(rec: ThreadRecord) -> dict[str, Any]:
+    if rec.status in ("completed", "cancelled"):
+        raise NothingToResume(rec.thread_id, rec.status)
+    return {"kind": "continue"}

@@ -1,0 +1,58 @@
+"""What the LangGraph Server API's routes share: the runner, the registered tasks, the
+executor, the token guards and JSON bodies."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+if TYPE_CHECKING:
+    from longtask.runtime import Runner
+    from longtask.serve._executor import Executor
+    from longtask.serve._lg_assistants import Registered, Registry
+
+T = TypeVar("T")
+MAX_BODY = 1024 * 1024
+Handler = Callable[[Request], Awaitable[Response]]
+ActorHandler = Callable[[Request, str], Awaitable[Response]]
+
+
+@dataclass
+class Api:
+    runner: Runner
+    registry: Registry
+    executor: Executor
+    reader: Callable[[Handler], Handler]
+    actor: Callable[[ActorHandler], Handler]
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+    def assistant(self, key: str) -> Registered:
+        try:
+            return self.registry.get(key)
+        except LookupError as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    async def json_body(self, request: Request) -> dict[str, Any]:
+        raw = b""
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > MAX_BODY:
+                raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
+        try:
+            data = json.loads(raw) if raw.strip() else {}
+        except ValueError as exc:
+            raise HTTPException(400, f"the body is not JSON: {exc}") from None
+        if data is None:
+            return {}
+        if not isinstance(data, dict):
+            raise HTTPException(400, "the body must be a JSON object")
+        return data

@@ -1,0 +1,251 @@
+"""The LangGraph Server API's runs: create, stream, wait, join, cancel, list, get.
+
+A run request is checked and recorded here, then carried out by ``serve``'s executor
+(see ``_executor``): no request handler advances a thread.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from longtask.errors import InvalidInput, ThreadNotFound
+from longtask.serve._executor import FINAL_RUN
+from longtask.serve._lg_commands import plan_command, plan_continue
+from longtask.serve._lg_state import iso, thread_state
+from longtask.serve._lg_stream import MODES, follow, modes_of
+
+if TYPE_CHECKING:
+    from longtask.serve._lg_assistants import Registered
+    from longtask.serve._lg_common import Api
+    from longtask.store._apiruns import ApiRun
+
+#: seconds between reads of a run's status while a request waits for it to finish
+_POLL = 0.1
+
+
+def run_json(run: ApiRun) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "thread_id": run.thread_id,
+        "assistant_id": run.assistant_id,
+        "created_at": iso(run.created_at),
+        "updated_at": iso(run.updated_at),
+        "status": run.status,
+        "metadata": run.metadata,
+        "multitask_strategy": "reject",
+        "kwargs": {"stream_mode": run.request.get("stream_mode", ["values"])},
+        **({"error": run.error} if run.error else {}),
+    }
+
+
+def refuse_busy(api: Api, thread_id: str) -> None:
+    """One run of a thread at a time (the SDK's ``multitask_strategy="reject"``)."""
+    runs = api.runner.db.store.api_runs(thread_id, limit=50)
+    if any(r.status in ("pending", "running") for r in runs):
+        raise HTTPException(
+            409, f"thread {thread_id!r} has a run in progress; join it or cancel it first"
+        )
+
+
+def record(
+    api: Api,
+    thread_id: str,
+    assistant_id: str,
+    request: dict[str, Any],
+    actor: str,
+    metadata: dict[str, Any] | None = None,
+) -> ApiRun:
+    """Record a checked run request and hand it to the executor; returns the run."""
+    runner = api.runner
+    store = runner.db.store
+    request.setdefault("stream_mode", ["values"])
+    request["since_event"] = store.api_last_event(thread_id)
+    exists = store.get_thread(thread_id) is not None
+    request["before"] = sorted(runner.results(thread_id)) if exists else []
+    run_id = str(uuid.uuid4())
+    store.api_run_create(run_id, thread_id, assistant_id, request, actor, metadata)
+    api.executor.submit(run_id)
+    found = store.api_run(run_id)
+    assert found is not None
+    return found
+
+
+def routes(api: Api) -> list[Route]:
+    runner = api.runner
+    store = runner.db.store
+
+    def prepare(
+        thread_id: str | None, entry: Registered, body: dict[str, Any], actor: str
+    ) -> ApiRun:
+        if thread_id is None:  # a stateless run: a thread of its own
+            thread_id = str(uuid.uuid4())
+            store.api_thread_put(thread_id, {"graph_id": entry.name})
+        rec = store.get_thread(thread_id)
+        if rec is None and store.api_thread(thread_id) is None:
+            if body.get("if_not_exists") != "create":
+                raise ThreadNotFound(thread_id, runner.db.url.redacted)
+            store.api_thread_put(thread_id, {"graph_id": entry.name})
+        refuse_busy(api, thread_id)
+        if rec is not None and rec.task_name != entry.name:
+            raise InvalidInput(
+                f"thread {thread_id!r} runs task {rec.task_name!r}, not {entry.name!r}"
+            )
+        command = body.get("command")
+        raw_input = body.get("input")
+        if command:
+            if rec is None:
+                raise InvalidInput(f"thread {thread_id!r} has not started: send input to start it")
+            if raw_input is not None:
+                raise InvalidInput("send input or command, not both")
+            request = plan_command(runner, rec, entry.task, dict(command), actor)
+        elif rec is None:
+            if raw_input is not None and not isinstance(raw_input, dict):
+                raise InvalidInput("a run's input is an object of the task's inputs")
+            runner._validate_inputs(entry.task, raw_input or {})  # raises, storing nothing
+            request = {"kind": "start", "graph": entry.name, "input": raw_input or {}}
+        elif raw_input:
+            raise InvalidInput(
+                f"thread {thread_id!r} has started task {entry.name!r} already; answer what "
+                'it waits for with command={"resume": ...}, or start a new thread'
+            )
+        else:
+            request = plan_continue(rec)
+        modes = modes_of(body.get("stream_mode"))
+        unknown = modes - MODES
+        if unknown:
+            raise InvalidInput(
+                f"unknown stream mode {', '.join(sorted(unknown))}; this server streams "
+                f"{', '.join(sorted(MODES))}"
+            )
+        request["stream_mode"] = sorted(modes)
+        return record(api, thread_id, entry.assistant_id, request, actor, body.get("metadata"))
+
+    async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
+        body = await api.json_body(request)
+        if "assistant_id" not in body:
+            raise HTTPException(422, "assistant_id is required")
+        entry = api.assistant(str(body["assistant_id"]))
+        return await api.call(prepare, thread_id, entry, body, actor)
+
+    def located(run: ApiRun, response: Response) -> Response:
+        response.headers["Content-Location"] = f"/threads/{run.thread_id}/runs/{run.run_id}"
+        return response
+
+    async def finished(run_id: str) -> ApiRun:
+        while True:
+            run = await api.call(store.api_run, run_id)
+            if run is None:
+                raise HTTPException(404, f"no run {run_id!r}")
+            if run.status in FINAL_RUN:
+                return run
+            await anyio.sleep(_POLL)
+
+    def outcome(run: ApiRun) -> dict[str, Any]:
+        """What wait and join answer: the thread's values (with ``__interrupt__`` when it
+        paused), or ``__error__`` when the run failed."""
+        rec = store.get_thread(run.thread_id)
+        if rec is None:
+            values: dict[str, Any] = {}
+            state = None
+        else:
+            state = thread_state(runner, api.registry, rec)
+            values = dict(state["values"])
+        if run.status == "error":
+            return {"__error__": {"error": "RunError", "message": run.error or "run failed"}}
+        if state is not None and state["interrupts"]:
+            values["__interrupt__"] = state["interrupts"]
+        return values
+
+    def stream_response(run: ApiRun) -> Response:
+        req = run.request
+        before = {name: None for name in req.get("before", [])}
+        body = follow(
+            api, run.run_id, run.thread_id, set(req["stream_mode"]), req["since_event"], before
+        )
+        response = StreamingResponse(
+            body,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        return located(run, response)
+
+    # -- handlers --------------------------------------------------------------------------
+
+    async def create_run(request: Request, actor: str) -> Response:
+        run = await create(request, actor, request.path_params.get("thread_id"))
+        return located(run, JSONResponse(run_json(run)))
+
+    async def stream_run(request: Request, actor: str) -> Response:
+        run = await create(request, actor, request.path_params.get("thread_id"))
+        return stream_response(run)
+
+    async def wait_run(request: Request, actor: str) -> Response:
+        run = await create(request, actor, request.path_params.get("thread_id"))
+        done = await finished(run.run_id)
+        return located(run, JSONResponse(await api.call(outcome, done)))
+
+    async def one(request: Request) -> ApiRun:
+        run = await api.call(store.api_run, request.path_params["run_id"])
+        if run is None or run.thread_id != request.path_params["thread_id"]:
+            raise HTTPException(404, f"no run {request.path_params['run_id']!r} of this thread")
+        return run
+
+    async def get_run(request: Request) -> Response:
+        return JSONResponse(run_json(await one(request)))
+
+    async def list_runs(request: Request) -> Response:
+        q = request.query_params
+        found = await api.call(
+            store.api_runs,
+            request.path_params["thread_id"],
+            limit=int(q.get("limit") or 10),
+            offset=int(q.get("offset") or 0),
+            status=q.get("status") or None,
+        )
+        return JSONResponse([run_json(r) for r in found])
+
+    async def join(request: Request) -> Response:
+        run = await one(request)
+        done = await finished(run.run_id)
+        return JSONResponse(await api.call(outcome, done))
+
+    async def join_stream(request: Request) -> Response:
+        run = await one(request)
+        raw = request.query_params.getlist("stream_mode")
+        if raw:
+            run.request["stream_mode"] = sorted(modes_of(raw))
+        return stream_response(run)
+
+    async def cancel(request: Request, actor: str) -> Response:
+        run = await one(request)
+        if run.status == "pending":
+            await api.call(store.api_run_set, run.run_id, "interrupted", None)
+        elif run.status == "running":
+            reason = f"run {run.run_id} cancelled"
+            api.executor.submit_cancel(run.thread_id, reason, actor)
+        if request.query_params.get("wait") in ("1", "true"):
+            run = await finished(run.run_id)
+            return JSONResponse(run_json(run))
+        return Response(status_code=202)
+
+    base = "/threads/{thread_id}/runs"
+    return [
+        Route("/runs", api.actor(create_run), methods=["POST"]),
+        Route("/runs/stream", api.actor(stream_run), methods=["POST"]),
+        Route("/runs/wait", api.actor(wait_run), methods=["POST"]),
+        Route(base, api.actor(create_run), methods=["POST"]),
+        Route(base, api.reader(list_runs), methods=["GET"]),
+        Route(base + "/stream", api.actor(stream_run), methods=["POST"]),
+        Route(base + "/wait", api.actor(wait_run), methods=["POST"]),
+        Route(base + "/{run_id}", api.reader(get_run), methods=["GET"]),
+        Route(base + "/{run_id}/join", api.reader(join), methods=["GET"]),
+        Route(base + "/{run_id}/stream", api.reader(join_stream), methods=["GET"]),
+        Route(base + "/{run_id}/cancel", api.actor(cancel), methods=["POST"]),
+    ]

@@ -1,0 +1,226 @@
+"""The LangGraph Server API's threads: create, get, search, state, history, delete.
+
+A thread created through the API has no longtask thread record until a run starts on it:
+until then it is a row of ``longtask_api_threads`` (status ``idle``, no values).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from longtask.errors import InvalidInput, ThreadNotFound
+from longtask.runtime._runner import check_thread_id
+from longtask.serve._lg_state import (
+    config_of,
+    empty_state,
+    thread_history,
+    thread_json,
+    thread_state,
+)
+from longtask.steps import result_channel
+
+if TYPE_CHECKING:
+    from longtask.serve._lg_common import Api, Handler
+
+#: metadata keys a thread's JSON takes from longtask's record
+RESERVED = ("graph_id", "assistant_id", "longtask_status", "longtask_error")
+
+
+def routes(api: Api) -> tuple[list[Route], Handler]:
+    runner = api.runner
+    store = runner.db.store
+
+    def busy(thread_id: str) -> bool:
+        return any(r.status in ("pending", "running") for r in store.api_runs(thread_id, limit=20))
+
+    def get_json(thread_id: str) -> dict[str, Any]:
+        found = thread_json(runner, api.registry, thread_id, busy=busy(thread_id))
+        if found is None:
+            raise ThreadNotFound(thread_id, runner.db.url.redacted)
+        return found
+
+    def make(body: dict[str, Any]) -> dict[str, Any]:
+        thread_id = str(body.get("thread_id") or uuid.uuid4())
+        check_thread_id(thread_id)
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InvalidInput("thread metadata must be an object")
+        graph_id = metadata.get("graph_id")
+        if graph_id is not None and api.registry.find(str(graph_id)) is None:
+            raise HTTPException(404, f"no assistant {graph_id!r}")
+        exists = store.get_thread(thread_id) is not None
+        if exists or not store.api_thread_put(thread_id, metadata):
+            if body.get("if_exists") == "do_nothing":
+                return get_json(thread_id)
+            raise HTTPException(409, f"thread {thread_id!r} exists already")
+        return get_json(thread_id)
+
+    def search(body: dict[str, Any]) -> list[dict[str, Any]]:
+        limit, offset = int(body.get("limit") or 10), int(body.get("offset") or 0)
+        ids = body.get("ids")
+        status = body.get("status")
+        metadata = body.get("metadata") or {}
+        names = [r.thread_id for r in store.list_threads(limit=10000)]
+        names += [t for t, _m, _c in store.api_threads() if t not in set(names)]
+        out = []
+        for thread_id in names:
+            if ids and thread_id not in ids:
+                continue
+            found = thread_json(runner, api.registry, thread_id, busy=busy(thread_id))
+            if found is None:
+                continue
+            if status and found["status"] != status:
+                continue
+            if any(found["metadata"].get(k) != v for k, v in metadata.items()):
+                continue
+            out.append(found)
+        return out[offset : offset + limit]
+
+    def state(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+        rec = store.get_thread(thread_id)
+        if rec is None:
+            get_json(thread_id)  # 404 unless the API created it
+            return empty_state(thread_id)
+        return thread_state(runner, api.registry, rec, checkpoint_id)
+
+    def history(thread_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+        rec = store.get_thread(thread_id)
+        if rec is None:
+            get_json(thread_id)
+            return []
+        before = body.get("before")
+        if isinstance(before, dict):
+            before = before.get("checkpoint_id")
+        return thread_history(
+            runner, api.registry, rec, limit=int(body.get("limit") or 10), before=before
+        )
+
+    def update_state(thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        rec = store.get_thread(thread_id)
+        if rec is None:
+            get_json(thread_id)
+            raise InvalidInput(f"thread {thread_id!r} has not started: there is no state yet")
+        if rec.status in ("running", "cancelling") or busy(thread_id):
+            raise HTTPException(409, f"thread {thread_id!r} is running; update it when it stops")
+        values = body.get("values")
+        if not isinstance(values, dict) or not values:
+            raise InvalidInput("values must be an object of step name to result")
+        entry = api.registry.find(rec.task_name)
+        task = entry.task if entry is not None else runner._load(rec)
+        unknown = [k for k in values if k not in task.steps]
+        if unknown:
+            raise InvalidInput(
+                f"cannot update {', '.join(map(repr, unknown))}: not a step of {task.name!r} "
+                f"(steps: {', '.join(task.steps)})"
+            )
+        as_node = body.get("as_node")
+        if as_node is None and len(values) == 1:
+            as_node = next(iter(values))
+        if as_node is not None and as_node not in task.steps:
+            raise InvalidInput(f"as_node {as_node!r} is not a step of {task.name!r}")
+        update = {
+            result_channel(k): runner.codec.encode(v, f"update of {k!r}") for k, v in values.items()
+        }
+        with runner._hold(thread_id):
+            config = runner.graph(task).update_state(
+                config_of(thread_id, body.get("checkpoint_id")), update, as_node=as_node
+            )
+        conf = config["configurable"]
+        return {
+            "checkpoint": {
+                "thread_id": thread_id,
+                "checkpoint_ns": conf.get("checkpoint_ns", ""),
+                "checkpoint_id": conf.get("checkpoint_id"),
+                "checkpoint_map": None,
+            }
+        }
+
+    def patch(thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        get_json(thread_id)
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise InvalidInput("thread metadata must be an object")
+        reserved = [k for k in metadata if k in RESERVED]
+        if reserved:
+            raise InvalidInput(f"metadata {', '.join(reserved)} is longtask's own: not settable")
+        store.api_thread_merge(thread_id, metadata)
+        return get_json(thread_id)
+
+    def delete(thread_id: str) -> None:
+        rec = store.get_thread(thread_id)
+        if rec is None:
+            get_json(thread_id)
+            store.api_thread_delete(thread_id)
+            return
+        raise HTTPException(
+            409,
+            f"thread {thread_id!r} has run task {rec.task_name!r}: longtask keeps its record "
+            f"and history; cancel it (`longtask cancel {thread_id}`) to stop it",
+        )
+
+    # -- handlers --------------------------------------------------------------------------
+
+    async def create_thread(request: Request, actor: str) -> Response:
+        return JSONResponse(await api.call(make, await api.json_body(request)))
+
+    async def search_threads(request: Request) -> Response:
+        return JSONResponse(await api.call(search, await api.json_body(request)))
+
+    async def count_threads(request: Request) -> Response:
+        body = await api.json_body(request)
+        body["limit"], body["offset"] = 100000, 0
+        return JSONResponse(len(await api.call(search, body)))
+
+    async def get_thread(request: Request) -> Response:
+        return JSONResponse(await api.call(get_json, request.path_params["thread_id"]))
+
+    async def get_state(request: Request) -> Response:
+        p = request.path_params
+        return JSONResponse(await api.call(state, p["thread_id"], p.get("checkpoint_id")))
+
+    async def post_state_checkpoint(request: Request) -> Response:
+        body = await api.json_body(request)
+        checkpoint = body.get("checkpoint") or {}
+        found = await api.call(
+            state, request.path_params["thread_id"], checkpoint.get("checkpoint_id")
+        )
+        return JSONResponse(found)
+
+    async def post_state(request: Request, actor: str) -> Response:
+        body = await api.json_body(request)
+        return JSONResponse(await api.call(update_state, request.path_params["thread_id"], body))
+
+    async def get_history(request: Request) -> Response:
+        body = await api.json_body(request) if request.method == "POST" else {}
+        if request.method == "GET":
+            body = dict(request.query_params)
+        return JSONResponse(await api.call(history, request.path_params["thread_id"], body))
+
+    async def update_thread(request: Request, actor: str) -> Response:
+        body = await api.json_body(request)
+        return JSONResponse(await api.call(patch, request.path_params["thread_id"], body))
+
+    async def delete_thread(request: Request, actor: str) -> Response:
+        await api.call(delete, request.path_params["thread_id"])
+        return Response(status_code=204)
+
+    one = "/threads/{thread_id}"
+    return [
+        Route("/threads", api.actor(create_thread), methods=["POST"]),
+        Route("/threads/search", api.reader(search_threads), methods=["POST"]),
+        Route("/threads/count", api.reader(count_threads), methods=["POST"]),
+        Route(one + "/state", api.reader(get_state), methods=["GET"]),
+        Route(one + "/state", api.actor(post_state), methods=["POST"]),
+        Route(one + "/state/checkpoint", api.reader(post_state_checkpoint), methods=["POST"]),
+        Route(one + "/state/{checkpoint_id}", api.reader(get_state), methods=["GET"]),
+        Route(one + "/history", api.reader(get_history), methods=["GET", "POST"]),
+        Route(one, api.actor(delete_thread), methods=["DELETE"]),
+        Route(one, api.actor(update_thread), methods=["PATCH"]),
+        # GET of a thread is in the app: a browser (Accept: text/html) gets the page
+    ], get_thread

@@ -1,0 +1,166 @@
+"""The LangGraph Server API's own rows: its runs, and threads it created before any run.
+
+A run is a command a request recorded (start with inputs, resume with a command, cancel)
+and that ``serve``'s executor carries out; its status is what ``runs.get/list/join`` read.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+#: statuses of a run that is not finished: recovered and carried out when ``serve`` starts
+OPEN_RUN_STATUSES = ("pending", "running")
+
+_RUN_COLS = (
+    "run_id, thread_id, assistant_id, status, request, actor, metadata, error, "
+    "created_at, updated_at"
+)
+
+
+@dataclass(frozen=True)
+class ApiRun:
+    run_id: str
+    thread_id: str
+    assistant_id: str
+    status: str
+    request: dict[str, Any]
+    actor: str | None
+    metadata: dict[str, Any]
+    error: str | None
+    created_at: float
+    updated_at: float
+
+
+def _run(r: tuple[Any, ...]) -> ApiRun:
+    return ApiRun(
+        run_id=r[0],
+        thread_id=r[1],
+        assistant_id=r[2],
+        status=r[3],
+        request=json.loads(r[4]),
+        actor=r[5],
+        metadata=json.loads(r[6]) if r[6] else {},
+        error=r[7],
+        created_at=float(r[8]),
+        updated_at=float(r[9]),
+    )
+
+
+class ApiTables:
+    """Runs and run-less threads of the LangGraph Server API, mixed into Store."""
+
+    _run: Any
+
+    def api_run_create(
+        self,
+        run_id: str,
+        thread_id: str,
+        assistant_id: str,
+        request: dict[str, Any],
+        actor: str | None,
+        metadata: dict[str, Any] | None,
+    ) -> None:
+        now = time.time()
+        self._run(
+            f"INSERT INTO longtask_api_runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_id,
+                thread_id,
+                assistant_id,
+                "pending",
+                json.dumps(request),
+                actor,
+                json.dumps(metadata or {}),
+                None,
+                now,
+                now,
+            ),
+        )
+
+    def api_run(self, run_id: str) -> ApiRun | None:
+        rows = self._run(f"SELECT {_RUN_COLS} FROM longtask_api_runs WHERE run_id = ?", (run_id,))
+        return _run(rows[0]) if rows else None
+
+    def api_runs(
+        self, thread_id: str, *, limit: int = 10, offset: int = 0, status: str | None = None
+    ) -> list[ApiRun]:
+        where, params = ("AND status = ?", [status]) if status else ("", [])
+        rows = self._run(
+            f"SELECT {_RUN_COLS} FROM longtask_api_runs WHERE thread_id = ? {where} "
+            "ORDER BY created_at DESC, run_id DESC LIMIT ? OFFSET ?",
+            (thread_id, *params, limit, offset),
+        )
+        return [_run(r) for r in rows]
+
+    def api_runs_open(self) -> list[ApiRun]:
+        """Runs not finished, oldest first (to carry out after a restart)."""
+        rows = self._run(
+            f"SELECT {_RUN_COLS} FROM longtask_api_runs WHERE status IN (?, ?) "
+            "ORDER BY created_at, run_id",
+            OPEN_RUN_STATUSES,
+        )
+        return [_run(r) for r in rows]
+
+    def api_run_claim(self, run_id: str, seen: str) -> bool:
+        """Mark the run running if its status is still ``seen`` (a cancel of a pending run
+        may have come in between); whether it was."""
+        rows = self._run(
+            "UPDATE longtask_api_runs SET status = 'running', updated_at = ? "
+            "WHERE run_id = ? AND status = ? RETURNING run_id",
+            (time.time(), run_id, seen),
+        )
+        return bool(rows)
+
+    def api_run_set(self, run_id: str, status: str, error: str | None = None) -> None:
+        self._run(
+            "UPDATE longtask_api_runs SET status = ?, error = ?, updated_at = ? WHERE run_id = ?",
+            (status, error, time.time(), run_id),
+        )
+
+    def api_thread_put(self, thread_id: str, metadata: dict[str, Any]) -> bool:
+        """Record a thread created through the API; False if the id is taken."""
+        rows = self._run(
+            "INSERT INTO longtask_api_threads (thread_id, metadata, created_at) VALUES (?,?,?) "
+            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
+            (thread_id, json.dumps(metadata), time.time()),
+        )
+        return bool(rows)
+
+    def api_thread_merge(self, thread_id: str, metadata: dict[str, Any]) -> None:
+        """Merge ``metadata`` into the thread's (a row is made for a thread started
+        elsewhere: the CLI or Python)."""
+        found = self.api_thread(thread_id)
+        merged = {**(found[0] if found else {}), **metadata}
+        self._run(
+            "INSERT INTO longtask_api_threads (thread_id, metadata, created_at) VALUES (?,?,?) "
+            "ON CONFLICT (thread_id) DO UPDATE SET metadata = excluded.metadata",
+            (thread_id, json.dumps(merged), time.time()),
+        )
+
+    def api_thread(self, thread_id: str) -> tuple[dict[str, Any], float] | None:
+        """The metadata and creation time of a thread created through the API."""
+        rows = self._run(
+            "SELECT metadata, created_at FROM longtask_api_threads WHERE thread_id = ?",
+            (thread_id,),
+        )
+        return (json.loads(rows[0][0] or "{}"), float(rows[0][1])) if rows else None
+
+    def api_threads(self, limit: int = 1000) -> list[tuple[str, dict[str, Any], float]]:
+        rows = self._run(
+            "SELECT thread_id, metadata, created_at FROM longtask_api_threads "
+            "ORDER BY created_at DESC LIMIT ?",
+            (limit,),
+        )
+        return [(r[0], json.loads(r[1] or "{}"), float(r[2])) for r in rows]
+
+    def api_thread_delete(self, thread_id: str) -> None:
+        self._run("DELETE FROM longtask_api_threads WHERE thread_id = ?", (thread_id,))
+        self._run("DELETE FROM longtask_api_runs WHERE thread_id = ?", (thread_id,))
+
+    def api_last_event(self, thread_id: str) -> int:
+        """The id of the thread's latest event (0 if none): a run streams what comes after."""
+        rows = self._run("SELECT MAX(id) FROM longtask_events WHERE thread_id = ?", (thread_id,))
+        return int(rows[0][0]) if rows and rows[0][0] is not None else 0

@@ -1,0 +1,197 @@
+"""The LangGraph Server API of ``longtask serve`` in process (Starlette's TestClient), on
+every backend: task registration, the SDK's X-Api-Key as the token, answers checked before
+anything is recorded, update_state, delete, and recovery of a thread a dead process left
+running. The SDK itself drives a real server in tests/acceptance/test_langgraph_sdk.py."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from longtask import InvalidInput, Runner
+from longtask.errors import TaskRefError
+from longtask.runtime import load_task
+from longtask.serve import create_app
+from longtask.serve._lg_assistants import assistant_id, load_registry
+
+LG_TASKS = Path(__file__).parents[1] / "acceptance" / "lg_task.py"
+RELEASE_REF = f"{LG_TASKS}:RELEASE"
+SLEEPY_REF = f"{LG_TASKS}:SLEEPY"
+TOKENS = {"tok-alice": "alice", "tok-bob": "bob"}
+ALICE = {"X-Api-Key": "tok-alice"}
+BOB = {"X-Api-Key": "tok-bob"}
+
+
+@pytest.fixture
+def runner(db_url: str) -> Iterator[Runner]:
+    r = Runner(db_url)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def client(runner: Runner) -> Iterator[TestClient]:
+    registry = load_registry([RELEASE_REF, SLEEPY_REF])
+    with TestClient(create_app(runner, TOKENS, registry=registry)) as c:
+        yield c
+
+
+def wait_run(client: TestClient, thread_id: str, run_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while True:
+        run = client.get(f"/threads/{thread_id}/runs/{run_id}").json()
+        if run["status"] not in ("pending", "running"):
+            return dict(run)
+        assert time.monotonic() < deadline, "the run did not finish"
+        time.sleep(0.02)
+
+
+def paused(client: TestClient) -> str:
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    run = client.post(
+        f"/threads/{thread}/runs", json={"assistant_id": "lg_release", "input": {}}, headers=ALICE
+    ).json()
+    assert wait_run(client, thread, run["run_id"])["status"] == "interrupted"
+    return str(thread)
+
+
+def test_tasks_register_from_options_and_a_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "longtask.json"
+    config.write_text(json.dumps({"graphs": {"release": RELEASE_REF}}))
+    registry = load_registry([SLEEPY_REF], config)
+    assert sorted(registry.by_name) == ["lg_sleepy", "release"]
+    # The assistant id is derived from the name: the same in every process.
+    found = registry.find(assistant_id("release"))
+    assert found is not None and found.task.name == "lg_release"
+    assert registry.find("release") is found
+
+    config.write_text(json.dumps({"tasks": ["not", "a", "map"]}))
+    with pytest.raises(InvalidInput, match="must hold"):
+        load_registry([], config)
+    with pytest.raises(InvalidInput, match="no task file"):
+        load_registry([], tmp_path / "missing.json")
+    with pytest.raises(TaskRefError):
+        load_registry([f"{LG_TASKS}:NOPE"])
+
+
+def test_the_sdk_api_key_is_the_token_and_the_actor_never_comes_from_the_body(
+    runner: Runner, client: TestClient
+) -> None:
+    assert client.post("/threads", json={}).status_code == 401
+    assert client.post("/threads", json={}, headers={"X-Api-Key": "wrong"}).status_code == 401
+    thread = paused(client)
+    before = runner.status(thread).model_dump()
+    url = f"/threads/{thread}/runs"
+
+    def resume(value: Any, headers: dict[str, str]) -> Any:
+        body = {"assistant_id": "lg_release", "command": {"resume": value}}
+        return client.post(url, json=body, headers=headers)
+
+    by = resume({"approved": True, "by": "alice"}, BOB)
+    assert by.status_code == 409
+    assert "'by' is not accepted" in by.json()["error"]
+    not_approver = resume(True, BOB)
+    assert not_approver.status_code == 409 and "bob" in not_approver.json()["error"]
+    edit = resume({"decisions": [{"type": "edit"}]}, ALICE)
+    assert "cannot be edited" in edit.json()["error"]
+    # Refused answers record no run and change nothing.
+    assert len(client.get(url).json()) == 1
+    assert runner.status(thread).model_dump() == before
+
+    ok = resume({"decisions": [{"type": "approve", "message": "fine"}]}, ALICE)
+    assert ok.status_code == 200, ok.text
+    assert ok.headers["content-location"] == f"/threads/{thread}/runs/{ok.json()['run_id']}"
+    wait_run(client, thread, ok.json()["run_id"])
+    decision = runner.result(thread, "ship_ok")
+    assert (decision["by"], decision["comment"]) == ("alice", "fine")
+
+
+def test_update_state_sets_a_steps_result_or_refuses(runner: Runner, client: TestClient) -> None:
+    thread = paused(client)
+    state = f"/threads/{thread}/state"
+    bad = client.post(state, json={"values": {"nope": 1}}, headers=ALICE)
+    assert bad.status_code == 409 and "not a step of 'lg_release'" in bad.json()["error"]
+    r = client.post(state, json={"values": {"fetch_a": {"a": 40}}}, headers=ALICE)
+    assert r.status_code == 200, r.text
+    assert r.json()["checkpoint"]["checkpoint_id"]
+    assert client.get(state).json()["values"]["fetch_a"] == {"a": 40}
+    assert runner.result(thread, "fetch_a") == {"a": 40}
+
+
+def test_update_sets_metadata_and_delete_removes_only_a_thread_with_no_run(
+    client: TestClient,
+) -> None:
+    fresh = client.post("/threads", json={"metadata": {"k": 1}}, headers=ALICE).json()
+    assert fresh["status"] == "idle" and fresh["metadata"] == {"k": 1}
+    assert client.delete(f"/threads/{fresh['thread_id']}", headers=ALICE).status_code == 204
+    assert client.get(f"/threads/{fresh['thread_id']}").status_code == 404
+    started = paused(client)
+    one = f"/threads/{started}"
+    patched = client.patch(one, json={"metadata": {"owner": "ops"}}, headers=ALICE)
+    assert patched.json()["metadata"]["owner"] == "ops"
+    assert patched.json()["metadata"]["graph_id"] == "lg_release"
+    reserved = client.patch(one, json={"metadata": {"graph_id": "x"}}, headers=ALICE)
+    assert reserved.status_code == 409
+    refused = client.delete(f"/threads/{started}", headers=ALICE)
+    assert refused.status_code == 409 and "longtask cancel" in refused.json()["error"]
+    assert client.get(f"/threads/{started}").json()["status"] == "interrupted"
+
+
+def test_serve_continues_a_thread_a_dead_process_left_running(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LT_SLEEPY", "0")
+    task = load_task(SLEEPY_REF)
+    # What a process that died before its first checkpoint leaves: a thread record that
+    # says running, and no lock held.
+    runner._new_thread(task, {}, "left-running", SLEEPY_REF, None)
+    runner.db.store.set_status("left-running", "running")
+    registry = load_registry([SLEEPY_REF])
+    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+        deadline = time.monotonic() + 60
+        while runner.status("left-running").status != "completed":
+            assert time.monotonic() < deadline, "serve did not continue the thread"
+            time.sleep(0.02)
+        values = client.get("/threads/left-running/state").json()["values"]
+    assert values == {"nap1": "nap1", "nap2": "nap2", "nap3": "nap3"}
+
+
+def test_a_thread_of_a_task_serve_cannot_import_is_listed_without_its_state(
+    runner: Runner, client: TestClient, tmp_path: Path
+) -> None:
+    task = load_task(f"{LG_TASKS}:LONG")  # not registered with this server
+    runner._new_thread(task, {}, "orphan", f"{tmp_path / 'gone.py'}:LONG", None)
+    found = client.post("/threads/search", json={"ids": ["orphan"]}).json()
+    assert [t["thread_id"] for t in found] == ["orphan"]
+    assert "does not exist" in found[0]["metadata"]["longtask_error"]
+    assert found[0]["values"] == {}
+
+
+def test_serve_carries_out_runs_a_dead_serve_left_open(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LT_SLEEPY", "0")
+    store = runner.db.store
+    sleepy = assistant_id("lg_sleepy")
+    start = {"kind": "start", "graph": "lg_sleepy", "input": {}, "stream_mode": ["values"]}
+    # Recorded, never taken: serve died right after answering the request.
+    store.api_thread_put("never-taken", {})
+    store.api_run_create("run-1", "never-taken", sleepy, dict(start), "alice", None)
+    # Taken, and the thread recorded, but serve died before the thread's first advance.
+    store.api_thread_put("half-started", {})
+    store.api_run_create("run-2", "half-started", sleepy, dict(start), "alice", None)
+    assert store.api_run_claim("run-2", "pending")
+    runner._new_thread(load_task(SLEEPY_REF), {}, "half-started", SLEEPY_REF, None)
+    assert runner.status("half-started").status == "pending"
+
+    registry = load_registry([SLEEPY_REF])
+    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+        for thread_id, run_id in (("never-taken", "run-1"), ("half-started", "run-2")):
+            assert wait_run(client, thread_id, run_id)["status"] == "success"
+            assert runner.status(thread_id).status == "completed"
