@@ -75,8 +75,8 @@ class Storage:
     """Bytes one thread stored, by table (logical sizes: what the saver and the store wrote).
 
     The same fields for both sides: ``checkpoints`` are the checkpoint rows (LangGraph's
-    ``checkpoints``: checkpoint + metadata; longtask's ``longtask_cp_checkpoints``: state +
-    metadata + updated channels), ``values`` the channel values stored apart from them
+    ``checkpoints``: checkpoint + metadata; longtask's ``longtask_cp_checkpoints``: state and
+    metadata), ``values`` the channel values stored apart from them
     (``checkpoint_blobs`` of PostgresSaver, ``longtask_cp_values``; SqliteSaver keeps them in
     the checkpoint rows), ``writes`` the pending writes. longtask also stores results above
     a size in ``longtask_blobs``, map items in ``longtask_map_items`` and its event log."""
@@ -141,7 +141,7 @@ _RAW_PG = [
 _LONGTASK = [
     (
         "checkpoints",
-        "SELECT state, {b(metadata)}, {b(updated)} FROM longtask_cp_checkpoints "
+        "SELECT state, {b(metadata)} FROM longtask_cp_checkpoints "
         "WHERE thread_id = ?",
     ),
     ("values", "SELECT value FROM longtask_cp_values WHERE thread_id = ?"),

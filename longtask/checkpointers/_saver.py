@@ -11,8 +11,7 @@ Tables (``longtask_cp_*``, created by the store's migrations):
 
 - ``longtask_cp_checkpoints``: one row per checkpoint: parent, ``base_id`` (the snapshot
   its delta chain starts from), ``depth`` (0 for a snapshot), ``state`` (the encoded maps),
-  metadata as JSON, the run id (for ``delete_for_runs``), the step number and the channels
-  the checkpoint updated (for history views that need no state).
+  metadata as JSON and the run id (for ``delete_for_runs``).
 - ``longtask_cp_values``: one row per (channel, version): a value is stored once, when its
   version is new.
 - ``longtask_cp_writes``: pending writes by checkpoint and task.
@@ -236,8 +235,6 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             state,
             json.dumps(meta, separators=(",", ":")),
             str(run_id) if run_id is not None else None,
-            meta.get("step"),
-            json.dumps(checkpoint.get("updated_channels") or sorted(new_versions)),
         )
 
         def work(tx: Any) -> None:

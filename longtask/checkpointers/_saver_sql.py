@@ -53,11 +53,11 @@ class Backend(ABC):
     )
     PUT_CHECKPOINT = (
         "INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-        "parent_id, base_id, depth, state, metadata, run_id, step, updated) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) "
+        "parent_id, base_id, depth, state, metadata, run_id) "
+        "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) "
         "DO UPDATE SET parent_id = excluded.parent_id, base_id = excluded.base_id, "
         "depth = excluded.depth, state = excluded.state, metadata = excluded.metadata, "
-        "run_id = excluded.run_id, step = excluded.step, updated = excluded.updated"
+        "run_id = excluded.run_id"
     )
     PUT_WRITE = (
         f"INSERT INTO longtask_cp_writes ({_WRITE_COLS}) VALUES (?,?,?,?,?,?,?,?,?) "
@@ -222,9 +222,9 @@ class Backend(ABC):
         def work(tx: Any) -> None:
             tx.execute(
                 "INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_id, base_id, depth, state, metadata, run_id, step, updated) "
+                "parent_id, base_id, depth, state, metadata, run_id) "
                 "SELECT ?, checkpoint_ns, checkpoint_id, parent_id, base_id, depth, state, "
-                "metadata, run_id, step, updated FROM longtask_cp_checkpoints "
+                "metadata, run_id FROM longtask_cp_checkpoints "
                 "WHERE thread_id = ? ON CONFLICT DO NOTHING",
                 (target, source),
             )

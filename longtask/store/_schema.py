@@ -247,8 +247,6 @@ MIGRATIONS: list[list[str]] = [
             state {blob} NOT NULL,
             metadata TEXT NOT NULL,
             run_id TEXT,
-            step INTEGER,
-            updated TEXT,
             PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
         )""",
         "CREATE INDEX longtask_cp_checkpoints_base ON longtask_cp_checkpoints "

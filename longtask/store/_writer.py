@@ -3,9 +3,9 @@
 An event is kept here until the next checkpoint write of its thread (``put`` or
 ``put_writes`` of longtask's saver), which inserts it in the same transaction as the
 checkpoint: a checkpoint is never stored without its events, and an event never claims work
-that no checkpoint holds. What no checkpoint carries (the end of a run, a pause, a retry's
-record before its back-off, an effect's ledger entry) is written by ``flush``, fenced like a
-checkpoint.
+that no checkpoint holds. What no checkpoint carries (a pause, a retry's record before its
+back-off) is written by ``flush``, fenced like a checkpoint; the end of a run commits with its
+status, and an effect's events with its ledger row.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 #: stores a thread's pending events that no checkpoint carried (taking them from here)
 Sink = Callable[[str], None]
 
-#: kinds written as soon as they are emitted (with the thread's events before them)
-_AT_ONCE = ("effect.",)
 
 
 class EventWriter:
@@ -47,9 +45,6 @@ class EventWriter:
     def put(self, event: NewEvent) -> None:
         with self._lock:
             self._pending.setdefault(event.thread_id, []).append(event)
-        if event.kind.startswith(_AT_ONCE):
-            # The ledger row it describes has committed on its own, before any checkpoint.
-            self.flush(event.thread_id)
 
     def take(self, thread_id: str) -> list[NewEvent]:
         """The thread's pending events, for the transaction about to store its checkpoint."""
