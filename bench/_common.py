@@ -141,8 +141,7 @@ _RAW_PG = [
 _LONGTASK = [
     (
         "checkpoints",
-        "SELECT state, {b(metadata)} FROM longtask_cp_checkpoints "
-        "WHERE thread_id = ?",
+        "SELECT state, {b(metadata)} FROM longtask_cp_checkpoints WHERE thread_id = ?",
     ),
     ("values", "SELECT value FROM longtask_cp_values WHERE thread_id = ?"),
     ("writes", "SELECT value FROM longtask_cp_writes WHERE thread_id = ?"),

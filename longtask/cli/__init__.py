@@ -1,6 +1,10 @@
 """The ``longtask`` command line (typer)."""
 
-from longtask.cli import _demo, _travel, _workers  # noqa: F401  (they register commands on app)
+# isort: off
+# Each module registers its commands on app; --help lists them in this order.
+from longtask.cli import _pauses, _control, _demo, _travel, _workers  # noqa: F401
+
+# isort: on
 from longtask.cli._app import app, main
 
 __all__ = ["app", "main"]

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 Sink = Callable[[str], None]
 
 
-
 class EventWriter:
     def __init__(self, sink: Sink) -> None:
         self._sink = sink

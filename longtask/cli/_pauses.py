@@ -1,0 +1,193 @@
+"""Pause commands: approve, reject, signal, pending, tick, effects."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from longtask.cli._app import (
+    DbOpt,
+    JsonOpt,
+    _finish,
+    _parse_json,
+    _printer,
+    _runner,
+    app,
+    out,
+)
+from longtask.cli._output import print_pending
+
+ByOpt = Annotated[str, typer.Option("--by", help="Who decides (checked against approvers).")]
+CommentOpt = Annotated[str | None, typer.Option("--comment", help="A note kept with the decision.")]
+PlanHashOpt = Annotated[
+    str | None,
+    typer.Option("--plan-hash", help="The plan hash you reviewed [default: the pending one]."),
+]
+StepArg = Annotated[
+    str | None, typer.Argument(help="The approval step [default: the only pending one].")
+]
+
+
+def _decide(
+    db: str | None,
+    thread_id: str,
+    step: str | None,
+    approved: bool,
+    by: str,
+    comment: str | None,
+    plan_hash: str | None,
+) -> None:
+    if not by.strip():
+        raise typer.BadParameter(
+            "must name who decides (it is recorded and checked against the approvers)",
+            param_hint="--by",
+        )
+    with _runner(db, thread_id, on_update=_printer()) as runner:
+        runner.decide(
+            thread_id, step, approved=approved, by=by, comment=comment, plan_hash=plan_hash
+        )
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+@app.command()
+def approve(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
+    step: StepArg = None,
+    by: ByOpt = ...,  # type: ignore[assignment]
+    comment: CommentOpt = None,
+    plan_hash: PlanHashOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Approve a pending approval and continue the thread."""
+    _decide(db, thread_id, step, True, by, comment, plan_hash)
+
+
+@app.command()
+def reject(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
+    step: StepArg = None,
+    by: ByOpt = ...,  # type: ignore[assignment]
+    comment: CommentOpt = None,
+    plan_hash: PlanHashOpt = None,
+    db: DbOpt = None,
+) -> None:
+    """Reject a pending approval (its on_reject decides what follows)."""
+    _decide(db, thread_id, step, False, by, comment, plan_hash)
+
+
+@app.command()
+def signal(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
+    name: Annotated[str, typer.Argument(help="The event: the name of a wait_for step.")],
+    payload: Annotated[
+        str | None, typer.Option("--payload", help="The event's payload as JSON, or @file.")
+    ] = None,
+    db: DbOpt = None,
+) -> None:
+    """Deliver an outside event (CI result, webhook) to a thread."""
+    value = _parse_json(payload, "--payload")
+    with _runner(db, thread_id, on_update=_printer()) as runner:
+        runner.signal(thread_id, name, value)
+        raise typer.Exit(_finish(runner, thread_id))
+
+
+@app.command()
+def pending(
+    thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """What a paused thread waits for, and how to answer it.
+
+    Approvals (plan, hash, deadline), outside events (payload schema) and effects whose
+    outcome is unknown (arguments, result schema)."""
+    with _runner(db) as runner:
+        items = runner.pending(thread_id)
+    if json_:
+        print(json.dumps([p.model_dump(mode="json") for p in items], indent=2))
+    else:
+        print_pending(out, thread_id, items)
+
+
+@app.command()
+def tick(
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Act on approvals and waits whose deadline has passed.
+
+    Safe to run from cron, and from several processes at once."""
+    with _runner(db) as runner:
+        results = runner.tick(limit=limit)
+    if json_:
+        print(json.dumps([r.__dict__ for r in results], indent=2))
+    else:
+        for r in results:
+            out.print(f"{escape(r.thread_id)} {escape(r.step)}: {escape(r.outcome)}")
+        out.print(f"{len(results)} deadline(s) processed")
+
+
+@app.command()
+def effects(
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="THREAD | resolve THREAD KEY",
+            help="List a thread's side-effect ledger, or resolve one effect whose outcome is "
+            "unknown.",
+        ),
+    ],
+    succeeded: Annotated[
+        bool, typer.Option("--succeeded", help="resolve: it happened (give --result).")
+    ] = False,
+    failed: Annotated[bool, typer.Option("--failed", help="resolve: it did not happen.")] = False,
+    retry: Annotated[bool, typer.Option("--retry", help="resolve: call it again.")] = False,
+    result: Annotated[
+        str | None, typer.Option("--result", help="resolve --succeeded: its result, JSON or @file.")
+    ] = None,
+    by: Annotated[str | None, typer.Option("--by", help="resolve: who settles it.")] = None,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """List a thread's side effects, or settle one cut off mid-call.
+
+    `effects THREAD` lists the ledger; `effects resolve THREAD KEY --succeeded [--result
+    JSON] | --failed | --retry` settles an effect whose outcome is unknown."""
+    if args and args[0] == "resolve":
+        if len(args) != 3:
+            raise typer.BadParameter(
+                "usage: longtask effects resolve THREAD KEY --succeeded|--failed|--retry"
+            )
+        chosen = [
+            n
+            for n, flag in (("succeeded", succeeded), ("failed", failed), ("retry", retry))
+            if flag
+        ]
+        if len(chosen) != 1:
+            raise typer.BadParameter("give exactly one of --succeeded, --failed, --retry")
+        if result is not None and chosen[0] != "succeeded":
+            raise typer.BadParameter("--result goes with --succeeded", param_hint="--result")
+        value = _parse_json(result, "--result")
+        with _runner(db, args[1], on_update=_printer()) as runner:
+            runner.resolve_effect(args[1], args[2], chosen[0], result=value, by=by)  # type: ignore[arg-type]
+            raise typer.Exit(_finish(runner, args[1]))
+    if len(args) != 1:
+        raise typer.BadParameter(
+            "usage: longtask effects THREAD, or effects resolve THREAD KEY ..."
+        )
+    with _runner(db) as runner:
+        rows = runner.effects(args[0])
+    if json_:
+        print(json.dumps([r.to_json() for r in rows], indent=2))
+        return
+    if not rows:
+        out.print("no effects")
+    for r in rows:
+        out.print(
+            f"{r.key}  {escape(r.step)}/{escape(r.name)}  {r.status}  calls={r.calls}"
+            + (f"  error={escape(r.error)}" if r.error else "")
+        )
