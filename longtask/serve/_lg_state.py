@@ -1,5 +1,6 @@
 """longtask threads as the LangGraph Server API shows them: thread objects, thread states
-(values are the steps' results by step name) and statuses."""
+(values are the steps' results by step name, and ``messages``: the conversation of the agent
+step running or paused now) and statuses."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import TaskRefError
+from longtask.graphs import agent_messages
 
 if TYPE_CHECKING:
     from langgraph.types import StateSnapshot
@@ -135,11 +137,19 @@ def thread_state(
 ) -> dict[str, Any]:
     entry = registry.find(rec.task_name)
     task = entry.task if entry is not None else runner._load(rec)
-    snapshot = runner.graph(task).get_state(config_of(rec.thread_id, checkpoint_id))
+    graph = runner.graph(task)
+    snapshot = graph.get_state(config_of(rec.thread_id, checkpoint_id))
     finished = rec.status in ("failed", "completed", "cancelled") and checkpoint_id is None
     if not snapshot.config or (not snapshot.values and not snapshot.next):
         return empty_state(rec.thread_id)
-    return state_json(runner, snapshot, finished=finished)
+    state = state_json(runner, snapshot, finished=finished)
+    if checkpoint_id is None and not finished and "messages" not in state["values"]:
+        # The running or paused agent step's conversation, as Agent Chat UI reads it; a
+        # past checkpoint has none (the agent's checkpoints are not kept per parent step).
+        messages = agent_messages(graph, snapshot)
+        if messages is not None:
+            state["values"]["messages"] = plain(messages)
+    return state
 
 
 def thread_history(
