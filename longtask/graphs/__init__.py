@@ -1,6 +1,13 @@
 """The compiler: LongTask -> LangGraph StateGraph."""
 
 from longtask.graphs._compile import build_graph, entry_node, state_schema
-from longtask.graphs._messages import agent_messages
+from longtask.graphs._messages import agent_conversation, agent_messages, read_agent_messages
 
-__all__ = ["agent_messages", "build_graph", "entry_node", "state_schema"]
+__all__ = [
+    "agent_conversation",
+    "agent_messages",
+    "build_graph",
+    "entry_node",
+    "read_agent_messages",
+    "state_schema",
+]

@@ -25,10 +25,18 @@ def agent_messages(graph: Pregel[Any, Any], snapshot: StateSnapshot) -> list[Bas
     When several agent steps are pending at once, the one paused at an interrupt wins (a
     tool approval: the conversation shows the call a person is asked about), then the first
     in the graph's order."""
-    saver = graph.checkpointer
+    found = agent_conversation(graph, snapshot)
+    return None if found is None else found[1]
+
+
+def agent_conversation(
+    graph: Pregel[Any, Any], snapshot: StateSnapshot
+) -> tuple[str, list[BaseMessage]] | None:
+    """``agent_messages`` with the checkpoint namespace of the agent (``"<node>:<task
+    id>"``), which ``read_agent_messages`` reads again later."""
     conf = (snapshot.config or {}).get("configurable", {})
     thread_id = conf.get("thread_id")
-    if thread_id is None or saver is None or isinstance(saver, bool):
+    if thread_id is None:
         return None
     parent_ns = conf.get("checkpoint_ns", "")
     tasks = sorted(snapshot.tasks, key=lambda t: not t.interrupts)
@@ -39,10 +47,19 @@ def agent_messages(graph: Pregel[Any, Any], snapshot: StateSnapshot) -> list[Bas
         ns = f"{task.name}:{task.id}"
         if parent_ns:
             ns = f"{parent_ns}|{ns}"
-        found = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
-        if found is None:
-            continue  # the agent has not written its first checkpoint yet
-        messages = found.checkpoint.get("channel_values", {}).get("messages")
+        messages = read_agent_messages(graph, thread_id, ns)
         if messages:
-            return list(messages)
+            return ns, messages
     return None
+
+
+def read_agent_messages(graph: Pregel[Any, Any], thread_id: str, ns: str) -> list[BaseMessage]:
+    """The messages of the agent checkpointed under namespace ``ns`` of the thread, as of
+    its latest checkpoint (also once the step is done); [] if it has none yet."""
+    saver = graph.checkpointer
+    if saver is None or isinstance(saver, bool):
+        return []
+    found = saver.get_tuple({"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}})
+    if found is None:
+        return []  # the agent has not written its first checkpoint yet
+    return list(found.checkpoint.get("channel_values", {}).get("messages") or [])

@@ -15,15 +15,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from longtask.errors import InvalidInput, ThreadNotFound
+from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._lg_commands import plan_command, plan_continue
-from longtask.serve._lg_state import iso, thread_state
+from longtask.serve._lg_state import current_state, iso, thread_state
 from longtask.serve._lg_stream import MODES, follow, modes_of
 
 if TYPE_CHECKING:
     from longtask.serve._lg_assistants import Registered
     from longtask.serve._lg_common import Api
+    from longtask.store import ThreadRecord
     from longtask.store._apiruns import ApiRun
 
 #: seconds between reads of a run's status while a request waits for it to finish
@@ -67,14 +68,30 @@ def record(
     store = runner.db.store
     request.setdefault("stream_mode", ["values"])
     request["since_event"] = store.api_last_event(thread_id)
-    exists = store.get_thread(thread_id) is not None
-    request["before"] = sorted(runner.results(thread_id)) if exists else []
+    rec = store.get_thread(thread_id)
+    request["before"] = sorted(runner.results(thread_id)) if rec is not None else []
+    request["before_agent"] = _conversation(api, rec)
     run_id = str(uuid.uuid4())
     store.api_run_create(run_id, thread_id, assistant_id, request, actor, metadata)
     api.executor.submit(run_id)
     found = store.api_run(run_id)
     assert found is not None
     return found
+
+
+def _conversation(api: Api, rec: ThreadRecord | None) -> dict[str, Any]:
+    """The agent step a paused thread waits in: its checkpoint namespace, and the ids of its
+    messages so far (a resumed run's ``messages`` stream continues after them)."""
+    if rec is None or rec.status not in ("waiting_user", "waiting_external"):
+        return {}
+    try:
+        state, ns = current_state(api.runner, api.registry, rec)
+    except TaskRefError:
+        return {}
+    if ns is None:
+        return {}
+    messages = state["values"].get("messages") or []
+    return {"ns": ns, "ids": [m["id"] for m in messages if isinstance(m, dict) and m.get("id")]}
 
 
 def routes(api: Api) -> list[Route]:
@@ -167,7 +184,13 @@ def routes(api: Api) -> list[Route]:
         req = run.request
         before = {name: None for name in req.get("before", [])}
         body = follow(
-            api, run.run_id, run.thread_id, set(req["stream_mode"]), req["since_event"], before
+            api,
+            run.run_id,
+            run.thread_id,
+            set(req["stream_mode"]),
+            req["since_event"],
+            before,
+            req.get("before_agent") or {},
         )
         response = StreamingResponse(
             body,

@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import TaskRefError
-from longtask.graphs import agent_messages
+from longtask.graphs import agent_conversation
 
 if TYPE_CHECKING:
+    from langgraph.graph.state import CompiledStateGraph
     from langgraph.types import StateSnapshot
 
+    from longtask.model import LongTask
     from longtask.runtime import Runner
     from longtask.serve._lg_assistants import Registry
     from longtask.store import ThreadRecord
@@ -135,21 +137,36 @@ def config_of(thread_id: str, checkpoint_id: str | None = None) -> Any:
 def thread_state(
     runner: Runner, registry: Registry, rec: ThreadRecord, checkpoint_id: str | None = None
 ) -> dict[str, Any]:
+    return current_state(runner, registry, rec, checkpoint_id)[0]
+
+
+def graph_of(
+    runner: Runner, registry: Registry, rec: ThreadRecord
+) -> tuple[LongTask, CompiledStateGraph[Any, Any, Any, Any]]:
     entry = registry.find(rec.task_name)
     task = entry.task if entry is not None else runner._load(rec)
-    graph = runner.graph(task)
+    return task, runner.graph(task)
+
+
+def current_state(
+    runner: Runner, registry: Registry, rec: ThreadRecord, checkpoint_id: str | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """The ThreadState, and the checkpoint namespace of the agent step whose conversation
+    is its ``values["messages"]`` (None when there is none)."""
+    task, graph = graph_of(runner, registry, rec)
     snapshot = graph.get_state(config_of(rec.thread_id, checkpoint_id))
     finished = rec.status in ("failed", "completed", "cancelled") and checkpoint_id is None
     if not snapshot.config or (not snapshot.values and not snapshot.next):
-        return empty_state(rec.thread_id)
+        return empty_state(rec.thread_id), None
     state = state_json(runner, snapshot, finished=finished)
-    if checkpoint_id is None and not finished and "messages" not in state["values"]:
+    if checkpoint_id is None and not finished and "messages" not in task.steps:
         # The running or paused agent step's conversation, as Agent Chat UI reads it; a
         # past checkpoint has none (the agent's checkpoints are not kept per parent step).
-        messages = agent_messages(graph, snapshot)
-        if messages is not None:
-            state["values"]["messages"] = plain(messages)
-    return state
+        found = agent_conversation(graph, snapshot)
+        if found is not None:
+            state["values"]["messages"] = plain(found[1])
+            return state, found[0]
+    return state, None
 
 
 def thread_history(

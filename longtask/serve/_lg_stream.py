@@ -3,8 +3,12 @@
 No task runs here: the executor advances the thread, and the stream reads what it stored —
 a new checkpoint gives ``values`` (every result so far) and ``updates`` (the steps whose
 results are new, and ``__interrupt__`` when it pauses); new longtask events give ``custom``
-(the event as longtask stores it) and ``events`` (an ``on_custom_event`` per event). The
-stream ends when the run is finished and everything it stored was sent.
+(the event as longtask stores it) and ``events`` (an ``on_custom_event`` per event); new
+messages of the run's agent steps give ``messages-tuple`` (``[message, metadata]``) and
+``messages`` (``messages/metadata`` then ``messages/complete``): whole messages as each model
+or tool call completes, not tokens, read from the agent's own checkpoints (its namespace is
+in its ``agent.run.started`` event), so a step that ends between two reads is not missed.
+The stream ends when the run is finished and everything it stored was sent.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from longtask.graphs import read_agent_messages
 from longtask.serve._executor import FINAL_RUN
-from longtask.serve._lg_state import plain, thread_state
+from longtask.serve._lg_state import current_state, graph_of, plain
 
 if TYPE_CHECKING:
     from longtask.serve._lg_common import Api
@@ -42,7 +47,14 @@ def modes_of(raw: Any) -> set[str]:
 class _Reader:
     """The thread as one run's stream last saw it."""
 
-    def __init__(self, api: Api, thread_id: str, since_event: int, before: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        api: Api,
+        thread_id: str,
+        since_event: int,
+        before: dict[str, Any],
+        before_agent: dict[str, Any],
+    ) -> None:
         self.api = api
         self.thread_id = thread_id
         self.last_event = since_event
@@ -50,6 +62,14 @@ class _Reader:
         #: results the thread had when the run was created: not updates of this run
         self.values: dict[str, Any] = before
         self.interrupts: list[Any] = []
+        #: ids of the agent messages sent (or there before the run)
+        self.sent: set[str] = set(before_agent.get("ids") or ())
+        #: namespace of the agent step whose conversation is values["messages"]
+        self.agent: str | None = None
+        #: namespaces of the agents of this run whose messages to send: (ns, step done)
+        self.agents: dict[str, bool] = {}
+        if before_agent.get("ns"):
+            self.agents[before_agent["ns"]] = False
 
     def read(self) -> tuple[dict[str, Any] | None, list[Any]]:
         """(the new state if the checkpoint changed, the new events)."""
@@ -60,14 +80,49 @@ class _Reader:
         events = runner.db.store.events(self.thread_id, since=self.last_event, limit=500)
         if events:
             self.last_event = events[-1].id
-        state = thread_state(runner, self.api.registry, rec)
+        state, self.agent = current_state(runner, self.api.registry, rec)
+        # An agent's turns are checkpointed in its own namespace: its message count is part
+        # of what changed.
+        talk = len(state["values"].get("messages") or ()) if self.agent else 0
         key = json.dumps(
-            [state["checkpoint"].get("checkpoint_id"), rec.status, len(state["interrupts"])]
+            [state["checkpoint"].get("checkpoint_id"), rec.status, len(state["interrupts"]), talk]
         )
+        for event in events:
+            ns = event.data.get("checkpoint_ns") if event.kind.startswith("agent.run.") else None
+            if isinstance(ns, str) and ns:
+                self.agents[ns] = event.kind == "agent.run.completed"
         if key == self.checkpoint:
             return None, events
         self.checkpoint = key
         return state, events
+
+    def said(self, run_id: str, modes: set[str]) -> list[bytes]:
+        """The agents' messages not sent yet (the prompt is the run's input, which
+        LangGraph does not stream either); an agent whose step is done is read once more."""
+        runner = self.api.runner
+        rec = runner.db.store.get_thread(self.thread_id)
+        if rec is None or not self.agents:
+            return []
+        graph = graph_of(runner, self.api.registry, rec)[1]
+        out = []
+        for ns, done in list(self.agents.items()):
+            if done:
+                del self.agents[ns]
+            node = ns.rsplit("|", 1)[-1].split(":", 1)[0]
+            for message in plain(read_agent_messages(graph, self.thread_id, ns)):
+                mid = message.get("id")
+                if not mid or mid in self.sent:
+                    continue
+                self.sent.add(mid)
+                if message.get("type") == "human":
+                    continue
+                meta = {"run_id": run_id, "thread_id": self.thread_id, "langgraph_node": node}
+                if "messages-tuple" in modes:
+                    out.append(sse("messages", [message, meta]))
+                if "messages" in modes:
+                    out.append(sse("messages/metadata", {mid: {"metadata": meta}}))
+                    out.append(sse("messages/complete", [message]))
+        return out
 
 
 async def follow(
@@ -77,9 +132,11 @@ async def follow(
     modes: set[str],
     since_event: int,
     before: dict[str, Any],
+    before_agent: dict[str, Any] | None = None,
 ) -> AsyncIterator[bytes]:
     yield sse("metadata", {"run_id": run_id, "attempt": 1})
-    reader = _Reader(api, thread_id, since_event, before)
+    reader = _Reader(api, thread_id, since_event, before, before_agent or {})
+    talk = bool(modes & {"messages", "messages-tuple"})
     store = api.runner.db.store
     first = True
     while True:
@@ -106,11 +163,14 @@ async def follow(
                         "metadata": {"thread_id": thread_id, "langgraph_node": event.step},
                     },
                 )
-        if done and state is None and not events:
+        said = await api.call(reader.said, run_id, modes) if talk else []
+        for part in said:
+            yield part
+        if done and state is None and not events and not said:
             if run is not None and run.status == "error":
                 yield sse("error", {"error": "RunError", "message": run.error or "the run failed"})
             return
-        if not events and state is None:
+        if not events and state is None and not said:
             await anyio.sleep(0.15)
 
 
@@ -121,6 +181,8 @@ def _state_parts(
     values = state["values"]
     if "updates" in modes:
         for step, value in values.items():
+            if step == "messages" and reader.agent is not None:
+                continue  # the agent's conversation, not a step's update
             if step not in reader.values or reader.values[step] != value:
                 out.append(sse("updates", {step: value}))
         interrupts = state["interrupts"]

@@ -439,7 +439,13 @@ def run_agent(
             "agent.run.started",
             call.key("agent.run.started"),
             info,
-            data={"model": name, "prompt": step.prompt.name, "version": step.prompt.version},
+            data={
+                "model": name,
+                "prompt": step.prompt.name,
+                "version": step.prompt.version,
+                # where LangGraph keeps the agent's checkpoints (its conversation)
+                "checkpoint_ns": (config.get("metadata") or {}).get("langgraph_checkpoint_ns"),
+            },
         )
         # Two super-steps per turn, plus the middleware's: a limit of the agent's own.
         sub: RunnableConfig = {**config, "recursion_limit": 4 * step.max_turns + 10}

@@ -4,6 +4,7 @@ backend, through the real ``ChatOpenAI`` client against the scripted server of
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from typing import Any
@@ -145,3 +146,82 @@ def test_the_conversation_is_not_stored_in_the_tasks_state(
         (thread,),
     )
     assert messages == 0
+
+
+def _events(text: str) -> list[tuple[str, Any]]:
+    """(event, data) of an SSE body."""
+    out = []
+    for block in text.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
+
+
+def test_the_messages_tuple_stream_yields_the_agents_messages(runner: Runner, llm: Any) -> None:
+    llm(by_turn([Reply.tool_calls([("deploy", {"env": "prod"})]), Reply.text("shipped")]))
+    task = ship_task()
+    registry = Registry([Registered("ship_chat", "test:ship_chat", task)])
+    modes = ["messages-tuple", "updates", "values"]
+    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+        thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+        body = {"assistant_id": "ship_chat", "input": {}, "stream_mode": modes}
+        first = _events(
+            client.post(f"/threads/{thread}/runs/stream", json=body, headers=ALICE).text
+        )
+        said = [data for event, data in first if event == "messages"]
+        # The model's call, once, with the step's node; the prompt is the input, not sent.
+        (call,) = said
+        message, meta = call
+        assert message["type"] == "ai" and message["tool_calls"][0]["name"] == "deploy"
+        assert meta["langgraph_node"] == "release" and meta["thread_id"] == thread
+        # The conversation is in `values` (what Agent Chat UI renders), never an update.
+        values = [data for event, data in first if event == "values"]
+        assert [m["type"] for m in values[-1]["messages"]] == ["human", "ai"]
+        updates = [data for event, data in first if event == "updates"]
+        assert not [u for u in updates if "messages" in u]
+        assert any("__interrupt__" in u for u in updates)
+
+        resume = {
+            "assistant_id": "ship_chat",
+            "command": {"resume": {"decisions": [{"type": "approve"}]}},
+            "stream_mode": modes,
+        }
+        second = _events(
+            client.post(f"/threads/{thread}/runs/stream", json=resume, headers=ALICE).text
+        )
+        said = [data[0] for event, data in second if event == "messages"]
+        # The tool's result and the answer; what the first run sent is not sent again.
+        assert [(m["type"], m["content"]) for m in said] == [
+            ("tool", "deployed to prod"),
+            ("ai", "shipped"),
+        ]
+        assert runner.status(thread).status == "completed"
+
+
+def test_agents_that_finish_between_two_reads_are_streamed(runner: Runner, llm: Any) -> None:
+    """No pause: both agents may start and end between two reads of the stream; their
+    messages come from their own checkpoints, found through their events."""
+    step = [Reply.tool_calls([("deploy", {"env": "qa"})]), Reply.text("ok")]
+    llm(by_conversation({"first": step, "second": step}))
+    task = LongTask(
+        "two_chats",
+        stages=[
+            Stage("a", [agent_step("one", prompt="The first.", tools=[deploy])]),
+            Stage("b", [agent_step("two", prompt="The second.", tools=[deploy])]),
+        ],
+    )
+    registry = Registry([Registered("two_chats", "test:two_chats", task)])
+    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+        thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+        body = {"assistant_id": "two_chats", "input": {}, "stream_mode": ["messages-tuple"]}
+        parts = _events(
+            client.post(f"/threads/{thread}/runs/stream", json=body, headers=ALICE).text
+        )
+        said = [
+            (meta["langgraph_node"], m["type"])
+            for e, (m, meta) in ((e, d) for e, d in parts if e == "messages")
+        ]
+        assert sorted(said) == sorted(
+            [(n, t) for n in ("one", "two") for t in ("ai", "tool", "ai")]
+        )
+        assert runner.status(thread).status == "completed"
