@@ -4,7 +4,8 @@
 - ``lg_long``: prepare -> an approval -> ``long_step``, whose first run takes
   ``LT_LONG_SECONDS`` (default 30) and later runs a moment. It creates ``LT_LONG_STARTED``
   when it starts and ``LT_LONG_DONE`` when it ends.
-- ``lg_sleepy``: three steps in a row of ``LT_SLEEPY`` seconds each (default 1), to cancel.
+- ``lg_sleepy``: three steps in a row of ``LT_SLEEPY`` seconds each (default 1), or each
+  held until the file ``$LT_SLEEPY_GATE`` exists, to cancel.
 """
 
 from __future__ import annotations
@@ -79,6 +80,17 @@ LONG = LongTask(
 
 
 def _sleepy(ctx: StepContext) -> str:
+    gate = os.environ.get("LT_SLEEPY_GATE")
+    if gate:
+        # Held until the test opens the gate (after its cancel), then until the run has seen
+        # the cancel: the next step is then never started, whatever the machine's speed.
+        deadline = time.monotonic() + 60
+        while not Path(gate).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while not ctx.cancel_requested and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return ctx.step
     time.sleep(float(os.environ.get("LT_SLEEPY", "1")))
     return ctx.step
 

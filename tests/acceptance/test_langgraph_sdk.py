@@ -94,6 +94,7 @@ def serve(db_url: str, tmp_path: Path) -> Iterator[Serve]:
         {
             "LT_LONG_STARTED": str(tmp_path / "long.started"),
             "LT_LONG_DONE": str(tmp_path / "long.done"),
+            "LT_SLEEPY_GATE": str(tmp_path / "sleepy.gate"),
         },
     )
     server.start()
@@ -120,9 +121,8 @@ async def _until(check: Any, what: str, timeout: float = 60) -> Any:
 @pytest.fixture
 def serve_with_worker(pg_url: str, tmp_path: Path) -> Iterator[Serve]:
     """``longtask serve --workers`` and one ``longtask worker`` on PostgreSQL."""
-    # Naps long enough that a cancel through the queue comes before the last one, even on a
-    # loaded machine.
-    server = Serve(pg_url, {"LT_SLEEPY": "3"}, "--workers")
+    # The naps wait for the test's gate, so the cancel always comes before the last one.
+    server = Serve(pg_url, {"LT_SLEEPY_GATE": str(tmp_path / "sleepy.gate")}, "--workers")
     worker = subprocess.Popen(
         [sys.executable, "-m", "longtask", "worker", "--db", pg_url, "--stalled-after", "2"],
         env=server.env,
@@ -236,12 +236,21 @@ async def _drive(serve: Serve) -> None:
     sleepy = await lg.runs.create(other["thread_id"], "lg_sleepy", input={})
     await _until(lambda: _status(lg, other["thread_id"], sleepy["run_id"], "running"), "the run")
     await lg.runs.cancel(other["thread_id"], sleepy["run_id"])
+    await _until(lambda: _cancel_recorded(serve.db, other["thread_id"]), "the cancel request")
+    Path(serve.env["LT_SLEEPY_GATE"]).touch()  # the running nap ends; the next is not started
     await lg.runs.join(other["thread_id"], sleepy["run_id"])
     cancelled = await lg.runs.get(other["thread_id"], sleepy["run_id"])
     assert cancelled["status"] == "interrupted"
     after = await lg.threads.get(other["thread_id"])
     assert after["metadata"]["longtask_status"] == "cancelled"
     assert "nap3" not in after["values"]
+
+
+async def _cancel_recorded(db: str, thread_id: str) -> bool:
+    from longtask import Runner
+
+    with Runner(db) as runner:
+        return runner.db.store.cancel_request(thread_id) is not None
 
 
 async def _status(lg: Any, thread_id: str, run_id: str, status: str) -> bool:
