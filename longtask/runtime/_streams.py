@@ -232,6 +232,51 @@ class StreamMixin(RunnerBase):
             stop.set()
             await worker
 
+    async def astream_events(
+        self,
+        task: LongTask | None = None,
+        inputs: Mapping[str, Any] | BaseModel | None = None,
+        thread_id: str | None = None,
+        *,
+        resume: bool = False,
+        command: Command[Any] | None = None,
+        config: Mapping[str, Any] | None = None,
+        task_ref: str | None = None,
+        allow_changed_definition: bool = False,
+        version: Any = "v2",
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """LangChain's ``astream_events`` of one run (started or continued as ``stream``
+        does): one tree of events, rooted at a chain named ``config["run_name"]`` (else
+        "longtask"), with the task graph and its steps under it."""
+        from langchain_core.runnables import RunnableLambda
+
+        check_config(config)
+
+        def run(_: Any, config: RunnableConfig) -> None:
+            parts = self.stream(
+                task,
+                inputs,
+                thread_id,
+                resume=resume,
+                command=command,
+                config=config,
+                task_ref=task_ref,
+                allow_changed_definition=allow_changed_definition,
+            )
+            for _part in parts:
+                pass
+
+        name = str((config or {}).get("run_name") or "longtask")
+        chain = RunnableLambda(run, name=name)
+        async for event in chain.astream_events(
+            None,
+            dict(config) if config else None,  # type: ignore[arg-type]
+            version=version,
+            **kwargs,
+        ):
+            yield event
+
     async def astart(self, *args: Any, **kwargs: Any) -> str:
         """``start`` on a worker thread."""
         return await asyncio.to_thread(self.start, *args, **kwargs)  # type: ignore[attr-defined]

@@ -327,3 +327,24 @@ def test_opentelemetry_trace_goes_into_worker_jobs(
     # the run after the approval continues the approver's trace
     assert second.context.trace_id == approving.get_span_context().trace_id  # type: ignore[union-attr]
     assert second.parent.span_id == approving.get_span_context().span_id  # type: ignore[union-attr]
+
+
+def test_astream_events_one_tree_per_run(runner: Runner) -> None:
+    async def events(**kwargs: Any) -> list[Any]:
+        return [e async for e in runner.astream_events(**kwargs)]
+
+    first = asyncio.run(events(task=GATED, thread_id="e-1", config={"tags": ["nightly"]}))
+    assert runner.status("e-1").status == "waiting_user"
+    pending = runner.pending("e-1")[0]
+    answer = {"approved": True, "by": "alice", "plan_hash": pending.request["plan_hash"]}
+    second = asyncio.run(
+        events(thread_id="e-1", command=Command(resume={pending.interrupt_id: answer}))
+    )
+    assert runner.status("e-1").status == "completed"
+    for run, step in ((first, "build"), (second, "publish")):
+        roots = [e for e in run if not e["parent_ids"]]
+        assert {e["name"] for e in roots} == {"longtask"}
+        root_id = roots[0]["run_id"]
+        assert all(e["run_id"] == root_id or e["parent_ids"][0] == root_id for e in run)
+        assert any(e["event"] == "on_chain_start" and e["name"] == step for e in run)
+    assert "nightly" in first[0]["tags"]
