@@ -5,6 +5,8 @@ ChatOpenAI client to the scripted server of tests/fakes."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
@@ -348,3 +350,38 @@ def test_astream_events_one_tree_per_run(runner: Runner) -> None:
         assert all(e["run_id"] == root_id or e["parent_ids"][0] == root_id for e in run)
         assert any(e["event"] == "on_chain_start" and e["name"] == step for e in run)
     assert "nightly" in first[0]["tags"]
+
+
+def test_without_opentelemetry_nothing_changes(tmp_path: Any) -> None:
+    # A process where opentelemetry cannot be imported: --help does not try, runs work.
+    code = f"""
+import sys
+sys.modules["opentelemetry"] = None  # import fails, as without the otel extra
+from typer.testing import CliRunner
+from longtask.cli import app
+assert CliRunner().invoke(app, ["--help"]).exit_code == 0
+from longtask import LongTask, Runner, Stage, function_step
+task = LongTask("plain", stages=[Stage("s", [function_step(lambda c: 1, name="a")])])
+with Runner("sqlite:///{tmp_path / "plain.db"}") as runner:
+    runner.start(task, thread_id="p-1")
+    assert runner.status("p-1").status == "completed"
+    assert list(runner.stream(task, thread_id="p-2", stream_mode="custom"))
+print("ok")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_help_does_not_import_opentelemetry() -> None:
+    code = (
+        "import sys\nfrom typer.testing import CliRunner\nfrom longtask.cli import app\n"
+        "CliRunner().invoke(app, ['--help'])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
