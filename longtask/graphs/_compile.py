@@ -11,10 +11,11 @@ finish together run in the same super-step, in parallel.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
 
 from longtask.model import AgentStep, FunctionStep, LongTask, MapStep, PauseStep, StepInfo
 from longtask.steps import (
@@ -32,6 +33,7 @@ from longtask.steps import (
     result_channel,
     settled,
 )
+from longtask.steps._tracing import node_writer, span
 
 
 class NodeFn:
@@ -44,12 +46,37 @@ class NodeFn:
     object is not inspected.
     """
 
-    def __init__(self, fn: Callable[[Any, RunnableConfig], Any], env: StepEnv) -> None:
+    def __init__(
+        self,
+        fn: Callable[[Any, RunnableConfig], Any],
+        env: StepEnv,
+        info: StepInfo | None = None,
+        span_name: str = "longtask.step",
+    ) -> None:
         self._fn = settled(env, fn)
         self.__name__ = getattr(fn, "__name__", "node")
+        self._info = info
+        self._span = span_name
 
     def __call__(self, state: Any, config: RunnableConfig) -> Any:
-        return self._fn(state, config)
+        info = self._info
+        if info is None:
+            return self._fn(state, config)
+        # One OpenTelemetry span per node run (a no-op without OpenTelemetry), a child of
+        # the Runner's span of the run.
+        thread_id = (config.get("configurable") or {}).get("thread_id")
+        with (
+            span(
+                self._span,
+                thread_id=thread_id,
+                stage=info.stage,
+                step=info.name,
+                kind=info.kind,
+                node=self.__name__,
+            ),
+            node_writer(),
+        ):
+            return self._fn(state, config)
 
 
 def _pass(state: Any, config: RunnableConfig) -> dict[str, Any]:
@@ -102,41 +129,43 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
             )
             graph.add_node(
                 entry,
-                NodeFn(function_node(step, info, env), env),
+                NodeFn(function_node(step, info, env), env, info),
                 metadata=meta,
                 destinations=(step.name, f"{step.name}.fix"),
             )
             graph.add_node(
                 f"{step.name}.fix",
-                NodeFn(fix_agent_node(fixer, fix_info, env, task.model, step.name), env),
+                NodeFn(fix_agent_node(fixer, fix_info, env, task.model, step.name), env, fix_info),
                 metadata={**meta, "longtask_kind": "agent"},
                 destinations=(entry,),
             )
             graph.add_node(step.name, NodeFn(_pass, env), metadata=meta)
         elif isinstance(step, FunctionStep):
-            graph.add_node(step.name, NodeFn(function_node(step, info, env), env), metadata=meta)
+            graph.add_node(
+                step.name, NodeFn(function_node(step, info, env), env, info), metadata=meta
+            )
         elif isinstance(step, AgentStep):
             # The agent graph is built when the node runs and invoked with the node's config:
             # LangGraph checkpoints it as this node's subgraph (see longtask.steps._agent).
             graph.add_node(
-                step.name, NodeFn(agent_node(step, info, env, task.model), env), metadata=meta
+                step.name, NodeFn(agent_node(step, info, env, task.model), env, info), metadata=meta
             )
         elif isinstance(step, MapStep):
             # One node whatever the number of items; see longtask.steps._map.
-            graph.add_node(step.name, NodeFn(map_node(step, info, env), env), metadata=meta)
+            graph.add_node(step.name, NodeFn(map_node(step, info, env), env, info), metadata=meta)
         elif isinstance(step, PauseStep):
             # Record the request, pause on it, then the step itself (which dependents wait
             # for, so they run only after a real answer); see longtask.steps._pause.
             request, ask, done = pause_nodes(step, info, env)
             entry = request_node_name(step.name)
-            graph.add_node(entry, NodeFn(request, env), metadata=meta)
+            graph.add_node(entry, NodeFn(request, env, info), metadata=meta)
             graph.add_node(
                 ask_node_name(step.name),
-                NodeFn(ask, env),
+                NodeFn(ask, env, info, "longtask.pause"),
                 metadata=meta,
                 destinations=(entry, step.name),
             )
-            graph.add_node(step.name, NodeFn(done, env), metadata=meta)
+            graph.add_node(step.name, NodeFn(done, env, info), metadata=meta)
             graph.add_edge(entry, ask_node_name(step.name))
         else:  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")

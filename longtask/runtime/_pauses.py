@@ -9,6 +9,7 @@ state is left exactly as it was.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,6 +26,7 @@ from longtask.errors import (
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._control import whoami
+from longtask.runtime._streams import check_config, using_config
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
 from longtask.steps._attempts import GATE_KINDS
@@ -226,12 +228,14 @@ class PauseMixin(RunnerBase):
         comment: str | None = None,
         plan_hash: str | None = None,
         task: LongTask | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> str:
         """Approve or reject the pending approval ``step`` (the only one if None).
 
         ``plan_hash`` binds the decision to the plan the approver saw; without it the
-        decision is for the plan pending now.
+        decision is for the plan pending now. ``config`` as for ``start``.
         """
+        check_config(config)
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, step, "approval")
         try:
@@ -245,7 +249,8 @@ class PauseMixin(RunnerBase):
         except ValidationError as exc:
             raise InvalidInput(f"the decision is not valid: {describe_validation(exc)}") from None
         value = self._answer(thread_id, task, item, decision)
-        return self._resume_pending(thread_id, task, item, value)
+        with using_config(config):
+            return self._resume_pending(thread_id, task, item, value)
 
     def approve(
         self,
@@ -256,10 +261,18 @@ class PauseMixin(RunnerBase):
         comment: str | None = None,
         plan_hash: str | None = None,
         task: LongTask | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> str:
         """Approve the pending approval ``step``; see :meth:`decide`."""
         return self.decide(
-            thread_id, step, approved=True, by=by, comment=comment, plan_hash=plan_hash, task=task
+            thread_id,
+            step,
+            approved=True,
+            by=by,
+            comment=comment,
+            plan_hash=plan_hash,
+            task=task,
+            config=config,
         )
 
     def reject(
@@ -271,10 +284,18 @@ class PauseMixin(RunnerBase):
         comment: str | None = None,
         plan_hash: str | None = None,
         task: LongTask | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> str:
         """Reject the pending approval ``step``; its ``on_reject`` decides what follows."""
         return self.decide(
-            thread_id, step, approved=False, by=by, comment=comment, plan_hash=plan_hash, task=task
+            thread_id,
+            step,
+            approved=False,
+            by=by,
+            comment=comment,
+            plan_hash=plan_hash,
+            task=task,
+            config=config,
         )
 
     def signal(
@@ -285,13 +306,17 @@ class PauseMixin(RunnerBase):
         *,
         by: str | None = None,
         task: LongTask | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> str:
         """Deliver the outside event ``name`` (a ``wait_for`` step) with ``payload``;
-        ``wait.resolved`` records ``by`` (the user of this process if None)."""
+        ``wait.resolved`` records ``by`` (the user of this process if None). ``config`` as
+        for ``start``."""
+        check_config(config)
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, name, "wait")
         value = self._answer(thread_id, task, item, payload)
-        return self._resume_pending(thread_id, task, item, signal_value(value, by or whoami()))
+        with using_config(config):
+            return self._resume_pending(thread_id, task, item, signal_value(value, by or whoami()))
 
     def answer(
         self,

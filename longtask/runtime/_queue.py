@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from longtask.errors import InvalidInput, WorkersNeedPostgres
 from longtask.runtime._base import RunnerBase
+from longtask.steps._tracing import trace_carrier
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
@@ -116,6 +117,10 @@ class QueueMixin(RunnerBase):
 
     def enqueue(self, thread_id: str, command: dict[str, Any]) -> None:
         """Put a continuation in the thread's inbox and wake a worker for it."""
+        headers = trace_carrier()
+        if headers:
+            # The worker's run continues the caller's trace (see Runner.apply_command).
+            command = {**command, "trace": headers}
         self.db.store.inbox_put(thread_id, command)
         self.wake(thread_id)
 

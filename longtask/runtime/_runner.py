@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +32,6 @@ from longtask.errors import (
     StepFailed,
     Stopping,
     TaskRefError,
-    ThreadNotFound,
     describe_validation,
 )
 from longtask.graphs import build_graph, entry_node
@@ -49,26 +48,32 @@ from longtask.runtime._pauses import (
     refuse_repeated_outcome,
 )
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
+from longtask.runtime._reading import ReadingMixin, _config
+from longtask.runtime._streams import (
+    CALL_CONFIG,
+    StreamMixin,
+    StreamSpec,
+    check_config,
+    merge_config,
+    traced,
+)
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import (
-    StepState,
-    ThreadStatus,
     definition_changes,
     definition_summary,
 )
 from longtask.runtime._watch import WatchMixin
 from longtask.steps import (
     INPUTS_CHANNEL,
-    RUN_KEY,
     STEP_ATTR,
     PauseOutcome,
     StepEnv,
     result_channel,
 )
 from longtask.steps._attempts import GATE_KINDS, error_type
+from longtask.steps._tracing import end_span, remote_parent, start_span
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
-    Event,
     NewEvent,
     ThreadRecord,
     ValueCodec,
@@ -100,13 +105,6 @@ def check_thread_id(thread_id: str) -> None:
 UpdateHook = Callable[[str, list[str]], None]
 
 
-def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
-    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
-    if run is not None:
-        conf[RUN_KEY] = run
-    return {"configurable": conf}
-
-
 def _finished(task: LongTask, node: str, update: Any) -> bool:
     """Whether a node's update in the stream finishes its step (a pause node that asks
     again does not)."""
@@ -124,26 +122,6 @@ def _concurrency(task: LongTask) -> int:
     one node that runs its items on threads of its own."""
     widths = [len(stage.steps) for stage in task.stages]
     return max(4, min(64, max(widths)))
-
-
-def _done_in(tup: Any) -> set[str]:
-    if tup is None:
-        return set()
-    channels = set(tup.checkpoint.get("channel_versions", {}))
-    channels.update(c for _, c, _ in tup.pending_writes or ())
-    return {c[4:] for c in channels if c.startswith("out.")}
-
-
-def _skipped_in(tup: Any) -> set[str]:
-    if tup is None:
-        return set()
-    values = dict(tup.checkpoint.get("channel_values", {}))
-    values.update({c: v for _, c, v in tup.pending_writes or ()})
-    return {
-        c[4:]
-        for c, v in values.items()
-        if c.startswith("out.") and isinstance(v, dict) and v.get("skipped")
-    }
 
 
 def _connection_lost(exc: BaseException) -> bool:
@@ -185,7 +163,9 @@ class StageTracker:
         return events
 
 
-class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
+class Runner(
+    StreamMixin, ReadingMixin, PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin
+):
     """Starts, resumes and inspects LongTask threads in one database.
 
     ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
@@ -288,15 +268,35 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         thread_id: str | None = None,
         *,
         task_ref: str | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> str:
         """Start ``task`` on a new thread and run it until it completes, pauses or fails.
 
         Returns the thread id. A failing step raises :class:`StepFailed` (the thread is kept
-        and ``resume`` continues it).
+        and ``resume`` continues it). ``config`` (callbacks, tags, metadata, run_name) goes
+        into the run's LangGraph config, so tracers see the run.
         """
+        check_config(config)
+        thread_id, parts = self._start_run(task, inputs, thread_id, task_ref, StreamSpec(), config)
+        for _ in parts:
+            pass
+        return thread_id
+
+    def _start_run(
+        self,
+        task: LongTask,
+        inputs: Mapping[str, Any] | BaseModel | None,
+        thread_id: str | None,
+        task_ref: str | None,
+        spec: StreamSpec,
+        config: Mapping[str, Any] | None,
+    ) -> tuple[str, Iterator[Any]]:
+        """Create the thread now; its first run happens as the parts are read."""
         rec = self._new_thread(task, inputs, thread_id, task_ref, None)
-        self._advance(rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True)
-        return rec.thread_id
+        parts = self._run(
+            rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True, spec=spec, config=config
+        )
+        return rec.thread_id, parts
 
     def _new_thread(
         self,
@@ -340,14 +340,47 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         expect_interrupt: str | None = None,
         skip_pending: bool = False,
         by: str | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> str:
         """Continue a failed, interrupted or paused thread from its last checkpoint.
 
         Finished steps are not run again. ``command`` is passed to LangGraph as is, except
         that ``update`` keys naming steps (or ``inputs``) are mapped to their channels. A
         ``goto`` past a pending approval or wait is refused unless ``skip_pending`` (recorded
-        as a ``manual.goto`` event with ``by``).
+        as a ``manual.goto`` event with ``by``). ``config`` as for ``start`` (a thread served
+        by workers runs without it: callbacks cannot be queued).
         """
+        check_config(config)
+        parts = self._resume_run(
+            thread_id,
+            command,
+            task=task,
+            allow_changed_definition=allow_changed_definition,
+            expect_interrupt=expect_interrupt,
+            skip_pending=skip_pending,
+            by=by,
+            spec=StreamSpec(),
+            config=config,
+        )
+        for _ in parts:
+            pass
+        return thread_id
+
+    def _resume_run(
+        self,
+        thread_id: str,
+        command: Command[Any] | None,
+        *,
+        task: LongTask | None,
+        allow_changed_definition: bool,
+        expect_interrupt: str | None = None,
+        skip_pending: bool = False,
+        by: str | None = None,
+        spec: StreamSpec,
+        config: Mapping[str, Any] | None,
+    ) -> Iterator[Any]:
+        """Check and translate now; the run happens as the parts are read (none for a
+        thread served by workers: its run is queued)."""
         rec = self._thread(thread_id)
         task = task or self._load(rec)
         graph_input: Any = self._translate(task, command) if command is not None else None
@@ -371,7 +404,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     "by": by,
                 },
             )
-            return thread_id
+            return iter(())
 
         def check(current: ThreadRecord) -> None:
             # Runs under the thread's lock, on a fresh read: another process may have
@@ -419,8 +452,7 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
 
         if graph_input is None:
             graph_input = self._answer_gates(rec, task)
-        self._advance(rec, task, graph_input, first=False, check=check)
-        return thread_id
+        return self._run(rec, task, graph_input, first=False, check=check, spec=spec, config=config)
 
     def _answer_gates(self, rec: ThreadRecord, task: LongTask) -> Command[Any] | None:
         """A plain resume of a thread paused at gates (a budget reached, a permission
@@ -438,14 +470,15 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         """Carry out a continuation a caller queued for a worker thread (worker side)."""
         kind = command.get("kind")
         if kind == "resume":
-            self.resume(
-                thread_id,
-                decode_command(command.get("command")),
-                allow_changed_definition=bool(command.get("allow_changed_definition")),
-                expect_interrupt=command.get("expect_interrupt"),
-                skip_pending=bool(command.get("skip_pending")),
-                by=command.get("by"),
-            )
+            with remote_parent(command.get("trace")):
+                self.resume(
+                    thread_id,
+                    decode_command(command.get("command")),
+                    allow_changed_definition=bool(command.get("allow_changed_definition")),
+                    expect_interrupt=command.get("expect_interrupt"),
+                    skip_pending=bool(command.get("skip_pending")),
+                    by=command.get("by"),
+                )
         elif kind == "cancel":
             self.cancel(thread_id, reason=command.get("reason"), by=command.get("by"))
         else:
@@ -530,6 +563,24 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         first: bool,
         check: Callable[[ThreadRecord], None] | None = None,
     ) -> None:
+        for _ in self._run(rec, task, graph_input, first=first, check=check):
+            pass
+
+    def _run(
+        self,
+        rec: ThreadRecord,
+        task: LongTask,
+        graph_input: Any,
+        *,
+        first: bool,
+        check: Callable[[ThreadRecord], None] | None = None,
+        spec: StreamSpec | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> Iterator[Any]:
+        """One run of the thread, under its lock (or lease); yields the stream parts
+        ``spec`` asks for (none for start and resume, which read it to the end)."""
+        spec = spec or StreamSpec()
+        extra = config if config is not None else CALL_CONFIG.get()
         store = self.db.store
         thread_id = rec.thread_id
         env, graph = self._compiled(task)
@@ -552,8 +603,8 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
                     self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
                 return
             run = store.set_status(thread_id, "running", new_run=True)
-            config = _config(thread_id, run)
-            config["max_concurrency"] = _concurrency(task)
+            run_config = merge_config(_config(thread_id, run), extra)
+            run_config["max_concurrency"] = _concurrency(task)
             if first:
                 self.events_writer.put(
                     NewEvent(
@@ -570,9 +621,18 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
             elif graph_input is None and self.db.saver.head(thread_id) is None:
                 # The first run died before LangGraph stored its input checkpoint.
                 graph_input = {INPUTS_CHANNEL: rec.inputs}
+            # The run's span is the root of its trace: its steps' spans are its children.
+            root = start_span("longtask.run", thread_id=thread_id, run=run, task=task.name)
             try:
                 with CancelWatch(self.db, env, thread_id, self.cancel_poll):
-                    self._stream(env, graph, task, thread_id, graph_input, config, run, first)
+                    yield from self._stream(
+                        env, graph, task, thread_id, graph_input, run_config, run, spec, root
+                    )
+            except BaseException as exc:
+                end_span(root, exc)
+                raise
+            else:
+                end_span(root, None)
             finally:
                 env.forget(thread_id)
                 self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
@@ -602,8 +662,9 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         graph_input: Any,
         config: RunnableConfig,
         run: int,
-        first: bool,
-    ) -> None:
+        spec: StreamSpec,
+        root: Any,
+    ) -> Iterator[Any]:
         store = self.db.store
         events = self.events_writer
         done = self._done_steps(thread_id)
@@ -611,19 +672,29 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         started: list[str] = []  # steps this run started by hand (see below)
         while True:
             try:
-                for chunk in graph.stream(
-                    graph_input, config, durability="sync", stream_mode="updates"
-                ):
-                    finished = [n for n, u in chunk.items() if _finished(task, n, u)]
-                    done.update(finished)
-                    for event in stages.finish(thread_id, finished):
-                        events.put(event)
-                    if finished and self.on_update:
-                        self.on_update(thread_id, finished)
+                parts = graph.stream(
+                    graph_input,
+                    config,
+                    durability="sync",
+                    stream_mode=spec.graph_modes(),
+                    subgraphs=spec.subgraphs,
+                )
+                for part in traced(parts, root):
+                    ns, mode, chunk = part if spec.subgraphs else ((), *part)
+                    if mode == "updates" and not ns:
+                        finished = [n for n, u in chunk.items() if _finished(task, n, u)]
+                        done.update(finished)
+                        for event in stages.finish(thread_id, finished):
+                            events.put(event)
+                        if finished and self.on_update:
+                            self.on_update(thread_id, finished)
+                    if mode in spec.modes:
+                        yield spec.part(ns, mode, chunk)
             except Exception as exc:
                 self._stopped(task, thread_id, run, exc)
                 return
-            except KeyboardInterrupt:
+            except (KeyboardInterrupt, GeneratorExit):
+                # GeneratorExit: the caller stopped reading a stream; the run stops there.
                 # Ctrl-C: the thread stays running with no process advancing it, which
                 # `longtask resume` continues (as after a crash); the CLI says so.
                 raise
@@ -741,120 +812,3 @@ class Runner(PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin):
         raise StepFailed(
             thread_id, step or "?", f"{error['type']}: {error['message']}{where}"
         ) from exc
-
-    # -- reading -----------------------------------------------------------------------------
-
-    def _thread(self, thread_id: str) -> ThreadRecord:
-        rec = self.db.store.get_thread(thread_id)
-        if rec is None:
-            raise ThreadNotFound(thread_id, self.db.url.redacted)
-        return rec
-
-    def _done_steps(self, thread_id: str) -> set[str]:
-        """Steps whose result is in the latest checkpoint or in its pending writes."""
-        return _done_in(self.db.saver.head(thread_id))
-
-    def status(self, thread_id: str) -> ThreadStatus:
-        """Status, progress, current stage and per-step states, from the thread record and
-        the latest checkpoint only (no history walk, no task import)."""
-        rec = self._thread(thread_id)
-        # Without the results: the fix loops' rounds, and the small values a skip leaves
-        # ({"v": null, "skipped": ...}).
-        tup = self.db.saver.head(thread_id, load=lambda c: c.startswith("fix."), small=1024)
-        done = _done_in(tup)
-        skipped = _skipped_in(tup)
-        waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
-        values: dict[str, Any] = dict(tup.checkpoint.get("channel_values", {})) if tup else {}
-        holder = self.db.store.lease_holder(thread_id) if rec.mode == "worker" else None
-        # A worker holds a lease; a single process its writer lock (released when it dies,
-        # where its lease row stays until the next advance takes a new epoch).
-        active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
-        failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
-        steps: list[StepState] = []
-        current: str | None = None
-        for stage in rec.definition["stages"]:
-            for s in stage["steps"]:
-                name = s["name"]
-                if name in skipped:
-                    state = "skipped"
-                elif name in done:
-                    state = "completed"
-                elif name in waiting:
-                    state = "waiting"
-                elif name == failed_step:
-                    state = "failed"
-                elif rec.status == "running" and all(d in done for d in s["depends_on"]):
-                    state = "running"
-                else:
-                    state = "pending"
-                view = StepState(name=name, stage=stage["name"], kind=s["kind"], state=state)  # type: ignore[arg-type]
-                if s["kind"] == "map":
-                    progress = self.db.store.map_progress(thread_id, name)
-                    if progress is not None:
-                        view.items_done = progress.done
-                        view.items_total = progress.total
-                        view.items_failed = progress.failed
-                loop = values.get(f"fix.{name}")
-                if isinstance(loop, dict) and loop.get("round"):
-                    view.fix_rounds = int(loop["round"])
-                steps.append(view)
-                if state not in ("completed", "skipped") and current is None:
-                    current = stage["name"]
-        total = len(steps) or 1
-        return ThreadStatus(
-            thread_id=rec.thread_id,
-            task_name=rec.task_name,
-            task_version=rec.task_version,
-            task_ref=rec.task_ref,
-            status=rec.status,
-            active=active,
-            progress=round(sum(s.state in ("completed", "skipped") for s in steps) / total, 4),
-            current_stage=current,
-            steps=steps,
-            error=rec.error,
-            waiting=rec.waiting or [],
-            checkpoint_id=tup.config["configurable"]["checkpoint_id"] if tup else None,
-            runs=rec.runs,
-            created_at=rec.created_at,
-            updated_at=rec.updated_at,
-            worker=holder[0] if holder else None,
-        )
-
-    def result(self, thread_id: str, step: str) -> Any:
-        """The stored result of ``step`` in the thread's latest checkpoint."""
-        rec = self._thread(thread_id)
-        tup = self.db.saver.get_tuple(_config(thread_id))
-        names = {s["name"] for st in rec.definition["stages"] for s in st["steps"]}
-        if step not in names:
-            raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
-        values = tup.checkpoint["channel_values"] if tup else {}
-        if result_channel(step) not in values:
-            raise InvalidInput(f"step {step!r} of thread {thread_id!r} has no result yet")
-        return self.codec.decode(values[result_channel(step)], strict=False)
-
-    def results(self, thread_id: str) -> dict[str, Any]:
-        """Every stored step result of the thread, by step name."""
-        self._thread(thread_id)
-        tup = self.db.saver.get_tuple(_config(thread_id))
-        values = tup.checkpoint["channel_values"] if tup else {}
-        return {
-            k[4:]: self.codec.decode(v, strict=False)
-            for k, v in values.items()
-            if k.startswith("out.")
-        }
-
-    def events(
-        self,
-        thread_id: str,
-        *,
-        since: int = 0,
-        kinds: Iterable[str] | None = None,
-        limit: int | None = None,
-    ) -> list[Event]:
-        self._thread(thread_id)
-        return self.db.store.events(
-            thread_id, since=since, kinds=list(kinds) if kinds else None, limit=limit
-        )
-
-    def threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
-        return self.db.store.list_threads(limit=limit, status=status)

@@ -57,6 +57,7 @@ from longtask.steps._function import (
 )
 from longtask.steps._hitl import decision_from_hitl, with_hitl
 from longtask.steps._prices import cost_of
+from longtask.steps._tracing import set_attributes, span
 
 DEFAULT_MODEL = "gpt-4o-mini"
 #: model calls of a step without a retry policy: rate limits and outages are normal
@@ -208,17 +209,26 @@ class AgentRun:
             started = time.monotonic()
             return handler(request), time.monotonic() - started
 
-        # Attempts of model call n are kept apart from the step's own (negative "items").
-        (response, latency), attempt_no = with_retries(
-            self.env,
-            self.call,
-            self.info,
-            self.step.retry or _DEFAULT_MODEL_RETRY,
-            attempt,
-            item=-2 - turn,
-            extra={"model_call": turn + 1},
-        )
-        self._record(turn, response, latency, attempt_no)
+        with span(
+            "longtask.model_call",
+            thread_id=self.call.thread_id,
+            stage=self.info.stage,
+            step=self.info.name,
+            call=turn + 1,
+            model=self.model,
+        ):
+            # Attempts of model call n are kept apart from the step's own (negative "items").
+            (response, latency), attempt_no = with_retries(
+                self.env,
+                self.call,
+                self.info,
+                self.step.retry or _DEFAULT_MODEL_RETRY,
+                attempt,
+                item=-2 - turn,
+                extra={"model_call": turn + 1},
+            )
+            set_attributes(attempt=attempt_no)
+            self._record(turn, response, latency, attempt_no)
         return response
 
     def _record(self, turn: int, response: Any, latency: float, attempt: int) -> None:
@@ -259,6 +269,17 @@ class AgentRun:
     # -- tool calls --------------------------------------------------------------------------
 
     def tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        tc = request.tool_call
+        with span(
+            "longtask.tool_call",
+            thread_id=self.call.thread_id,
+            stage=self.info.stage,
+            step=self.info.name,
+            tool=tc["name"],
+        ):
+            return self._tool_call(request, handler)
+
+    def _tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         from langchain_core.messages import ToolMessage
 
         tc = request.tool_call

@@ -24,6 +24,7 @@ from longtask.model._decision import utcnow
 from longtask.steps._attempts import CONTROL, check_limits, describe, error_type, with_retries
 from longtask.steps._context import _CURRENT, StepContext, result_channel
 from longtask.steps._siblings import Siblings, Snapshot
+from longtask.steps._tracing import set_attributes, write_custom
 from longtask.store import NO_ITEM, Artifact, Attempts, EventWriter, NewEvent, Store, ValueCodec
 
 __all__ = [
@@ -98,7 +99,19 @@ class StepEnv:
     ) -> None:
         """Queue an event about ``info``'s step (or just ``stage``): it commits with the
         thread's next checkpoint."""
-        self.events.put(self.event(call, kind, key, info, stage=stage, attempt=attempt, data=data))
+        event = self.event(call, kind, key, info, stage=stage, attempt=attempt, data=data)
+        self.events.put(event)
+        # Also to LangGraph's `custom` stream mode, for a caller streaming the run.
+        write_custom(
+            {
+                "longtask": kind,
+                "thread_id": event.thread_id,
+                "stage": event.stage,
+                "step": event.step,
+                "attempt": attempt,
+                "data": data or {},
+            }
+        )
 
     def event(
         self,
@@ -397,6 +410,7 @@ def step_started(
     if env.first_time(call.thread_id, stage_key):
         env.emit(call, "stage.started", stage_key, stage=info.stage)
     env.emit(call, "step.started", call.key("step.started"), info, attempt=attempt, data=data)
+    set_attributes(attempt=attempt)
 
 
 def step_completed(

@@ -1,0 +1,162 @@
+"""The Runner's reading methods: a thread's status, results and events (no run, no lock)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+
+from longtask.errors import InvalidInput, ThreadNotFound
+from longtask.runtime._base import RunnerBase
+from longtask.runtime._views import StepState, ThreadStatus
+from longtask.steps import RUN_KEY, result_channel
+from longtask.store import Event, ThreadRecord
+
+
+def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
+    conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
+    if run is not None:
+        conf[RUN_KEY] = run
+    return {"configurable": conf}
+
+
+def _done_in(tup: Any) -> set[str]:
+    if tup is None:
+        return set()
+    channels = set(tup.checkpoint.get("channel_versions", {}))
+    channels.update(c for _, c, _ in tup.pending_writes or ())
+    return {c[4:] for c in channels if c.startswith("out.")}
+
+
+def _skipped_in(tup: Any) -> set[str]:
+    if tup is None:
+        return set()
+    values = dict(tup.checkpoint.get("channel_values", {}))
+    values.update({c: v for _, c, v in tup.pending_writes or ()})
+    return {
+        c[4:]
+        for c, v in values.items()
+        if c.startswith("out.") and isinstance(v, dict) and v.get("skipped")
+    }
+
+
+class ReadingMixin(RunnerBase):
+    """Status, results, events and the list of threads."""
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _thread(self, thread_id: str) -> ThreadRecord:
+        rec = self.db.store.get_thread(thread_id)
+        if rec is None:
+            raise ThreadNotFound(thread_id, self.db.url.redacted)
+        return rec
+
+    def _done_steps(self, thread_id: str) -> set[str]:
+        """Steps whose result is in the latest checkpoint or in its pending writes."""
+        return _done_in(self.db.saver.head(thread_id))
+
+    def status(self, thread_id: str) -> ThreadStatus:
+        """Status, progress, current stage and per-step states, from the thread record and
+        the latest checkpoint only (no history walk, no task import)."""
+        rec = self._thread(thread_id)
+        # Without the results: the fix loops' rounds, and the small values a skip leaves
+        # ({"v": null, "skipped": ...}).
+        tup = self.db.saver.head(thread_id, load=lambda c: c.startswith("fix."), small=1024)
+        done = _done_in(tup)
+        skipped = _skipped_in(tup)
+        waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
+        values: dict[str, Any] = dict(tup.checkpoint.get("channel_values", {})) if tup else {}
+        holder = self.db.store.lease_holder(thread_id) if rec.mode == "worker" else None
+        # A worker holds a lease; a single process its writer lock (released when it dies,
+        # where its lease row stays until the next advance takes a new epoch).
+        active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
+        failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
+        steps: list[StepState] = []
+        current: str | None = None
+        for stage in rec.definition["stages"]:
+            for s in stage["steps"]:
+                name = s["name"]
+                if name in skipped:
+                    state = "skipped"
+                elif name in done:
+                    state = "completed"
+                elif name in waiting:
+                    state = "waiting"
+                elif name == failed_step:
+                    state = "failed"
+                elif rec.status == "running" and all(d in done for d in s["depends_on"]):
+                    state = "running"
+                else:
+                    state = "pending"
+                view = StepState(name=name, stage=stage["name"], kind=s["kind"], state=state)  # type: ignore[arg-type]
+                if s["kind"] == "map":
+                    progress = self.db.store.map_progress(thread_id, name)
+                    if progress is not None:
+                        view.items_done = progress.done
+                        view.items_total = progress.total
+                        view.items_failed = progress.failed
+                loop = values.get(f"fix.{name}")
+                if isinstance(loop, dict) and loop.get("round"):
+                    view.fix_rounds = int(loop["round"])
+                steps.append(view)
+                if state not in ("completed", "skipped") and current is None:
+                    current = stage["name"]
+        total = len(steps) or 1
+        return ThreadStatus(
+            thread_id=rec.thread_id,
+            task_name=rec.task_name,
+            task_version=rec.task_version,
+            task_ref=rec.task_ref,
+            status=rec.status,
+            active=active,
+            progress=round(sum(s.state in ("completed", "skipped") for s in steps) / total, 4),
+            current_stage=current,
+            steps=steps,
+            error=rec.error,
+            waiting=rec.waiting or [],
+            checkpoint_id=tup.config["configurable"]["checkpoint_id"] if tup else None,
+            runs=rec.runs,
+            created_at=rec.created_at,
+            updated_at=rec.updated_at,
+            worker=holder[0] if holder else None,
+        )
+
+    def result(self, thread_id: str, step: str) -> Any:
+        """The stored result of ``step`` in the thread's latest checkpoint."""
+        rec = self._thread(thread_id)
+        tup = self.db.saver.get_tuple(_config(thread_id))
+        names = {s["name"] for st in rec.definition["stages"] for s in st["steps"]}
+        if step not in names:
+            raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
+        values = tup.checkpoint["channel_values"] if tup else {}
+        if result_channel(step) not in values:
+            raise InvalidInput(f"step {step!r} of thread {thread_id!r} has no result yet")
+        return self.codec.decode(values[result_channel(step)], strict=False)
+
+    def results(self, thread_id: str) -> dict[str, Any]:
+        """Every stored step result of the thread, by step name."""
+        self._thread(thread_id)
+        tup = self.db.saver.get_tuple(_config(thread_id))
+        values = tup.checkpoint["channel_values"] if tup else {}
+        return {
+            k[4:]: self.codec.decode(v, strict=False)
+            for k, v in values.items()
+            if k.startswith("out.")
+        }
+
+    def events(
+        self,
+        thread_id: str,
+        *,
+        since: int = 0,
+        kinds: Iterable[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        self._thread(thread_id)
+        return self.db.store.events(
+            thread_id, since=since, kinds=list(kinds) if kinds else None, limit=limit
+        )
+
+    def threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
+        return self.db.store.list_threads(limit=limit, status=status)
