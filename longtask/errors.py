@@ -312,3 +312,23 @@ class RetryLater(LongTaskError):
 
 class WorkersNeedPostgres(LongTaskError):
     """Workers share threads through PostgreSQL; an SQLite database has no queue."""
+
+
+def connection_error(exc: BaseException) -> BaseException | None:
+    """The driver error in ``exc``'s chain if the database connection failed under it
+    (PostgreSQL: the server went away or ended the connection, or none could be had in
+    time), else None. psycopg is looked up, not imported: the SQLite path never loads it."""
+    import sys
+
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None:
+        return None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, psycopg.OperationalError):
+            found: BaseException = current
+            return found
+        current = current.__cause__ or current.__context__
+    return None

@@ -9,6 +9,8 @@ from typing import Any
 
 from typer.core import TyperGroup
 
+from longtask.errors import connection_error
+
 #: what the running command works on, for the message if it is stopped mid-way
 session: dict[str, str | None] = {"db": None, "thread": None}
 
@@ -55,17 +57,7 @@ def one_line_warnings() -> None:
 def connection_lost(exc: BaseException) -> BaseException | None:
     """The driver error in ``exc``'s chain if the database connection failed mid-command
     (the server shut down or terminated it, the network went away)."""
-    psycopg = sys.modules.get("psycopg")
-    if psycopg is None:  # only a PostgreSQL database loads it
-        return None
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, psycopg.OperationalError):
-            return cur  # type: ignore[no-any-return]
-        cur = cur.__cause__ or cur.__context__
-    return None
+    return connection_error(exc)
 
 
 def continue_hint(args: list[str]) -> str:

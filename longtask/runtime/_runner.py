@@ -32,6 +32,7 @@ from longtask.errors import (
     StepFailed,
     Stopping,
     TaskRefError,
+    connection_error,
     describe_validation,
 )
 from longtask.graphs import build_graph, entry_node
@@ -122,20 +123,6 @@ def _concurrency(task: LongTask) -> int:
     one node that runs its items on threads of its own."""
     widths = [len(stage.steps) for stage in task.stages]
     return max(4, min(64, max(widths)))
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    """Whether the database connection failed under ``exc`` (PostgreSQL: the server went
-    away, or no connection could be had in time)."""
-    psycopg = sys.modules.get("psycopg")
-    current: BaseException | None = exc
-    for _ in range(10):
-        if current is None:
-            return False
-        if psycopg is not None and isinstance(current, psycopg.OperationalError):
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 class StageTracker:
@@ -758,7 +745,7 @@ class Runner(
         if lease_lost(exc):
             # Another worker holds the thread now: touch nothing, let it go.
             raise LeaseLost(thread_id) from exc
-        if _connection_lost(exc):
+        if connection_error(exc) is not None:
             # Nothing can be recorded: the thread stays as its last commit left it (running,
             # to be resumed), and the caller says what happened.
             raise exc

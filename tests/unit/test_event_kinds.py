@@ -17,9 +17,11 @@ FAMILIES = (
 LITERAL = re.compile(rf'"((?:{FAMILIES})\.[a-z_]+)"')
 #: f"{kind}.expired" and the like, where kind is "approval" or "wait"
 PAUSE_KIND = re.compile(r'f"\{kind\}\.([a-z_]+)"')
-#: dotted names that are not event kinds: loggers, modules, queue tasks, a browser key, a file
+#: dotted names that are not event kinds: loggers, modules, queue tasks, a browser key, a
+#: file, OpenTelemetry span names and attributes
 NOT_KINDS = re.compile(
-    r"longtask\.(runtime|steps|serve|workers|events|advance|wake|token|db|json)$"
+    r"longtask\.(runtime|steps|serve|workers|events|advance|wake|token|db|json"
+    r"|run|step|pause|paused|model_call|tool_call)$"
 )
 
 
