@@ -59,6 +59,8 @@ class EventWriter:
         """Store the pending events (of one thread, or all) now."""
         with self._lock:
             threads = [thread_id] if thread_id is not None else list(self._pending)
+            # nothing pending: no transaction (this is called before every ledger write)
+            threads = [tid for tid in threads if self._pending.get(tid)]
         for tid in threads:
             self._sink(tid)
 
