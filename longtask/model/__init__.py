@@ -17,6 +17,7 @@ from longtask.model._steps import (
     map_step,
     wait_for,
 )
+from longtask.model._schedule import Schedule
 from longtask.model._task import LongTask, StepInfo, name_problem
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "PauseStep",
     "Prompt",
     "Retry",
+    "Schedule",
     "Stage",
     "Step",
     "StepInfo",

@@ -50,6 +50,7 @@ from longtask.runtime._pauses import (
 )
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._reading import ReadingMixin, _config
+from longtask.runtime._schedules import ScheduleMixin
 from longtask.runtime._streams import (
     CALL_CONFIG,
     StreamMixin,
@@ -151,7 +152,14 @@ class StageTracker:
 
 
 class Runner(
-    StreamMixin, ReadingMixin, PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin
+    StreamMixin,
+    ReadingMixin,
+    PauseMixin,
+    ControlMixin,
+    WatchMixin,
+    HistoryMixin,
+    ScheduleMixin,
+    QueueMixin,
 ):
     """Starts, resumes and inspects LongTask threads in one database.
 
