@@ -2,6 +2,7 @@
 
 from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agent_step, fix_with
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
+from longtask.model._schedule import Schedule
 from longtask.model._steps import (
     ApprovalStep,
     Budget,
@@ -17,7 +18,6 @@ from longtask.model._steps import (
     map_step,
     wait_for,
 )
-from longtask.model._schedule import Schedule
 from longtask.model._task import LongTask, StepInfo, name_problem
 
 __all__ = [

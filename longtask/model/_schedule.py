@@ -65,25 +65,28 @@ class Schedule(BaseModel):
 
     # -- checks ------------------------------------------------------------------------------
 
-    def problems(self, task: LongTask | None = None) -> list[str]:
-        """What is wrong with this schedule (of ``task``, whose inputs model it must fit)."""
-        where = f"schedule {self.name!r}" if self.name else f"schedule {self.cron!r}"
-        out = [f"{where}: {p}" for p in cron_problems(self.cron)]
+    def problems(self, task: LongTask | None = None, *, named: bool = True) -> list[str]:
+        """What is wrong with this schedule (of ``task``, whose inputs model it must fit);
+        each problem starts with which schedule it is, unless not ``named``."""
+        out = cron_problems(self.cron)
         if (p := timezone_problem(self.timezone)) is not None:
-            out.append(f"{where}: {p}")
+            out.append(p)
         if self.name is not None and not SCHEDULE_NAME_RE.match(self.name):
             out.append(
-                f"{where}: the name is not allowed: use 1-63 lowercase letters, digits, '-' "
-                "and '_', starting with a letter or digit (it becomes part of thread ids)"
+                f"the name {self.name!r} is not allowed: use 1-63 lowercase letters, digits, "
+                "'-' and '_', starting with a letter or digit (it becomes part of thread ids)"
             )
         try:
             json.dumps(self.inputs, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            out.append(f"{where}: inputs must be JSON data (they are stored): {exc}")
+            out.append(f"inputs must be JSON data (they are stored): {exc}")
+        else:
+            if task is not None:
+                out.extend(inputs_problems(task, self.inputs))
+        if not named:
             return out
-        if task is not None:
-            out.extend(f"{where}: {p}" for p in inputs_problems(task, self.inputs))
-        return out
+        where = f"schedule {self.name!r}" if self.name else f"schedule {self.cron!r}"
+        return [f"{where}: {p}" for p in out]
 
     # -- identity ----------------------------------------------------------------------------
 
@@ -139,8 +142,7 @@ def timezone_problem(timezone: str) -> str | None:
         ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
         return (
-            f"timezone {timezone!r} is unknown; give an IANA name such as 'UTC' or "
-            "'Europe/Paris'"
+            f"timezone {timezone!r} is unknown; give an IANA name such as 'UTC' or 'Europe/Paris'"
         )
     return None
 

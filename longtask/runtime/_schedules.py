@@ -42,7 +42,7 @@ from longtask.store import ScheduleRecord
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
-    from longtask.store import ThreadRecord
+    from longtask.store import Store, ThreadRecord
 
 log = logging.getLogger("longtask.schedules")
 
@@ -102,7 +102,7 @@ class ScheduleMixin(QueueMixin):
         and "added", or "unchanged" when the same schedule is registered already; a name
         taken by another schedule is refused."""
         ref = self._schedule_ref(task, task_ref)
-        problems = schedule.problems(task)
+        problems = schedule.problems(task, named=False)
         if problems:
             raise InvalidInput("; ".join(problems))
         name = schedule.name_for(task.name)
@@ -182,22 +182,7 @@ class ScheduleMixin(QueueMixin):
     def schedule_of(self, thread_id: str) -> dict[str, Any] | None:
         """Which schedule started the thread, the tick, and the schedule's next fire time
         (None for a thread no schedule started)."""
-        if not TICK_SUFFIX_RE.search(thread_id):
-            return None  # not an id a tick gives: no lookup
-        found = self.db.store.fire_of(thread_id)
-        if found is None:
-            return None
-        name, tick = found
-        rec = self.db.store.schedule_get(name)
-        out: dict[str, Any] = {"name": name, "tick": tick.isoformat(), "registered": rec is not None}
-        if rec is not None:
-            out.update(
-                timezone=rec.timezone,
-                paused=rec.paused,
-                next_fire_at=rec.next_fire_at.isoformat(),
-                next_fire_local=rec.next_fire_local().isoformat(),
-            )
-        return out
+        return schedule_of(self.db.store, thread_id)
 
     def _schedule_ref(self, task: LongTask, task_ref: str | None) -> str:
         ref = task_ref or find_ref(task)
@@ -355,6 +340,36 @@ class ScheduleMixin(QueueMixin):
             log.info("thread %s fired by a schedule stopped: %s", thread_id, exc)
             return f"stopped: {exc}"
         return "ran"
+
+
+def stable_ref(ref: str) -> str:
+    """A file reference made absolute, so any process (in any directory) can load it."""
+    from pathlib import Path
+
+    target, _, attr = ref.rpartition(":")
+    if target.endswith(".py") or "/" in target:
+        return f"{Path(target).resolve()}:{attr}"
+    return ref
+
+
+def schedule_of(store: Store, thread_id: str) -> dict[str, Any] | None:
+    """See :meth:`ScheduleMixin.schedule_of`."""
+    if not TICK_SUFFIX_RE.search(thread_id):
+        return None  # not an id a tick gives: no query
+    found = store.fire_of(thread_id)
+    if found is None:
+        return None
+    name, tick = found
+    rec = store.schedule_get(name)
+    out: dict[str, Any] = {"name": name, "tick": tick.isoformat(), "registered": rec is not None}
+    if rec is not None:
+        out.update(
+            timezone=rec.timezone,
+            paused=rec.paused,
+            next_fire_at=rec.next_fire_at.isoformat(),
+            next_fire_local=rec.next_fire_local().isoformat(),
+        )
+    return out
 
 
 def _same(rec: ScheduleRecord, task: LongTask, schedule: Schedule, ref: str) -> bool:

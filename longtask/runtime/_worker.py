@@ -7,6 +7,10 @@ retries the jobs of workers whose heartbeat is older than ``stalled_after`` seco
 threads continue elsewhere from the last checkpoint, and fencing refuses anything the
 stalled worker tries to write if it wakes up. SIGTERM/SIGINT stop each running thread at its
 next step boundary and hand it back to the queue.
+
+Workers also fire schedules (``longtask schedule``): each housekeeping round starts a thread
+for every due tick and queues it like ``submit``. Every worker tries; row locks and the
+tick's thread id make it one thread per tick (see ``longtask.runtime._schedules``).
 """
 
 from __future__ import annotations
@@ -99,11 +103,21 @@ class Worker:
                 self.stalled_after,
             )
 
+    def _fire_schedules(self) -> None:
+        if self.runner.stopping.is_set():
+            return
+        try:
+            self.runner.fire_due(launch="queue")
+        except Exception:  # the next round tries again; a tick stays due until fired
+            log.exception("could not fire due schedules")
+
     async def _housekeeping(self) -> None:
-        """Heartbeat, and retry the jobs of workers that stopped beating."""
+        """Heartbeat, fire due schedules, and retry the jobs of workers that stopped
+        beating."""
         manager = self.app.job_manager
         while True:
             await asyncio.to_thread(self._beat)
+            await asyncio.to_thread(self._fire_schedules)
             try:
                 threshold = await asyncio.to_thread(
                     self.db.store.stalled_threshold, self.stalled_after

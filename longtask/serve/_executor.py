@@ -109,6 +109,10 @@ class Executor:
     def submit(self, run_id: str) -> None:
         self._jobs.put((self._execute, (run_id,)))
 
+    def start_fired(self, thread_id: str) -> None:
+        """Run a thread a schedule fired (see ``ScheduleMixin.start_fired``)."""
+        self._jobs.put((self.runner.start_fired, (thread_id,)))
+
     def submit_cancel(self, thread_id: str, reason: str | None, by: str) -> None:
         self._jobs.put((self._cancel, (thread_id, reason, by)))
 
