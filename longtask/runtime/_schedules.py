@@ -39,6 +39,7 @@ from longtask.model._schedule import (
 from longtask.runtime._queue import QueueMixin
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.store import ScheduleRecord
+from longtask.store._schedules import DueSchedules
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -235,9 +236,9 @@ class ScheduleMixin(QueueMixin):
         new: list[str] = []
         # Threads fired by a process that stopped before starting them.
         waiting = [t for _, t in store.fires_unstarted()]
-        with store.schedules_due(now, limit) as (due, advance):
-            for rec in due:
-                fired = self._fire(rec, now, advance, mode)
+        with store.schedules_due(now, limit) as due:
+            for rec in due.rows:
+                fired = self._fire(rec, now, due, mode)
                 results.append(fired)
                 if fired.outcome == "fired" and fired.thread_id:
                     new.append(fired.thread_id)
@@ -249,7 +250,7 @@ class ScheduleMixin(QueueMixin):
         self,
         rec: ScheduleRecord,
         now: datetime,
-        advance: Callable[[str, datetime, datetime, datetime | None, str | None], bool],
+        due: DueSchedules,
         mode: str | None,
     ) -> Fired:
         store = self.db.store
@@ -257,7 +258,7 @@ class ScheduleMixin(QueueMixin):
         following = next_tick(rec.cron, rec.timezone, max(latest, now))
         if latest < rec.next_fire_at:
             # Nothing due after all (its cron changed under it): just look ahead.
-            advance(rec.name, rec.next_fire_at, following, None, None)
+            due.advance(rec.name, rec.next_fire_at, following)
             return Fired(rec.name, None, None, "nothing due")
         missed = 0
         for _t in ticks_between(rec.cron, rec.timezone, rec.next_fire_at, latest):
@@ -266,7 +267,7 @@ class ScheduleMixin(QueueMixin):
                 break
         missed -= 1  # the latest is fired, not missed
         if rec.catch_up == "none" and (now - latest).total_seconds() > GRACE:
-            advance(rec.name, rec.next_fire_at, following, None, None)
+            due.advance(rec.name, rec.next_fire_at, following)
             log.info("schedule %s: %d tick(s) missed, not caught up", rec.name, missed + 1)
             return Fired(rec.name, latest, None, "missed", missed + 1)
         thread_id = tick_id(rec.name, latest)
@@ -281,11 +282,11 @@ class ScheduleMixin(QueueMixin):
             # or after a deploy), and told once per new error rather than every round.
             message = f"cannot start {rec.task_ref}: {exc}"
             if rec.last_error != message:
-                store.schedule_error(rec.name, message)
+                due.error(rec.name, message)
                 log.warning("schedule %s: %s", rec.name, message)
             return Fired(rec.name, latest, None, f"error: {exc}", missed)
         store.fire_record(rec.name, latest, thread_id)
-        advance(rec.name, rec.next_fire_at, following, latest, thread_id)
+        due.advance(rec.name, rec.next_fire_at, following, latest, thread_id)
         if outcome == "fired":
             log.info("schedule %s fired thread %s", rec.name, thread_id)
         return Fired(rec.name, latest, thread_id, outcome, missed)

@@ -92,9 +92,49 @@ def _record(r: Sequence[Any]) -> ScheduleRecord:
     )
 
 
-#: advance(schedule name, next fire time read, new next fire time, tick, thread id): whether
-#: this caller moved the schedule on (False: another process did first)
-Advance = Callable[[str, datetime, datetime, datetime | None, str | None], bool]
+class DueSchedules:
+    """Due schedules, and how to move one on (or note why it could not fire) in the same
+    hold on it: on PostgreSQL their rows stay locked until the block ends, so every write to
+    them goes through the transaction that locked them."""
+
+    def __init__(
+        self, rows: list[ScheduleRecord], execute: Callable[[str, Sequence[Any]], list[Any]]
+    ) -> None:
+        self.rows = rows
+        self._execute = execute
+
+    def advance(
+        self,
+        name: str,
+        seen: datetime,
+        new: datetime,
+        tick: datetime | None = None,
+        thread_id: str | None = None,
+    ) -> bool:
+        """Move the schedule from ``seen`` to ``new`` (recording the tick fired and its
+        thread); False when another process moved it first (compare and set)."""
+        return bool(
+            self._execute(
+                "UPDATE longtask_schedules SET next_fire_at = ?, "
+                "last_tick_at = COALESCE(?, last_tick_at), "
+                "last_thread = COALESCE(?, last_thread), last_error = NULL, updated_at = ? "
+                "WHERE name = ? AND next_fire_at = ? RETURNING name",
+                (
+                    new.timestamp(),
+                    tick.timestamp() if tick else None,
+                    thread_id,
+                    time.time(),
+                    name,
+                    seen.timestamp(),
+                ),
+            )
+        )
+
+    def error(self, name: str, message: str | None) -> None:
+        self._execute(
+            "UPDATE longtask_schedules SET last_error = ?, updated_at = ? WHERE name = ?",
+            (message, time.time(), name),
+        )
 
 
 class ScheduleTables:
@@ -165,51 +205,18 @@ class ScheduleTables:
         )
         return bool(rows)
 
-    def schedule_error(self, name: str, error: str | None) -> None:
-        self._run(
-            "UPDATE longtask_schedules SET last_error = ?, updated_at = ? WHERE name = ?",
-            (error, time.time(), name),
-        )
-
     @contextmanager
-    def schedules_due(
-        self, now: datetime, limit: int = 100
-    ) -> Iterator[tuple[list[ScheduleRecord], Advance]]:
-        """The unpaused schedules whose next tick is at or before ``now``, and how to move
-        one on. On PostgreSQL they are locked until the block ends (schedules another
-        process holds are left out); elsewhere the advance is a compare and set."""
+    def schedules_due(self, now: datetime, limit: int = 100) -> Iterator[DueSchedules]:
+        """The unpaused schedules whose next tick is at or before ``now``. On PostgreSQL
+        they are locked until the block ends (schedules another process holds are left
+        out); elsewhere moving one on is a compare and set."""
         sql = (
             f"SELECT {_COLS} FROM longtask_schedules WHERE paused = 0 AND next_fire_at <= ? "
             "ORDER BY next_fire_at, name LIMIT ?"
         )
-        advance_sql = (
-            "UPDATE longtask_schedules SET next_fire_at = ?, "
-            "last_tick_at = COALESCE(?, last_tick_at), last_thread = COALESCE(?, last_thread), "
-            "last_error = NULL, updated_at = ? WHERE name = ? AND next_fire_at = ? "
-            "RETURNING name"
-        )
-
-        def params(
-            name: str, seen: datetime, new: datetime, tick: datetime | None, thread: str | None
-        ) -> tuple[Any, ...]:
-            return (
-                new.timestamp(),
-                tick.timestamp() if tick else None,
-                thread,
-                time.time(),
-                name,
-                seen.timestamp(),
-            )
-
         if self.dialect.name != "postgresql":
             rows = self._run(sql, (now.timestamp(), limit))
-
-            def advance_cas(
-                name: str, seen: datetime, new: datetime, tick: datetime | None, thread: str | None
-            ) -> bool:
-                return bool(self._run(advance_sql, params(name, seen, new, tick, thread)))
-
-            yield [_record(r) for r in rows], advance_cas
+            yield DueSchedules([_record(r) for r in rows], self._run)
             return
         pool: Any = getattr(self, "_pool")  # noqa: B009 (PostgresStore's)
         with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
@@ -218,13 +225,11 @@ class ScheduleTables:
             )
             found = [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in cur]
 
-            def advance_locked(
-                name: str, seen: datetime, new: datetime, tick: datetime | None, thread: str | None
-            ) -> bool:
-                cur.execute(advance_sql.replace("?", "%s"), params(name, seen, new, tick, thread))
-                return bool(cur.fetchall())
+            def execute(statement: str, params: Sequence[Any]) -> list[Any]:
+                cur.execute(statement.replace("?", "%s"), tuple(params))
+                return cur.fetchall() if cur.description else []
 
-            yield [_record(r) for r in found], advance_locked
+            yield DueSchedules([_record(r) for r in found], execute)
 
     # -- fires -------------------------------------------------------------------------------
 
