@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from longtask.model import LongTask
     from longtask.store import Store, ThreadRecord
 
-log = logging.getLogger("longtask.schedules")
+log = logging.getLogger("longtask.runtime")
 
 #: with ``catch_up="none"``, a tick fires only this many seconds after its time at most;
 #: later it counts as missed (a crontab ``tick`` each minute, a worker's loop, fit in it)
