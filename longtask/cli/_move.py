@@ -79,9 +79,7 @@ def import_(
         print(json.dumps({**summary.to_json(), "status": status}, indent=2))
         return
     renamed = (
-        f" as {escape(summary.thread_id)}"
-        if summary.thread_id != summary.source_thread_id
-        else ""
+        f" as {escape(summary.thread_id)}" if summary.thread_id != summary.source_thread_id else ""
     )
     out.print(
         f"imported thread {escape(summary.source_thread_id)}{renamed} ({status}) from "

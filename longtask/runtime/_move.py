@@ -36,6 +36,7 @@ from longtask.errors import (
     ExportFormatTooNew,
     ImportThreadExists,
     MoveRefused,
+    ThreadBusy,
     ThreadNotFound,
 )
 from longtask.store._owned import (
@@ -99,6 +100,11 @@ def export_thread(
     if rec is None:
         raise ThreadNotFound(thread_id, db.url.redacted)
     with db.lock(thread_id):
+        held = store.lease_holder(thread_id)
+        # A single process holds the writer lock as well as its lease (an unreleased lease
+        # of a process is one that died); a worker holds only the lease.
+        if held is not None and not held[0].startswith("process:"):
+            raise ThreadBusy(thread_id)
         tables = {t.name: read_rows(store, t, thread_id) for t in carried_tables()}
         if head_only:
             _keep_heads(db, tables)
@@ -211,9 +217,7 @@ def _keep_heads(db: Database, tables: dict[str, Rows]) -> None:
         needed |= {(r[1], c, version_key(v)) for c, v in cv.items()}
     tables["longtask_cp_checkpoints"] = rewritten
     kept = {(r[1], r[2]) for r in heads}
-    tables["longtask_cp_writes"] = [
-        w for w in tables["longtask_cp_writes"] if (w[1], w[2]) in kept
-    ]
+    tables["longtask_cp_writes"] = [w for w in tables["longtask_cp_writes"] if (w[1], w[2]) in kept]
     tables["longtask_cp_values"] = [
         v for v in tables["longtask_cp_values"] if (v[1], v[2], v[3]) in needed
     ]
@@ -256,8 +260,7 @@ def read_export(path: str | os.PathLike[str]) -> _Export:
             for name, info in listed.items():
                 if name not in names:
                     raise ExportFileInvalid(
-                        f"{where} is incomplete: member {name} is missing; export the "
-                        "thread again"
+                        f"{where} is incomplete: member {name} is missing; export the thread again"
                     )
                 data = z.read(name)
                 if hashlib.sha256(data).hexdigest() != info.get("sha256"):
@@ -371,6 +374,14 @@ def import_thread(
     if new_id != source_id:
         tables = rename(db, export, source_id, new_id)
     store = db.store
+    if store.dialect.name == "sqlite" and "mode" in export.columns["longtask_threads"]:
+        # Workers share threads through PostgreSQL: in an SQLite database the thread is
+        # continued by the process that resumes it.
+        i = export.columns["longtask_threads"].index("mode")
+        tables = {
+            **tables,
+            "longtask_threads": [(*r[:i], None, *r[i + 1 :]) for r in tables["longtask_threads"]],
+        }
     if store.get_thread(new_id) is not None or store.checkpoint_tree(new_id):
         raise ImportThreadExists(new_id, db.url.redacted, str(path))
 
@@ -454,7 +465,9 @@ class MoveMixin:
         loads into another database; see :func:`export_thread`."""
         return export_thread(self.db, thread_id, path, head_only=head_only)
 
-    def import_thread(self, path: str | os.PathLike[str], *, as_id: str | None = None) -> MoveSummary:
+    def import_thread(
+        self, path: str | os.PathLike[str], *, as_id: str | None = None
+    ) -> MoveSummary:
         """Load a thread exported by ``export_thread`` into this database (as ``as_id`` if
         given); refused, with nothing written, if the file is corrupt, from a newer format,
         or the thread id is taken."""

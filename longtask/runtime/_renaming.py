@@ -41,7 +41,9 @@ def _refuse(old: str, new: str, why: str) -> MoveRefused:
     )
 
 
-def _effect_keys(tables: dict[str, Rows], cols: dict[str, list[str]], old: str, new: str) -> dict[str, str]:
+def _effect_keys(
+    tables: dict[str, Rows], cols: dict[str, list[str]], old: str, new: str
+) -> dict[str, str]:
     """Old ledger key -> the key the renamed thread derives for the same effect."""
     maps = tables["longtask_maps"]
     mc = cols["longtask_maps"]

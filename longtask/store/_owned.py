@@ -52,9 +52,7 @@ class OwnedTable:
 
     def insert_sql(self, columns: Sequence[str] | None = None) -> str:
         cols = list(columns or self.columns)
-        return (
-            f"INSERT INTO {self.name} ({', '.join(cols)}) VALUES ({','.join('?' for _ in cols)})"
-        )
+        return f"INSERT INTO {self.name} ({', '.join(cols)}) VALUES ({','.join('?' for _ in cols)})"
 
     def delete_sql(self) -> str:
         return f"DELETE FROM {self.name} WHERE thread_id = ?"

@@ -28,6 +28,8 @@ from longtask import (
     Runner,
     Stage,
     StepContext,
+    ThreadBusy,
+    ThreadNotFound,
     approval,
     function_step,
     map_step,
@@ -198,7 +200,9 @@ def test_a_paused_thread_continues_in_the_other_database(
     direction: str, sqlite_runner: Runner, pg_runner: Runner, tmp_path: Path
 ) -> None:
     source, target = (
-        (sqlite_runner, pg_runner) if direction == "sqlite->postgres" else (pg_runner, sqlite_runner)
+        (sqlite_runner, pg_runner)
+        if direction == "sqlite->postgres"
+        else (pg_runner, sqlite_runner)
     )
     # the same task, never moved: what the moved thread must end with
     paused_release(source, "unmoved")
@@ -359,7 +363,7 @@ def test_a_file_from_a_newer_format_is_refused(
         manifest["longtask_version"] = "9.1.0"
 
     _rewrite(exported, newer, bump)
-    with pytest.raises(ExportFormatTooNew, match="to at least 9.1.0"):
+    with pytest.raises(ExportFormatTooNew, match=r"to at least 9\.1\.0"):
         pg_runner.import_thread(newer)
     assert counts(pg_runner) == before
 
@@ -400,3 +404,20 @@ def test_renaming_is_refused_when_a_map_reads_another_map(
     assert counts(pg_runner) == before
     pg_runner.import_thread(file)  # under its own id it moves
     assert pg_runner.result("maps", "second") == ["a.py", "b.py", "c.py"]
+
+
+def test_a_thread_held_by_a_worker_or_unknown_is_not_exported(
+    sqlite_runner: Runner, tmp_path: Path
+) -> None:
+    paused_release(sqlite_runner, "rel-w")
+    store = sqlite_runner.db.store
+    epoch = store.lease_take("rel-w", "worker-1")  # a worker is advancing it
+    file = tmp_path / "w.ltz"
+    with pytest.raises(ThreadBusy):
+        sqlite_runner.export_thread("rel-w", file)
+    assert not file.exists()
+    store.lease_release("rel-w", epoch)
+    sqlite_runner.export_thread("rel-w", file)
+    assert file.exists()
+    with pytest.raises(ThreadNotFound):
+        sqlite_runner.export_thread("nope", tmp_path / "nope.ltz")
