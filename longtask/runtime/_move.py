@@ -318,15 +318,25 @@ def read_export(path: str | os.PathLike[str]) -> _Export:
     threads = tables["longtask_threads"]
     if len(threads) != 1 or threads[0][0] != manifest.get("thread_id"):
         raise ExportFileInvalid(f"{where}: the thread record does not match its manifest")
-    return _Export(
-        manifest=manifest,
-        tables=tables,
-        columns=columns,
-        blobs={n[len("blobs/") :]: d for n, d in members.items() if n.startswith("blobs/")},
-        artifacts={
-            n[len("artifacts/") :]: d for n, d in members.items() if n.startswith("artifacts/")
-        },
-    )
+    blobs = {n[len("blobs/") :]: d for n, d in members.items() if n.startswith("blobs/")}
+    artifacts = {
+        n[len("artifacts/") :]: d for n, d in members.items() if n.startswith("artifacts/")
+    }
+    # Contents are stored under their digest (an artifact's names a file on SQLite): each
+    # must be the digest of its bytes.
+    for digest, data in blobs.items():
+        if hashlib.sha256(data).hexdigest()[: len(digest)] != digest or len(digest) != 40:
+            raise ExportFileInvalid(f"{where}: blob {digest!r} does not match its content")
+    for digest, data in artifacts.items():
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise ExportFileInvalid(f"{where}: artifact content {digest!r} does not match")
+    digest_col = columns["longtask_artifacts"].index("digest")
+    missing = {r[digest_col] for r in tables["longtask_artifacts"]} - set(artifacts)
+    if missing:
+        raise ExportFileInvalid(
+            f"{where} lacks the content of {len(missing)} artifact(s); export the thread again"
+        )
+    return _Export(manifest, tables, columns, blobs, artifacts)
 
 
 def _manifest(where: str, raw: bytes) -> dict[str, Any]:

@@ -307,3 +307,26 @@ def referenced_blobs(store: Store, thread_id: str) -> set[str]:
     if store.artifact_dir is None:
         candidates |= {a.digest for a in store.artifacts(thread_id)}
     return existing_blobs(store, candidates)
+
+
+def artifact_digests(store: Store, thread_id: str) -> set[str]:
+    """The contents the thread's artifacts point to (files beside an SQLite database, rows
+    of ``longtask_blobs`` on PostgreSQL), shared with any thread that stored the same
+    bytes."""
+    return {a.digest for a in store.artifacts(thread_id)}
+
+
+def blobs_in_use(store: Store, *, but: Iterable[str] = ()) -> set[str]:
+    """Digests of ``longtask_blobs`` that some thread other than those in ``but`` refers
+    to: a blob not in this set may be deleted together with the threads in ``but``. Reads
+    every thread's values: run it once per batch of deletions."""
+    skip = set(but)
+    threads = {str(r[0]) for r in store._run("SELECT thread_id FROM longtask_threads")}
+    # checkpoints without a record: written through the raw graph, they are threads too
+    threads |= {
+        str(r[0]) for r in store._run("SELECT DISTINCT thread_id FROM longtask_cp_checkpoints")
+    }
+    used: set[str] = set()
+    for thread_id in sorted(threads - skip):
+        used |= referenced_blobs(store, thread_id)
+    return used

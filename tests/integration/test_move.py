@@ -8,6 +8,7 @@ The tasks are module-level so that the Runner can load them by reference.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import zipfile
@@ -36,7 +37,7 @@ from longtask import (
 )
 from longtask.runtime._move import FORMAT_VERSION, MANIFEST
 from longtask.steps._effects import effect_key
-from longtask.store._owned import OWNED_TABLES
+from longtask.store._owned import OWNED_TABLES, blobs_in_use, referenced_blobs
 
 #: step name -> calls; effect key -> calls of the outside service (reset per test)
 ran: Counter[str] = Counter()
@@ -421,3 +422,38 @@ def test_a_thread_held_by_a_worker_or_unknown_is_not_exported(
     assert file.exists()
     with pytest.raises(ThreadNotFound):
         sqlite_runner.export_thread("nope", tmp_path / "nope.ltz")
+
+
+def test_contents_not_under_their_own_digest_are_refused(
+    exported: Path, sqlite_runner: Runner, tmp_path: Path
+) -> None:
+    """An artifact's digest names a file on SQLite: a member whose name is not the digest
+    of its bytes (a path, say) is refused before anything is written."""
+    evil = tmp_path / "evil.ltz"
+    escape = tmp_path / "escaped"
+
+    def add(manifest: dict[str, Any], members: dict[str, bytes]) -> None:
+        name = f"artifacts/../../../{escape.name}"
+        members[name] = b"x"
+        manifest["members"][name] = {"sha256": hashlib.sha256(b"x").hexdigest()}
+
+    _rewrite(exported, evil, add)
+    other = tmp_path / "other"
+    other.mkdir()
+    with Runner(f"sqlite:///{other / 'target.db'}") as target:
+        before = counts(target)
+        with pytest.raises(ExportFileInvalid, match="does not match"):
+            target.import_thread(evil)
+        assert counts(target) == before
+    assert not escape.exists()
+
+
+def test_the_blobs_a_thread_refers_to(exported: Path, pg_runner: Runner) -> None:
+    pg_runner.import_thread(exported)
+    store = pg_runner.db.store
+    used = referenced_blobs(store, "rel-x")
+    [artifact] = pg_runner.artifacts("rel-x")
+    # the large result and, on PostgreSQL, the artifact's content
+    assert artifact.digest in used and len(used) == 2
+    assert used <= blobs_in_use(store)
+    assert not used & blobs_in_use(store, but=["rel-x"])
