@@ -457,3 +457,43 @@ def test_the_blobs_a_thread_refers_to(exported: Path, pg_runner: Runner) -> None
     assert artifact.digest in used and len(used) == 2
     assert used <= blobs_in_use(store)
     assert not used & blobs_in_use(store, but=["rel-x"])
+
+
+def charge_and_die(amount: int, idempotency_key: str) -> dict[str, Any]:
+    charged[idempotency_key] += 1
+    raise Crash  # the call happened; the process died before the ledger heard of it
+
+
+@function_step
+def risky(ctx: StepContext) -> Any:
+    ran["risky"] += 1
+    return ctx.effect("charge", charge_and_die, 7)
+
+
+UNKNOWN = LongTask("move_unknown", stages=[Stage("pay", [risky])])
+
+
+def test_a_thread_waiting_on_an_unknown_effect_is_settled_under_its_new_id(
+    sqlite_runner: Runner, pg_runner: Runner, tmp_path: Path
+) -> None:
+    with pytest.raises(Crash):
+        sqlite_runner.start(UNKNOWN, thread_id="unk-1")
+    sqlite_runner.resume("unk-1", task=UNKNOWN)  # no reconciler: it waits for a person
+    [waiting] = sqlite_runner.status("unk-1").waiting or []
+    assert waiting["kind"] == "effect"
+    file = tmp_path / "unk.ltz"
+    sqlite_runner.export_thread("unk-1", file)
+
+    pg_runner.import_thread(file, as_id="unk-2")
+    [effect] = pg_runner.effects("unk-2")
+    assert effect.status == "started" and effect.key != waiting["key"]
+    [moved] = pg_runner.status("unk-2").waiting or []
+    assert moved["key"] == effect.key  # what the person is shown is the key to settle
+    [pending] = pg_runner.pending("unk-2", task=UNKNOWN)
+    assert pending.request["key"] == effect.key
+    pg_runner.resolve_effect(
+        "unk-2", effect.key, "succeeded", result={"ok": 1}, by="ops", task=UNKNOWN
+    )
+    assert pg_runner.status("unk-2").status == "completed"
+    assert pg_runner.result("unk-2", "risky") == {"ok": 1}
+    assert list(charged.values()) == [1]  # settled by a person: not called again
