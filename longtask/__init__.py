@@ -12,8 +12,12 @@ from longtask.errors import (
     DatabaseError,
     DefinitionChanged,
     DefinitionError,
+    ExportFileInvalid,
+    ExportFormatTooNew,
+    ImportThreadExists,
     InvalidInput,
     LongTaskError,
+    MoveRefused,
     NothingToResume,
     OutcomeUnknown,
     PermissionDenied,
@@ -46,7 +50,7 @@ from longtask.model import (
 )
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner, ThreadStatus
+    from longtask.runtime import MoveSummary, Runner, ThreadStatus
     from longtask.runtime._plots import draw_graph
     from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
@@ -57,6 +61,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Runner": "longtask.runtime",
     "ThreadStatus": "longtask.runtime",
+    "MoveSummary": "longtask.runtime",
     "StepContext": "longtask.steps",
     "ItemContext": "longtask.steps",
     "classify": "longtask.steps",
@@ -84,10 +89,15 @@ __all__ = [
     "Decision",
     "DefinitionChanged",
     "DefinitionError",
+    "ExportFileInvalid",
+    "ExportFormatTooNew",
+    "ImportThreadExists",
     "InvalidInput",
     "ItemContext",
     "LongTask",
     "LongTaskError",
+    "MoveRefused",
+    "MoveSummary",
     "NothingToResume",
     "OutcomeUnknown",
     "PermissionDenied",

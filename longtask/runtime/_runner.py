@@ -41,6 +41,7 @@ from longtask.model import FunctionStep, LongTask, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._history import HistoryMixin
+from longtask.runtime._move import MoveMixin
 from longtask.runtime._pauses import (
     GATE_ANSWER,
     USER_KINDS,
@@ -152,7 +153,14 @@ class StageTracker:
 
 
 class Runner(
-    StreamMixin, ReadingMixin, PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin
+    StreamMixin,
+    ReadingMixin,
+    PauseMixin,
+    ControlMixin,
+    WatchMixin,
+    HistoryMixin,
+    QueueMixin,
+    MoveMixin,
 ):
     """Starts, resumes and inspects LongTask threads in one database.
 
