@@ -8,7 +8,8 @@ derived from it:
   when a step runs again, so a finished effect is found and not performed a second time.
   The events and the pause requests that name a key get the new one too;
 - an event's ``dedupe_key`` starts with the thread id;
-- a finished map step's channel value names the thread its items are stored under.
+- a finished map step's channel value names the thread its items are stored under
+  (``{"$longtask": "map", "thread": ...}``; ``{"map": {"thread": ...}}`` from 0.1).
 
 What cannot be rewritten safely is refused (:class:`~longtask.errors.MoveRefused`): an
 effect row whose key does not come from its recorded parts (the item cannot be found), or
@@ -26,6 +27,7 @@ import ormsgpack
 
 from longtask.errors import MoveRefused
 from longtask.steps._effects import effect_key
+from longtask.store._values import TAG
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
@@ -102,6 +104,8 @@ def rename(db: Database, export: _Export, old: str, new: str) -> dict[str, Rows]
             inner = out.get("map")
             if len(out) == 1 and isinstance(inner, dict) and inner.get("thread") == old:
                 out["map"] = {**inner, "thread": new}
+            if out.get(TAG) == "map" and out.get("thread") == old:
+                out["thread"] = new
             if out.get("kind") == "effect" and out.get("key") in keys:
                 out["key"] = keys[out["key"]]
             return out

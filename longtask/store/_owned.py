@@ -5,7 +5,8 @@ Every table below has a ``thread_id`` column; a thread's rows are those with its
 kinds of data are not rows of the thread:
 
 - ``longtask_blobs`` is content-addressed and shared between threads: a step result over
-  the inline limit is stored there once and its channel value holds ``{"ref": digest}``
+  the inline limit is stored there once and its channel value holds a reference
+  (``{"$longtask": "blob", "digest": d}``)
   (see ``_values``); on PostgreSQL artifact contents are stored there too (by sha256).
   :func:`referenced_blobs` finds the digests a thread refers to; a blob may be deleted only
   when no remaining thread refers to it.
@@ -254,10 +255,14 @@ def delete_statements(thread_id: str) -> list[tuple[str, tuple[str]]]:
     return [(t.delete_sql(), (thread_id,)) for t in reversed(OWNED_TABLES)]
 
 
-# A value envelope's reference (``{"ref": digest}``, see _values) as LangGraph's serializer
-# stores it (msgpack: fixstr "ref", then a str8 of 40 characters) and as JSON (task inputs).
-_REF_MSGPACK = re.compile(rb"\xa3ref\xd9\x28([0-9a-f]{40})")
-_REF_JSON = re.compile(rb'"ref"\s*:\s*"([0-9a-f]{40})"')
+# A reference to a blob (``{"$longtask": "blob", "digest": d}``, and ``{"ref": d}`` as 0.1
+# wrote it; see _values) as LangGraph's serializer stores it (msgpack: the fixstr key, then a
+# str8 of 40 characters) and as JSON (task inputs, map items). A map step's reference also
+# has a "digest" (of its run, 40 characters too): a candidate that matches no blob is dropped.
+_REF_MSGPACK = re.compile(rb"(?:\xa3ref|\xa6digest)\xd9\x28([0-9a-f]{40})")
+_REF_JSON = re.compile(rb'"(?:ref|digest)"\s*:\s*"([0-9a-f]{40})"')
+#: bytes every row holding a reference contains (a cheap filter before the expressions)
+REF_MARKERS = (b"ref", b"digest")
 
 
 def blob_refs(data: bytes | str | None) -> set[str]:
@@ -266,7 +271,7 @@ def blob_refs(data: bytes | str | None) -> set[str]:
     if data is None:
         return set()
     raw = data.encode() if isinstance(data, str) else bytes(data)
-    if b"ref" not in raw:
+    if not any(m in raw for m in REF_MARKERS):
         return set()
     return {m.decode() for rx in (_REF_MSGPACK, _REF_JSON) for m in rx.findall(raw)}
 
