@@ -46,7 +46,7 @@ from longtask.model import (
 )
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner, ThreadStatus
+    from longtask.runtime import PruneReport, Runner, ThreadStatus
     from longtask.runtime._plots import draw_graph
     from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
@@ -56,6 +56,7 @@ __version__ = "0.1.0"
 # importing it on first use.
 _LAZY = {
     "Runner": "longtask.runtime",
+    "PruneReport": "longtask.runtime",
     "ThreadStatus": "longtask.runtime",
     "StepContext": "longtask.steps",
     "ItemContext": "longtask.steps",
@@ -92,6 +93,7 @@ __all__ = [
     "OutcomeUnknown",
     "PermissionDenied",
     "Prompt",
+    "PruneReport",
     "RateLimited",
     "ResultNotAvailable",
     "Retry",
