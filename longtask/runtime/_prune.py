@@ -303,6 +303,28 @@ def _artifact_users(store: Any, digests: set[str], pruned: set[str]) -> set[str]
     return out
 
 
+@dataclass(frozen=True)
+class PruneSchedule:
+    """A worker's scheduled prune (``longtask worker --prune-...``): the ages, and every how
+    many seconds it runs (one worker at a time)."""
+
+    completed_before: timedelta | None = None
+    failed_before: timedelta | None = None
+    keep_last_checkpoint: bool = False
+    every: float = 6 * 3600.0
+
+    def run(self, runner: PruneMixin) -> PruneReport | None:
+        """Prune now, unless another process is pruning (then None)."""
+        with prune_turn(runner.db) as mine:
+            if not mine:
+                return None
+            return runner.prune(
+                completed_before=self.completed_before,
+                failed_before=self.failed_before,
+                keep_last_checkpoint=self.keep_last_checkpoint,
+            )
+
+
 @contextlib.contextmanager
 def prune_turn(db: Any) -> Iterator[bool]:
     """Whether this process may run a scheduled prune now: on PostgreSQL one process at a

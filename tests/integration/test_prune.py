@@ -273,3 +273,68 @@ def test_prune_command(db_url: str, tasks: tuple[Any, Any]) -> None:
         assert after["new"] == before["new"]
     finally:
         r.close()
+
+
+def test_a_worker_prunes_on_a_schedule(pg_url: str, tasks: tuple[Any, Any], tmp_path: Path) -> None:
+    r = Runner(pg_url)
+    try:
+        r.start(tasks[0], {}, thread_id="old")
+        r.start(tasks[0], {}, thread_id="new")
+        _age(r, ["old"])
+        before = _counts(r, ["new"])
+        log = open(tmp_path / "worker.log", "w")  # noqa: SIM115 (closed below)
+        args = ["worker", "--prune-completed-before", "30d", "--prune-every", "1s"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "longtask", *args],
+            env={**os.environ, "LONGTASK_DB": pg_url},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            # the worker logs what it pruned once the whole prune (blobs too) is done
+            while "pruned 1 thread(s)" not in (tmp_path / "worker.log").read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, (
+                    tmp_path / "worker.log"
+                ).read_text()
+                time.sleep(0.1)
+            assert proc.poll() is None, (tmp_path / "worker.log").read_text()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            log.close()
+        assert set(_counts(r, ["old"])["old"].values()) == {0}
+        assert _counts(r, ["new"]) == before
+    finally:
+        r.close()
+
+
+def test_worker_prune_options_are_checked(sqlite_url: str) -> None:
+    bad = run_cli("worker", "--prune-completed-before", "soon", db=sqlite_url)
+    assert bad.returncode == 2
+    assert "--prune-completed-before" in bad.stderr and "30d" in bad.stderr
+
+
+def test_a_blob_stored_again_during_a_prune_is_kept(db_url: str, tasks: tuple[Any, Any]) -> None:
+    """A writer that stores an existing digest again refreshes its storing time, so a sweep
+    that read past the writer's new reference still keeps the blob."""
+    r = Runner(db_url)
+    try:
+        r.start(tasks[0], {"shared": True}, thread_id="first")
+        shared = ret.blob_refs(r.db.store, "first")
+        assert shared
+        _age(r, ["first"])
+        stored_before = time.time() - ret.BLOB_GRACE
+        # the shared results stored again by a new thread (its step's blob insert)
+        r.start(tasks[0], {"shared": True}, thread_id="second")
+        again = shared & ret.blob_refs(r.db.store, "second")
+        assert again
+        # as if the sweep had missed the second thread's rows: the blobs still stay
+        assert ret.delete_blobs(r.db.store, again, stored_before) == (0, 0)
+        assert again <= _blobs(r)
+        # and once they are old again, nothing else protects them (the guard above mattered)
+        _age(r, [])
+        count, _ = ret.delete_blobs(r.db.store, again, time.time() - ret.BLOB_GRACE)
+        assert count == len(again - {a.digest for a in r.db.store.artifacts("second")})
+    finally:
+        r.close()
