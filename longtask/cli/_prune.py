@@ -81,7 +81,7 @@ def prune(
     if all(v is None for v in ages.values()):
         raise typer.BadParameter(
             "say what to prune: --completed-before 30d and/or --failed-before 90d",
-            param_hint="--completed-before",
+            param_hint="--completed-before / --failed-before",
         )
     with _runner(db) as runner:
         report = runner.prune(

@@ -27,6 +27,9 @@ log = logging.getLogger("longtask.runtime")
 
 #: threads selected per page (each then deleted in its own transaction)
 BATCH = 100
+#: blobs and artifact files collected before they are freed in the middle of a prune (each
+#: freeing reads the rows that can refer to one, once)
+SWEEP_AT = 100_000
 #: the PostgreSQL advisory lock that lets one worker at a time run a scheduled prune
 PRUNE_LOCK = 7428061905413
 
@@ -174,6 +177,9 @@ class PruneMixin(RunnerBase):
             if len(page) < batch:
                 break
             after = (page[-1].updated_at, page[-1].thread_id)
+            if not dry_run and len(blobs) + len(files) >= SWEEP_AT:
+                # A long backlog: free what is collected so far (bounded memory).
+                self._free(report, pruned, started, blobs, files)
         self._free(report, pruned, started, blobs, files)
         return report
 
@@ -260,11 +266,15 @@ class PruneMixin(RunnerBase):
             return
         if blobs:
             gone = blobs - ret.referenced(store, blobs)
-            report.blobs, report.blob_bytes = ret.delete_blobs(
-                store, gone, started - ret.BLOB_GRACE
-            )
+            n, size = ret.delete_blobs(store, gone, started - ret.BLOB_GRACE)
+            report.blobs += n
+            report.blob_bytes += size
         if files:
-            report.artifact_files, report.artifact_bytes = ret.delete_artifact_files(store, files)
+            n, size = ret.delete_artifact_files(store, files)
+            report.artifact_files += n
+            report.artifact_bytes += size
+        blobs.clear()
+        files.clear()
 
 
 _CP = ("longtask_cp_checkpoints", "longtask_cp_values", "longtask_cp_writes")
@@ -328,16 +338,14 @@ class PruneSchedule:
 @contextlib.contextmanager
 def prune_turn(db: Any) -> Iterator[bool]:
     """Whether this process may run a scheduled prune now: on PostgreSQL one process at a
-    time (a session advisory lock on a connection held for the prune); SQLite: always."""
-    if getattr(db.url, "scheme", "sqlite") == "sqlite":
+    time (a session advisory lock, on a connection of its own so the pool keeps all of
+    its connections for the steps; released when the prune ends or the process dies).
+    SQLite: always."""
+    if db.url.scheme == "sqlite":
         yield True
         return
-    with db.pool.connection() as conn:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s) AS ok", (PRUNE_LOCK,)).fetchone()
-        ok = bool(row and (row["ok"] if isinstance(row, dict) else row[0]))
-        try:
-            yield ok
-        finally:
-            if ok:
-                with contextlib.suppress(Exception):
-                    conn.execute("SELECT pg_advisory_unlock(%s)", (PRUNE_LOCK,))
+    import psycopg
+
+    with psycopg.connect(db.url.raw, autocommit=True, connect_timeout=10) as conn:
+        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (PRUNE_LOCK,)).fetchone()
+        yield bool(row and row[0])

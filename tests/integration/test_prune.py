@@ -338,3 +338,42 @@ def test_a_blob_stored_again_during_a_prune_is_kept(db_url: str, tasks: tuple[An
         assert count == len(again - {a.digest for a in r.db.store.artifacts("second")})
     finally:
         r.close()
+
+
+def test_one_scheduled_prune_at_a_time(pg_url: str, tasks: tuple[Any, Any]) -> None:
+    from datetime import timedelta
+
+    from longtask.runtime._prune import PruneSchedule, prune_turn
+
+    with Runner(pg_url) as r:
+        r.start(tasks[0], {}, thread_id="old")
+        _age(r, ["old"])
+        schedule = PruneSchedule(completed_before=timedelta(days=30))
+        with prune_turn(r.db) as mine:  # as another worker pruning right now
+            assert mine
+            assert schedule.run(r) is None
+            assert r.db.store.get_thread("old") is not None
+        report = schedule.run(r)
+        assert report is not None and report.threads == [("old", "completed")]
+
+
+def test_a_long_backlog_frees_blobs_as_it_goes(
+    db_url: str, tasks: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import longtask.runtime._prune as prune_module
+
+    monkeypatch.setattr(prune_module, "SWEEP_AT", 1)  # free after every page
+    with Runner(db_url) as r:
+        for tid in ("old-1", "old-2", "old-3"):
+            r.start(tasks[0], {}, thread_id=tid)
+        r.start(tasks[0], {"shared": True}, thread_id="kept")
+        _age(r, ["old-1", "old-2", "old-3"])
+        refs = {tid: ret.blob_refs(r.db.store, tid) for tid in ("old-1", "old-2", "old-3", "kept")}
+        own = set().union(*(refs[t] for t in ("old-1", "old-2", "old-3"))) - refs["kept"]
+        assert own
+        report = r.prune(completed_before="30d", batch=1)
+        assert len(report.threads) == 3
+        blobs = _blobs(r)
+        assert refs["kept"] <= blobs
+        assert not (own & blobs)
+        assert r.result("kept", "gate") == "x" * 2000
