@@ -50,7 +50,7 @@ from longtask.model import (
 )
 
 if TYPE_CHECKING:
-    from longtask.runtime import MoveSummary, Runner, ThreadStatus
+    from longtask.runtime import MoveSummary, PruneReport, Runner, ThreadStatus
     from longtask.runtime._plots import draw_graph
     from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
@@ -60,6 +60,7 @@ __version__ = "0.1.0"
 # importing it on first use.
 _LAZY = {
     "Runner": "longtask.runtime",
+    "PruneReport": "longtask.runtime",
     "ThreadStatus": "longtask.runtime",
     "MoveSummary": "longtask.runtime",
     "StepContext": "longtask.steps",
@@ -102,6 +103,7 @@ __all__ = [
     "OutcomeUnknown",
     "PermissionDenied",
     "Prompt",
+    "PruneReport",
     "RateLimited",
     "ResultNotAvailable",
     "Retry",

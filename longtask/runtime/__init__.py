@@ -1,6 +1,7 @@
 """The Runner facade: start, resume, status, history, events."""
 
 from longtask.runtime._move import MoveSummary
+from longtask.runtime._prune import PruneReport
 from longtask.runtime._runner import Runner, UpdateHook
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
@@ -8,6 +9,7 @@ from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
 __all__ = [
     "CheckpointView",
     "MoveSummary",
+    "PruneReport",
     "Runner",
     "StepState",
     "ThreadStatus",

@@ -50,6 +50,7 @@ from longtask.runtime._pauses import (
     pending_from,
     refuse_repeated_outcome,
 )
+from longtask.runtime._prune import PruneMixin
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._reading import ReadingMixin, _config
 from longtask.runtime._streams import (
@@ -161,6 +162,7 @@ class Runner(
     HistoryMixin,
     QueueMixin,
     MoveMixin,
+    PruneMixin,
 ):
     """Starts, resumes and inspects LongTask threads in one database.
 

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from longtask.errors import LeaseLost, LongTaskError, StepFailed
+from longtask.runtime._prune import PruneSchedule
 from longtask.runtime._queue import DEFAULT_QUEUE, JOB_TASK, WAKE_TASK, make_app, serve_thread
 
 log = logging.getLogger("longtask.workers")
@@ -36,6 +37,7 @@ class Worker:
         queues: list[str] | None = None,
         stalled_after: float = 30.0,
         name: str | None = None,
+        prune: PruneSchedule | None = None,
     ) -> None:
         from longtask.checkpointers import Database
         from longtask.runtime._runner import Runner
@@ -48,6 +50,7 @@ class Worker:
         self.app = make_app(self.db)
         self.runner = Runner(self.db, worker=self.name, cancel_poll=min(0.5, stalled_after / 4))
         self.started = time.time()
+        self.prune = prune
         self.jobs = 0
         self.current: set[str] = set()
         self._lock = threading.Lock()
@@ -115,6 +118,28 @@ class Worker:
                 log.exception("could not retry stalled jobs")
             await asyncio.sleep(max(0.2, self.stalled_after / 4))
 
+    async def _pruning(self) -> None:
+        """The scheduled prune, apart from the heartbeat (a long prune must not make this
+        worker look stalled): first a minute after start, then every ``prune.every``."""
+        assert self.prune is not None
+        await asyncio.sleep(min(60.0, self.prune.every))
+        while True:
+            try:
+                report = await asyncio.to_thread(self.prune.run, self.runner)
+                if report is None:
+                    log.info("scheduled prune skipped: another worker is pruning")
+                elif report.threads or report.blobs or report.artifact_files:
+                    log.info(
+                        "pruned %d thread(s) %s, %d blob(s), %d artifact file(s)",
+                        len(report.threads),
+                        report.by_status,
+                        report.blobs,
+                        report.artifact_files,
+                    )
+            except Exception:  # the next round tries again
+                log.exception("scheduled prune failed")
+            await asyncio.sleep(self.prune.every)
+
     def stop(self) -> None:
         """Stop every running thread at its next step boundary, then the worker."""
         self.runner.stopping.set()
@@ -144,15 +169,18 @@ class Worker:
                     delete_jobs="successful",
                 )
             )
-            housekeeping = asyncio.create_task(self._housekeeping())
+            background = [asyncio.create_task(self._housekeeping())]
+            if self.prune is not None:
+                background.append(asyncio.create_task(self._pruning()))
             try:
                 await self._worker_task
             except asyncio.CancelledError:
                 pass
             finally:
-                housekeeping.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await housekeeping
+                for task in background:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
     def run(self) -> None:
         log.info("worker %s on queues %s", self.name, ", ".join(self.queues))
