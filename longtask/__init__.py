@@ -12,8 +12,12 @@ from longtask.errors import (
     DatabaseError,
     DefinitionChanged,
     DefinitionError,
+    ExportFileInvalid,
+    ExportFormatTooNew,
+    ImportThreadExists,
     InvalidInput,
     LongTaskError,
+    MoveRefused,
     NothingToResume,
     OutcomeUnknown,
     PermissionDenied,
@@ -47,7 +51,7 @@ from longtask.model import (
 )
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner, ThreadStatus
+    from longtask.runtime import MoveSummary, PruneReport, Runner, ThreadStatus
     from longtask.runtime._plots import draw_graph
     from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
@@ -57,7 +61,9 @@ __version__ = "0.1.0"
 # importing it on first use.
 _LAZY = {
     "Runner": "longtask.runtime",
+    "PruneReport": "longtask.runtime",
     "ThreadStatus": "longtask.runtime",
+    "MoveSummary": "longtask.runtime",
     "StepContext": "longtask.steps",
     "ItemContext": "longtask.steps",
     "classify": "longtask.steps",
@@ -85,14 +91,20 @@ __all__ = [
     "Decision",
     "DefinitionChanged",
     "DefinitionError",
+    "ExportFileInvalid",
+    "ExportFormatTooNew",
+    "ImportThreadExists",
     "InvalidInput",
     "ItemContext",
     "LongTask",
     "LongTaskError",
+    "MoveRefused",
+    "MoveSummary",
     "NothingToResume",
     "OutcomeUnknown",
     "PermissionDenied",
     "Prompt",
+    "PruneReport",
     "RateLimited",
     "ResultNotAvailable",
     "Retry",

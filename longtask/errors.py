@@ -314,6 +314,33 @@ class WorkersNeedPostgres(LongTaskError):
     """Workers share threads through PostgreSQL; an SQLite database has no queue."""
 
 
+class MoveRefused(LongTaskError):
+    """``longtask import`` (or ``export``) refused: nothing was written."""
+
+
+class ExportFileInvalid(MoveRefused):
+    """The file is not a readable longtask export (corrupt, truncated or something else)."""
+
+
+class ExportFormatTooNew(MoveRefused):
+    """The export was written by a newer longtask, in a format this one cannot read."""
+
+
+class ImportThreadExists(MoveRefused, ThreadExists):
+    """The thread id an import would create is already in the target database."""
+
+    def __init__(self, thread_id: str, database: str, file: str) -> None:
+        import shlex
+
+        self.thread_id = thread_id
+        file = shlex.quote(file)
+        LongTaskError.__init__(
+            self,
+            f"thread {thread_id!r} already exists in {database}; nothing was imported. Import "
+            f"it under another id with `longtask import {file} --as NEW_ID`",
+        )
+
+
 class ScheduleNotFound(LongTaskError):
     """No schedule of that name is registered in the database."""
 

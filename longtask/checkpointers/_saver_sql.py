@@ -30,7 +30,8 @@ _CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, base_id, depth, 
 EVENTS_SQL = f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING"
 _BLOB_SQL = (
     "INSERT INTO longtask_blobs (digest, data, size, created_at) VALUES (?,?,?,?) "
-    "ON CONFLICT (digest) DO NOTHING"
+    # Stored again: a fresh created_at tells a concurrent prune to keep it (_retention).
+    "ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at"
 )
 
 

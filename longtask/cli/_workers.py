@@ -74,18 +74,70 @@ def worker(
     name: Annotated[
         str | None, typer.Option("--name", help="Worker name [default: host:pid].")
     ] = None,
+    prune_completed_before: Annotated[
+        str | None,
+        typer.Option(
+            "--prune-completed-before",
+            help="Also prune, on a schedule, completed threads older than this (like 30d).",
+        ),
+    ] = None,
+    prune_failed_before: Annotated[
+        str | None,
+        typer.Option(
+            "--prune-failed-before",
+            help="Also prune, on a schedule, failed and cancelled threads older than this.",
+        ),
+    ] = None,
+    prune_keep_last_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--prune-keep-last-checkpoint",
+            help="Scheduled prunes keep each thread's final state and drop its history.",
+        ),
+    ] = False,
+    prune_every: Annotated[
+        str,
+        typer.Option("--prune-every", help="How often this worker prunes (like 6h, 30m)."),
+    ] = "6h",
     db: DbOpt = None,
 ) -> None:
     """Run threads submitted to workers until stopped.
 
     Workers also fire due schedules (`longtask schedule`): one thread per tick, however
     many workers run. SIGTERM/SIGINT stop each running thread at its next step and hand it
-    back to the queue. PostgreSQL only."""
+    back to the queue. With --prune-completed-before / --prune-failed-before the worker
+    also runs `longtask prune` every --prune-every (one worker at a time). PostgreSQL
+    only."""
+    from longtask.cli._prune import _duration
+    from longtask.runtime._prune import PruneSchedule
     from longtask.runtime._worker import Worker
 
+    schedule = None
+    completed = _duration(prune_completed_before, "--prune-completed-before")
+    failed = _duration(prune_failed_before, "--prune-failed-before")
+    every = _duration(prune_every, "--prune-every")
+    assert every is not None
+    if every.total_seconds() < 1:
+        raise typer.BadParameter("prune at most once a second", param_hint="--prune-every")
+    if completed is not None or failed is not None:
+        schedule = PruneSchedule(
+            completed, failed, prune_keep_last_checkpoint, every.total_seconds()
+        )
+    elif prune_keep_last_checkpoint:
+        raise typer.BadParameter(
+            "give --prune-completed-before and/or --prune-failed-before too",
+            param_hint="--prune-keep-last-checkpoint",
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("psycopg").setLevel(logging.NOTSET)  # a worker's log keeps them
-    Worker(db, concurrency=concurrency, queues=queues, stalled_after=stalled_after, name=name).run()
+    Worker(
+        db,
+        concurrency=concurrency,
+        queues=queues,
+        stalled_after=stalled_after,
+        name=name,
+        prune=schedule,
+    ).run()
 
 
 @app.command()

@@ -54,11 +54,13 @@ class NodeFn:
         span_name: str = "longtask.step",
     ) -> None:
         self._fn = settled(env, fn)
+        self._env = env
         self.__name__ = getattr(fn, "__name__", "node")
         self._info = info
         self._span = span_name
 
     def __call__(self, state: Any, config: RunnableConfig) -> Any:
+        self._env.adopt_thread(config, state)
         info = self._info
         if info is None:
             return self._fn(state, config)

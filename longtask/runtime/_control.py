@@ -32,7 +32,7 @@ from longtask.steps import (
 )
 from longtask.steps._attempts import describe
 from longtask.steps._effects import effect_key
-from longtask.store import BudgetState, NewEvent, ThreadRecord
+from longtask.store import BudgetState, NewEvent, ThreadRecord, is_skipped
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -427,7 +427,7 @@ class _AlreadyCancelled(Exception):
 
 
 def _skipped(value: Any) -> bool:
-    return isinstance(value, dict) and bool(value.get("skipped"))
+    return is_skipped(value)
 
 
 def _refuse_cancel(rec: ThreadRecord) -> None:

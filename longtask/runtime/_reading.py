@@ -9,10 +9,11 @@ from langchain_core.runnables import RunnableConfig
 
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._base import RunnerBase
+from longtask.runtime._pauses import PAUSE_KINDS, USER_KINDS
 from longtask.runtime._schedules import schedule_of
-from longtask.runtime._views import StepState, ThreadStatus
+from longtask.runtime._views import Pending, StepState, ThreadStatus
 from longtask.steps import RUN_KEY, result_channel
-from longtask.store import Event, ThreadRecord
+from longtask.store import Event, ThreadRecord, is_skipped
 
 
 def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
@@ -35,11 +36,58 @@ def _skipped_in(tup: Any) -> set[str]:
         return set()
     values = dict(tup.checkpoint.get("channel_values", {}))
     values.update({c: v for _, c, v in tup.pending_writes or ()})
-    return {
-        c[4:]
-        for c, v in values.items()
-        if c.startswith("out.") and isinstance(v, dict) and v.get("skipped")
-    }
+    return {c[4:] for c, v in values.items() if c.startswith("out.") and is_skipped(v)}
+
+
+#: the channel of LangGraph's pending writes for an interrupt (as its savers store it; the
+#: constant is private to LangGraph since 1.0)
+INTERRUPT = "__interrupt__"
+
+
+def _open_interrupts(tup: Any) -> list[Pending]:
+    """The interrupts of the head checkpoint's tasks, as LangGraph's ``get_state`` lists
+    them (an answer that did not finish its node leaves the interrupt standing)."""
+    out = []
+    for _task_id, channel, value in tup.pending_writes or ():
+        if channel != INTERRUPT:
+            continue
+        for intr in value if isinstance(value, (list, tuple)) else (value,):
+            request = getattr(intr, "value", None)
+            if isinstance(request, dict) and request.get("kind") in PAUSE_KINDS:
+                out.append(
+                    Pending(
+                        step=request["step"],
+                        kind=request["kind"],
+                        interrupt_id=str(getattr(intr, "id", "")),
+                        request=request,
+                    )
+                )
+    return out
+
+
+def derived_status(
+    rec: ThreadRecord, tup: Any, steps: list[StepState], active: bool
+) -> tuple[str, list[dict[str, Any]]]:
+    """The thread's status and what it waits for, as its head checkpoint shows them.
+
+    The Runner keeps the record up to date for the runs it makes; a thread advanced some
+    other way (LangGraph's own ``invoke`` on ``runner.graph(task)``, or a process that died
+    between its last checkpoint and its status write) is told by its checkpoint."""
+    status, waiting = rec.status, rec.waiting or []
+    if tup is None or status in ("completed", "cancelled", "cancelling") or active:
+        return status, waiting
+    # Completed only when the checkpoint itself holds every result: results still in pending
+    # writes (a super-step cut off before its checkpoint) need a resume to finish it.
+    committed = {c[4:] for c in tup.checkpoint.get("channel_versions", {}) if c[:4] == "out."}
+    if steps and all(s.name in committed for s in steps):
+        return "completed", []
+    if status == "running":
+        pending = _open_interrupts(tup)
+        if pending:
+            waiting = [p.summary() for p in pending]
+            user = any(w["kind"] in USER_KINDS for w in waiting)
+            return ("waiting_user" if user else "waiting_external"), waiting
+    return status, waiting
 
 
 class ReadingMixin(RunnerBase):
@@ -62,7 +110,7 @@ class ReadingMixin(RunnerBase):
         the latest checkpoint only (no history walk, no task import)."""
         rec = self._thread(thread_id)
         # Without the results: the fix loops' rounds, and the small values a skip leaves
-        # ({"v": null, "skipped": ...}).
+        # ({"$longtask": "skipped", ...}).
         tup = self.db.saver.head(thread_id, load=lambda c: c.startswith("fix."), small=1024)
         done = _done_in(tup)
         skipped = _skipped_in(tup)
@@ -104,18 +152,27 @@ class ReadingMixin(RunnerBase):
                 if state not in ("completed", "skipped") and current is None:
                     current = stage["name"]
         total = len(steps) or 1
+        status, waiting_now = derived_status(rec, tup, steps, active)
+        if status != rec.status:
+            steps = [
+                s.model_copy(update={"state": "pending"}) if s.state == "running" else s
+                for s in steps
+            ]
+            for s in steps:
+                if s.state == "pending" and s.name in {w["step"] for w in waiting_now}:
+                    s.state = "waiting"
         return ThreadStatus(
             thread_id=rec.thread_id,
             task_name=rec.task_name,
             task_version=rec.task_version,
             task_ref=rec.task_ref,
-            status=rec.status,
+            status=status,
             active=active,
             progress=round(sum(s.state in ("completed", "skipped") for s in steps) / total, 4),
             current_stage=current,
             steps=steps,
             error=rec.error,
-            waiting=rec.waiting or [],
+            waiting=waiting_now,
             checkpoint_id=tup.config["configurable"]["checkpoint_id"] if tup else None,
             runs=rec.runs,
             created_at=rec.created_at,

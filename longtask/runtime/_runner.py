@@ -32,14 +32,16 @@ from longtask.errors import (
     StepFailed,
     Stopping,
     TaskRefError,
+    ThreadExists,
     connection_error,
     describe_validation,
 )
-from longtask.graphs import build_graph, entry_node
+from longtask.graphs import UpdateCheck, build_graph, entry_node, install_update_check
 from longtask.model import FunctionStep, LongTask, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._history import HistoryMixin
+from longtask.runtime._move import MoveMixin
 from longtask.runtime._pauses import (
     GATE_ANSWER,
     USER_KINDS,
@@ -48,6 +50,7 @@ from longtask.runtime._pauses import (
     pending_from,
     refuse_repeated_outcome,
 )
+from longtask.runtime._prune import PruneMixin
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._reading import ReadingMixin, _config
 from longtask.runtime._schedules import ScheduleMixin
@@ -160,6 +163,8 @@ class Runner(
     HistoryMixin,
     ScheduleMixin,
     QueueMixin,
+    MoveMixin,
+    PruneMixin,
 ):
     """Starts, resumes and inspects LongTask threads in one database.
 
@@ -250,6 +255,13 @@ class Runner(
             )
             compiled = build_graph(task, env).compile(checkpointer=self.db.saver, name=task.name)
             env.snapshot = compiled.get_state
+            env.adopt = lambda thread_id, state: self._adopt(task, thread_id, state)
+            install_update_check(
+                compiled,
+                UpdateCheck(
+                    task, self.codec, self.db.store, lambda v: self._validate_inputs(task, v)
+                ),
+            )
             cached = (task, env, compiled)
             self._graphs[id(task)] = cached
         return cached[1], cached[2]
@@ -324,6 +336,41 @@ class Runner(
                 self.clock().timestamp() + task.deadline if task.deadline else None,
             )
         return rec
+
+    def _adopt(self, task: LongTask, thread_id: str, state: Mapping[str, Any]) -> None:
+        """A thread run through LangGraph directly (``runner.graph(task).invoke(...)``)
+        becomes a thread of this task like one ``start`` made: status, events, the CLI and
+        ``resume`` see it. A thread of another task is refused before any step runs."""
+        rec = self.db.store.get_thread(thread_id)
+        if rec is None:
+            check_thread_id(thread_id)
+            inputs = state.get(INPUTS_CHANNEL)
+            rec = ThreadRecord(
+                thread_id=thread_id,
+                task_ref=find_ref(task),
+                task_name=task.name,
+                task_version=task.version,
+                definition_hash=task.definition_hash,
+                definition=definition_summary(task),
+                inputs=inputs,
+                status="running",
+            )
+            try:
+                self.db.store.create_thread(rec)
+            except ThreadExists:
+                return  # a parallel node of the same super-step adopted it first
+            if task.budget is not None or task.deadline is not None:
+                self.db.store.budget_init(
+                    thread_id,
+                    task.budget.limits() if task.budget else {},
+                    self.clock().timestamp() + task.deadline if task.deadline else None,
+                )
+            return
+        if rec.task_name != task.name:
+            raise InvalidInput(
+                f"thread {thread_id!r} belongs to task {rec.task_name!r}, not {task.name!r}: "
+                "run it with its own task's graph, or use a new thread id"
+            )
 
     def resume(
         self,
@@ -503,9 +550,13 @@ class Runner(
                 )
         try:
             if isinstance(inputs, task.inputs):
-                return inputs
-            raw = inputs.model_dump() if isinstance(inputs, BaseModel) else (inputs or {})
-            return task.inputs.model_validate(raw)
+                model = inputs
+            else:
+                raw = inputs.model_dump() if isinstance(inputs, BaseModel) else (inputs or {})
+                model = task.inputs.model_validate(raw)
+            # Kept as plain JSON: the task's model rebuilds them for its steps, and
+            # LangGraph's get_state shows them as they are.
+            return model.model_dump(mode="json")
         except ValidationError as exc:
             raise InvalidInput(
                 f"inputs for task {task.name!r} do not match {task.inputs.__name__}: "

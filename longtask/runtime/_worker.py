@@ -8,9 +8,10 @@ threads continue elsewhere from the last checkpoint, and fencing refuses anythin
 stalled worker tries to write if it wakes up. SIGTERM/SIGINT stop each running thread at its
 next step boundary and hand it back to the queue.
 
-Workers also fire schedules (``longtask schedule``): each housekeeping round starts a thread
-for every due tick and queues it like ``submit``. Every worker tries; row locks and the
-tick's thread id make it one thread per tick (see ``longtask.runtime._schedules``).
+Workers also fire schedules (``longtask schedule``): every few seconds (a quarter of
+``stalled_after``) each starts a thread for every due tick and queues it like ``submit``.
+Every worker tries; row locks and the tick's thread id make it one thread per tick (see
+``longtask.runtime._schedules``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from typing import Any
 
 from longtask.errors import LeaseLost, LongTaskError, StepFailed
+from longtask.runtime._prune import PruneSchedule
 from longtask.runtime._queue import DEFAULT_QUEUE, JOB_TASK, WAKE_TASK, make_app, serve_thread
 
 log = logging.getLogger("longtask.workers")
@@ -40,6 +42,7 @@ class Worker:
         queues: list[str] | None = None,
         stalled_after: float = 30.0,
         name: str | None = None,
+        prune: PruneSchedule | None = None,
     ) -> None:
         from longtask.checkpointers import Database
         from longtask.runtime._runner import Runner
@@ -52,6 +55,7 @@ class Worker:
         self.app = make_app(self.db)
         self.runner = Runner(self.db, worker=self.name, cancel_poll=min(0.5, stalled_after / 4))
         self.started = time.time()
+        self.prune = prune
         self.jobs = 0
         self.current: set[str] = set()
         self._lock = threading.Lock()
@@ -103,21 +107,21 @@ class Worker:
                 self.stalled_after,
             )
 
-    def _fire_schedules(self) -> None:
-        if self.runner.stopping.is_set():
-            return
-        try:
-            self.runner.fire_due(launch="queue")
-        except Exception:  # the next round tries again; a tick stays due until fired
-            log.exception("could not fire due schedules")
+    async def _scheduling(self) -> None:
+        """Fire due schedules, apart from the heartbeat and the takeovers (a task module
+        slow to import must not hold them up); as often as the housekeeping runs."""
+        while not self.runner.stopping.is_set():
+            try:
+                await asyncio.to_thread(self.runner.fire_due, launch="queue")
+            except Exception:  # the next round tries again; a tick stays due until fired
+                log.exception("could not fire due schedules")
+            await asyncio.sleep(max(0.2, self.stalled_after / 4))
 
     async def _housekeeping(self) -> None:
-        """Heartbeat, fire due schedules, and retry the jobs of workers that stopped
-        beating."""
+        """Heartbeat, and retry the jobs of workers that stopped beating."""
         manager = self.app.job_manager
         while True:
             await asyncio.to_thread(self._beat)
-            await asyncio.to_thread(self._fire_schedules)
             try:
                 threshold = await asyncio.to_thread(
                     self.db.store.stalled_threshold, self.stalled_after
@@ -128,6 +132,28 @@ class Worker:
             except Exception:  # the next round tries again
                 log.exception("could not retry stalled jobs")
             await asyncio.sleep(max(0.2, self.stalled_after / 4))
+
+    async def _pruning(self) -> None:
+        """The scheduled prune, apart from the heartbeat (a long prune must not make this
+        worker look stalled): first a minute after start, then every ``prune.every``."""
+        assert self.prune is not None
+        await asyncio.sleep(min(60.0, self.prune.every))
+        while True:
+            try:
+                report = await asyncio.to_thread(self.prune.run, self.runner)
+                if report is None:
+                    log.info("scheduled prune skipped: another worker is pruning")
+                elif report.threads or report.blobs or report.artifact_files:
+                    log.info(
+                        "pruned %d thread(s) %s, %d blob(s), %d artifact file(s)",
+                        len(report.threads),
+                        report.by_status,
+                        report.blobs,
+                        report.artifact_files,
+                    )
+            except Exception:  # the next round tries again
+                log.exception("scheduled prune failed")
+            await asyncio.sleep(self.prune.every)
 
     def stop(self) -> None:
         """Stop every running thread at its next step boundary, then the worker."""
@@ -158,15 +184,21 @@ class Worker:
                     delete_jobs="successful",
                 )
             )
-            housekeeping = asyncio.create_task(self._housekeeping())
+            background = [
+                asyncio.create_task(self._housekeeping()),
+                asyncio.create_task(self._scheduling()),
+            ]
+            if self.prune is not None:
+                background.append(asyncio.create_task(self._pruning()))
             try:
                 await self._worker_task
             except asyncio.CancelledError:
                 pass
             finally:
-                housekeeping.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await housekeeping
+                for task in background:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
     def run(self) -> None:
         log.info("worker %s on queues %s", self.name, ", ".join(self.queues))

@@ -13,6 +13,7 @@ from pydantic import BaseModel, TypeAdapter
 from longtask.errors import ResultNotAvailable
 from longtask.model import StepInfo
 from longtask.store import ValueCodec
+from longtask.store._values import is_reference
 
 T = TypeVar("T")
 
@@ -99,8 +100,14 @@ class StepContext:
     def inputs(self) -> Any:
         if self._inputs is None:
             env = self._state.get(INPUTS_CHANNEL)
-            if self._inputs_model is not None and isinstance(env, dict):
-                # The task's own model rebuilds them; no need to import the stored class.
+            if (
+                self._inputs_model is not None
+                and isinstance(env, dict)
+                and is_reference(env)
+                and "model" in env
+            ):
+                # Stored as a model before 0.2: the task's own model rebuilds them, no need
+                # to import the stored class.
                 env = {k: v for k, v in env.items() if k != "model"}
             raw = self._codec.decode(env) or {}
             self._inputs = self._inputs_model.model_validate(raw) if self._inputs_model else raw

@@ -76,6 +76,10 @@ class StepEnv:
     snapshot: Snapshot | None = None
     #: the steps of each thread's current super-step running in this process
     siblings: Siblings = field(default_factory=Siblings)
+    #: ``adopt(thread_id, state)``: makes sure a thread run through the compiled graph
+    #: directly (LangGraph's own ``invoke``/``stream``, no Runner) has its thread record
+    adopt: Callable[[str, Mapping[str, Any]], None] | None = None
+    _adopted: set[str] = field(default_factory=set)
     #: once-per-thread event keys this process has queued (stage.started of each sibling)
     _emitted: dict[str, set[str]] = field(default_factory=dict)
     #: durable attempt counts, read once per thread per run (only failures write them)
@@ -85,6 +89,21 @@ class StepEnv:
     #: when each step last reported progress (monotonic seconds), for the rate limit
     _progress_at: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def adopt_thread(self, config: RunnableConfig, state: Mapping[str, Any]) -> None:
+        """Before a node of a run that no Runner started (no run number in its config)
+        does anything: the thread gets its record, so status, events and the CLI see it
+        and no row of it is an orphan. Once per thread and process."""
+        conf = config.get("configurable") or {}
+        thread_id = conf.get("thread_id")
+        if RUN_KEY in conf or self.adopt is None or thread_id is None:
+            return
+        thread_id = str(thread_id)
+        if thread_id in self._adopted:
+            return
+        self.adopt(thread_id, state)
+        with self._lock:
+            self._adopted.add(thread_id)
 
     def emit(
         self,

@@ -53,6 +53,7 @@ from longtask.steps._function import (
     step_started,
 )
 from longtask.steps._hitl import decision_from_hitl, with_hitl
+from longtask.store import is_skipped, sending_ahead, skipped_value
 
 Node = Callable[[dict[str, Any], RunnableConfig], Any]
 
@@ -195,7 +196,7 @@ def skipped_by(state: dict[str, Any], info: StepInfo, pauses: frozenset[str]) ->
 
 def skip_update(env: StepEnv, call: NodeCall, info: StepInfo, reason: str) -> dict[str, Any]:
     env.emit(call, "step.skipped", call.key("step.skipped"), info, data={"reason": reason})
-    return {result_channel(info.name): {"v": None, "skipped": reason}}
+    return {result_channel(info.name): skipped_value(reason)}
 
 
 def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, Node]:
@@ -274,7 +275,7 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
             return rejected(call, req, None, "rejected (timed out)")
         value = env.codec.encode(None)
         if policy != "skip":
-            value.update(skip_to=policy, reason="timed out")
+            value = sending_ahead(value, policy, "timed out")
         return {result_channel(step.name): value}
 
     def rejected(
@@ -293,8 +294,7 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
             )
             step_failed(env, call, info, exc)
             raise exc
-        value.update(skip_to=step.on_reject, reason=why)
-        return {result_channel(step.name): value}
+        return {result_channel(step.name): sending_ahead(value, step.on_reject, why)}
 
     def accept(answer: Any, req: dict[str, Any], deadline: datetime | None, now: datetime) -> Any:
         """TIMEOUT, the checked payload of a wait, or the checked Decision of an approval."""
@@ -317,7 +317,7 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         """A decision this step already holds for exactly this plan (the step runs again on
         a fork from before it): it still counts while younger than ``valid_for``."""
         stored = state.get(result_channel(step.name))
-        if not isinstance(stored, dict) or stored.get("skipped"):
+        if stored is None or is_skipped(stored):
             return None
         try:
             decision = Decision.model_validate(env.codec.decode(stored, strict=False))
@@ -347,7 +347,7 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
     def ask(state: dict[str, Any], config: RunnableConfig) -> Any:
         call = NodeCall.from_config(config)
         done = state.get(result_channel(step.name))
-        if isinstance(done, dict) and done.get("skipped"):
+        if is_skipped(done):
             return {result_channel(step.name): done}  # skipped by the request node
         req = state.get(channel)
         if not isinstance(req, dict):

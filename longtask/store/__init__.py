@@ -16,7 +16,13 @@ from longtask.store._store import (
     Store,
     ThreadRecord,
 )
-from longtask.store._values import DEFAULT_INLINE_LIMIT, ValueCodec
+from longtask.store._values import (
+    DEFAULT_INLINE_LIMIT,
+    ValueCodec,
+    is_skipped,
+    sending_ahead,
+    skipped_value,
+)
 from longtask.store._writer import EventWriter
 
 __all__ = [
@@ -41,4 +47,7 @@ __all__ = [
     "ThreadRecord",
     "ValueCodec",
     "WorkerRecord",
+    "is_skipped",
+    "sending_ahead",
+    "skipped_value",
 ]

@@ -72,6 +72,15 @@ class ArtifactTables:
         assert self.artifact_dir is not None
         return self.artifact_dir / digest[:2] / digest
 
+    def _write_file(self, digest: str, data: bytes) -> None:
+        path = self._path(digest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written aside and renamed: a crash never leaves half a file under the digest.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
     def put_artifact(
         self,
         thread_id: str,
@@ -84,14 +93,8 @@ class ArtifactTables:
         check_name(name)
         digest = hashlib.sha256(data).hexdigest()
         if self.artifact_dir is not None:
-            path = self._path(digest)
-            if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                # Written aside and renamed: a crash never leaves half a file under the digest.
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                os.replace(tmp, path)
+            if not self._path(digest).exists():
+                self._write_file(digest, data)
         else:
             self.put_blob(digest, data)
         now = time.time()
@@ -102,6 +105,10 @@ class ArtifactTables:
             "created_at = excluded.created_at",
             (thread_id, name, step, digest, len(data), media_type, now),
         )
+        if self.artifact_dir is not None and not self._path(digest).exists():
+            # A prune removed the file between the check above and the row's insert (it
+            # removes only files no row refers to): write it again.
+            self._write_file(digest, data)
         return Artifact(thread_id, name, step, digest, len(data), media_type, _ts(now))
 
     def artifacts(self, thread_id: str) -> list[Artifact]:

@@ -174,9 +174,10 @@ class Store(
         """Execute one statement in autocommit and return its rows (if any)."""
 
     @abstractmethod
-    def _transaction(self) -> AbstractContextManager[Any]:
+    def _transaction(self, serialise: bool = True) -> AbstractContextManager[Any]:
         """A context manager yielding an ``execute(sql, params)`` callable in one transaction,
-        serialised against other processes running migrations."""
+        serialised against other processes running migrations (unless ``serialise`` is
+        False: retention's short transactions)."""
 
     @abstractmethod
     def _table_exists(self, name: str) -> bool: ...
@@ -441,7 +442,8 @@ class Store(
     def put_blob(self, digest: str, data: bytes) -> None:
         self._run(
             "INSERT INTO longtask_blobs (digest, data, size, created_at) VALUES (?,?,?,?) "
-            "ON CONFLICT (digest) DO NOTHING",
+            # Stored again: a fresh created_at tells a concurrent prune to keep it.
+            "ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at",
             (digest, data, len(data), time.time()),
         )
 
@@ -518,7 +520,7 @@ class SqliteStore(Store):
             return rows
 
     @contextmanager
-    def _transaction(self) -> Iterator[Any]:
+    def _transaction(self, serialise: bool = True) -> Iterator[Any]:
         with self._lock:
             self._conn.commit()
             self._conn.execute("BEGIN IMMEDIATE")
@@ -591,10 +593,11 @@ class PostgresStore(Store):
             return out
 
     @contextmanager
-    def _transaction(self) -> Iterator[Any]:
+    def _transaction(self, serialise: bool = True) -> Iterator[Any]:
         with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-            # Serialise concurrent `db upgrade`s; released at commit.
-            cur.execute("SELECT pg_advisory_xact_lock(7428061905411)")
+            if serialise:
+                # Serialise concurrent `db upgrade`s; released at commit.
+                cur.execute("SELECT pg_advisory_xact_lock(7428061905411)")
 
             def execute(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
                 # No parameters: no placeholder parsing (PL/pgSQL bodies use % freely).

@@ -6,10 +6,22 @@ values are kept inline in the channel. Larger ones are written once to the conte
 every channel (the SQLite saver writes all channel values into every checkpoint row) then
 carries ~80 bytes per finished step instead of the whole result.
 
-The envelope kept in a channel is a plain dict, so any saver stores it as is:
-``{"v": value}`` or ``{"ref": digest, "size": n}``, plus ``"model": "module:Qualname"``
-when the value was a pydantic model. A map step's result is ``{"map": {...}}``: a reference
-to its items' results in ``longtask_map_items``, each stored once (see ``map_envelope``).
+A channel holds the value itself, as LangGraph's own ``get_state().values`` shows it. Only
+a few kinds of value are kept as a small object tagged ``"$longtask"``:
+
+- a large value: ``{"$longtask": "blob", "digest": d, "size": n}``;
+- a pydantic model (rebuilt on the way out): ``{"$longtask": "model", "model":
+  "module:Qualname", "value": json}`` (a large one is a blob with ``"model"``);
+- a pause's result that sends execution ahead (``"skip_to"``, ``"reason"`` beside
+  ``"value"``);
+- a map step's result, a reference to its items' results in ``longtask_map_items``, each
+  stored once (``{"$longtask": "map", ...}``, see ``map_envelope``), and a step skipped by
+  a pause (``{"$longtask": "skipped", "reason": ...}``).
+
+A plain dict that could be read as one of those (it has a ``"$longtask"`` key, or the shape
+of a 0.1 envelope) is wrapped as ``{"$longtask": "value", "value": ...}``. Databases
+written before carry envelopes (``{"v": value}``, ``{"ref": digest, "size": n}``,
+``{"map": {...}}``, ``{"v": null, "skipped": reason}``); they are read as before.
 """
 
 from __future__ import annotations
@@ -28,6 +40,50 @@ from longtask.errors import InvalidInput, LongTaskError
 
 DEFAULT_INLINE_LIMIT = 1024
 
+#: the key of the few objects longtask keeps in a channel in place of a plain value
+TAG = "$longtask"
+_LEGACY_KEYS = frozenset({"v", "ref", "size", "model", "map", "skipped", "skip_to", "reason"})
+
+
+def _legacy(value: Any) -> bool:
+    """An envelope written before plain values (0.1): ``{"v": ...}``, ``{"ref": ...}``..."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and value.keys() <= _LEGACY_KEYS
+        and bool({"v", "ref", "map"} & value.keys())
+    )
+
+
+def skipped_value(reason: str) -> dict[str, Any]:
+    """The channel value of a step a pause skipped (its result reads as None)."""
+    return {TAG: "skipped", "reason": reason}
+
+
+def is_skipped(value: Any) -> bool:
+    """Whether a channel value marks a step skipped by a pause."""
+    if not isinstance(value, dict):
+        return False
+    if TAG in value:
+        return bool(value[TAG] == "skipped")
+    return _legacy(value) and bool(value.get("skipped"))
+
+
+def sending_ahead(value: Any, target: str, reason: str) -> dict[str, Any]:
+    """A pause's result (a channel value) that also sends execution ahead to ``target``:
+    the steps that are not on the way there are skipped (see longtask.steps._pause)."""
+    env = (
+        dict(value) if isinstance(value, dict) and TAG in value else {TAG: "value", "value": value}
+    )
+    env.update(skip_to=target, reason=reason)
+    return env
+
+
+def is_reference(value: Any) -> bool:
+    """Whether a channel value is a stored object of longtask's (a blob, a model, a map)
+    rather than a plain JSON value."""
+    return isinstance(value, dict) and (TAG in value or _legacy(value))
+
 
 class BlobStore(Protocol):
     def put_blob(self, digest: str, data: bytes) -> None: ...
@@ -43,13 +99,12 @@ def map_envelope(
 ) -> dict[str, Any]:
     """The channel value of a finished map step: where its items' results are stored."""
     return {
-        "map": {
-            "thread": thread_id,
-            "step": step,
-            "digest": digest,
-            "items": total,
-            "collect": collect,
-        }
+        TAG: "map",
+        "thread": thread_id,
+        "step": step,
+        "digest": digest,
+        "items": total,
+        "collect": collect,
     }
 
 
@@ -112,12 +167,11 @@ class ValueCodec:
         self._cache: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
-    def encode(self, value: Any, what: str = "value") -> dict[str, Any]:
+    def encode(self, value: Any, what: str = "value") -> Any:
+        """The channel value of ``value``: the JSON value itself, or a tagged object (see
+        the module's doc)."""
         data, model = to_json_bytes(value, what)
-        env: dict[str, Any]
-        if len(data) <= self.inline_limit:
-            env = {"v": json.loads(data)}
-        else:
+        if len(data) > self.inline_limit:
             digest = hashlib.sha256(data).hexdigest()[:40]
             thread_id = _node_thread() if self._defer is not None else None
             if thread_id is not None and self._defer is not None:
@@ -125,29 +179,58 @@ class ValueCodec:
                 self._remember(digest, data)  # readable here before it commits
             else:
                 self._blobs.put_blob(digest, data)
-            env = {"ref": digest, "size": len(data)}
+            env: dict[str, Any] = {TAG: "blob", "digest": digest, "size": len(data)}
+            if model:
+                env["model"] = model
+            return env
+        plain = json.loads(data)
         if model:
-            env["model"] = model
-        return env
+            return {TAG: "model", "model": model, "value": plain}
+        if isinstance(plain, dict) and (TAG in plain or _legacy(plain)):
+            return {TAG: "value", "value": plain}
+        return plain
 
     def decode(self, env: Any, *, strict: bool = True) -> Any:
-        """The value an envelope holds. With ``strict=False`` a pydantic value whose class
+        """The value a channel holds. With ``strict=False`` a pydantic value whose class
         cannot be imported here comes back as its JSON (for display by the CLI)."""
-        if not isinstance(env, dict) or not ({"v", "ref", "map"} & env.keys()):
-            # Written by hand through LangGraph's own update_state: take it as it is.
+        if not isinstance(env, dict):
             return env
+        if TAG in env:
+            kind = env[TAG]
+            if kind == "value":
+                return env["value"]
+            if kind == "skipped":
+                return None
+            if kind == "map":
+                return self._map_value(env)
+            if kind == "blob":
+                raw = self._load(env["digest"])
+            elif kind == "model":
+                raw = env["value"]
+            else:
+                raise LongTaskError(
+                    f"a stored value has an unknown kind {kind!r}: it was written by a newer "
+                    "longtask; upgrade longtask to read it"
+                )
+            return self._rebuild(raw, env.get("model"), strict)
+        if not _legacy(env):
+            return env  # a plain value (or one written through LangGraph's update_state)
         if "map" in env:
             return self._map_value(env["map"])
         raw = self._load(env["ref"]) if "ref" in env else env["v"]
-        if env.get("model"):
-            try:
-                model = _load_model(env["model"])
-            except LongTaskError:
-                if strict:
-                    raise
-                return raw
-            return model.model_validate(raw)
-        return raw
+        return self._rebuild(raw, env.get("model"), strict)
+
+    @staticmethod
+    def _rebuild(raw: Any, model_path: str | None, strict: bool) -> Any:
+        if not model_path:
+            return raw
+        try:
+            model = _load_model(model_path)
+        except LongTaskError:
+            if strict:
+                raise
+            return raw
+        return model.model_validate(raw)
 
     def _map_value(self, ref: dict[str, Any]) -> Any:
         if self._maps is None:

@@ -135,7 +135,7 @@ def test_history_reads_a_bounded_number_of_rows(tmp_path: Path) -> None:
                         "checkpoint_id": head,
                     }
                 },
-                {"out.n0": {"v": 1}},
+                {"out.n0": 1},
                 as_node="n0",
             )
         total = len(runner.db.store.checkpoint_tree(threads[0]))

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from longtask import DatabaseError, InvalidInput
+from longtask import DatabaseError, InvalidInput, LongTaskError
 from longtask.checkpointers import parse_url, redact, resolve_url
 from longtask.checkpointers._url import scrub
-from longtask.store import ValueCodec
+from longtask.store import ValueCodec, is_skipped, skipped_value
 
 
 def test_parse_urls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,16 +76,61 @@ def test_small_values_inline_large_by_reference() -> None:
     blobs = Blobs()
     codec = ValueCodec(blobs, inline_limit=64)
     small = codec.encode({"a": 1})
-    assert small == {"v": {"a": 1}}
+    assert small == {"a": 1}  # the value itself: LangGraph's get_state shows it as it is
     big_value = {"text": "x" * 500}
     big = codec.encode(big_value)
-    assert set(big) == {"ref", "size"} and len(blobs.data) == 1
+    assert big["$longtask"] == "blob" and big["size"] > 500 and len(blobs.data) == 1
     again = codec.encode(dict(big_value))
     assert again == big and len(blobs.data) == 1  # content-addressed: stored once
     assert codec.decode(big) == big_value
     decoded = codec.decode(big)
     decoded["text"] = "mutated"
     assert codec.decode(big) == big_value  # each reader gets its own copy
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"$longtask": "blob", "digest": "x"},  # looks like one of ours
+        {"v": 1},  # looks like an envelope of 0.1
+        {"ref": "abc", "size": 3},
+        {"map": {"thread": "t"}},
+        {"v": None, "skipped": "yes"},
+    ],
+)
+def test_plain_values_that_look_like_references_round_trip(value: dict[str, Any]) -> None:
+    codec = ValueCodec(Blobs())
+    env = codec.encode(value)
+    assert env == {"$longtask": "value", "value": value}
+    assert codec.decode(env) == value
+    assert not is_skipped(env)
+
+
+def test_plain_values_are_kept_as_they_are() -> None:
+    codec = ValueCodec(Blobs())
+    for value in [1, "s", None, [1, {"v": 2}], {"a": {"v": 1}}, {"v": 1, "w": 2}]:
+        assert codec.encode(value) == value
+        assert codec.decode(value) == value
+
+
+def test_values_written_by_0_1_are_read() -> None:
+    """Databases made before plain values hold envelopes; they read as they did."""
+    blobs = Blobs()
+    blobs.put_blob("d1", b'{"big": true}')
+    codec = ValueCodec(blobs)
+    assert codec.decode({"v": {"a": 1}}) == {"a": 1}
+    assert codec.decode({"v": None}) is None
+    assert codec.decode({"ref": "d1", "size": 13}) == {"big": True}
+    report = codec.decode({"v": {"title": "t", "items": [1]}, "model": f"{__name__}:Report"})
+    assert report == Report(title="t", items=[1])
+    skipped = {"v": None, "skipped": "rejected"}
+    assert is_skipped(skipped) and codec.decode(skipped) is None
+    assert is_skipped(skipped_value("rejected")) and codec.decode(skipped_value("r")) is None
+
+
+def test_a_value_of_a_newer_kind_is_a_clear_error() -> None:
+    with pytest.raises(LongTaskError, match="written by a newer longtask"):
+        ValueCodec(Blobs()).decode({"$longtask": "hologram"})
 
 
 @pytest.mark.parametrize("limit", [10_000, 8])
