@@ -313,7 +313,11 @@ class ScheduleMixin(QueueMixin):
                 thread_id,
                 "longtask.started",
                 key="longtask.started",
-                data={"task": rec.task_name, "version": rec.task_version},
+                data={
+                    "task": rec.task_name,
+                    "version": rec.task_version,
+                    "hash": rec.definition_hash,
+                },
             )
             self.wake(thread_id)
             store.fire_started(thread_id)
