@@ -439,11 +439,14 @@ def test_serve_fires_due_schedules_and_lists_them(sqlite_url: str) -> None:
     from starlette.testclient import TestClient
 
     from longtask.serve import create_app
+    from longtask.serve._lg_assistants import load_registry
 
     tick = _due_in_real_time(sqlite_url, "served")
     thread = tick_id("served", tick)
+    registry = load_registry([REF])  # its declared schedules are registered at start
     with Runner(sqlite_url) as runner:
-        with TestClient(create_app(runner, {}, schedule_poll=0.05)) as client:
+        app = create_app(runner, {}, registry=registry, schedule_poll=0.05)
+        with TestClient(app) as client:
             _until(
                 "serve to fire and run the schedule",
                 lambda: (
@@ -453,8 +456,10 @@ def test_serve_fires_due_schedules_and_lists_them(sqlite_url: str) -> None:
             )
             listed = client.get("/api/schedules").json()
             status = client.get(f"/api/threads/{thread}").json()
-        assert [s["name"] for s in listed] == ["served"]
-        assert listed[0]["last_thread"] == thread
+        often = load_task(REF).schedules[1].name_for("nightly")
+        assert sorted(s["name"] for s in listed) == sorted(["served", "nightly", often])
+        served = next(s for s in listed if s["name"] == "served")
+        assert served["last_thread"] == thread
         assert status["schedule"]["name"] == "served"
         assert thread_ids(runner) == [thread]
 
