@@ -341,6 +341,20 @@ class ImportThreadExists(MoveRefused, ThreadExists):
         )
 
 
+class ScheduleNotFound(LongTaskError):
+    """No schedule of that name is registered in the database."""
+
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        self.name = name
+        self.known = list(known)
+        listing = (
+            f"the schedules are {', '.join(map(repr, self.known))}"
+            if self.known
+            else "no schedule is registered (add one with `longtask schedule add TASKREF`)"
+        )
+        super().__init__(f"no schedule {name!r}; {listing}")
+
+
 def connection_error(exc: BaseException) -> BaseException | None:
     """The driver error in ``exc``'s chain if the database connection failed under it
     (PostgreSQL: the server went away or ended the connection, or none could be had in

@@ -91,6 +91,11 @@ def print_status(out: Console, st: ThreadStatus) -> None:
             )
     if st.worker:
         out.print(f"held by worker {escape(st.worker)}")
+    if st.schedule:
+        from longtask.cli._schedules import schedule_lines
+
+        for line in schedule_lines(st.schedule):
+            out.print(line)
     t = st.thread_id
     if st.status == "cancelling":
         out.print(f"finish cancelling with: {escape(cmd(f'longtask cancel {t}'))}")

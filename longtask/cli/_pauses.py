@@ -118,17 +118,31 @@ def tick(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Act on approvals and waits whose deadline has passed.
+    """Act on passed deadlines, and fire due schedules.
 
-    Safe to run from cron, and from several processes at once."""
+    Approvals and waits whose deadline has passed time out. Each due schedule tick starts
+    its thread: run here (SQLite) or queued for the workers (PostgreSQL). Safe to run from
+    cron, and from several processes at once: a tick starts one thread. --json lists the
+    deadlines acted on, then one entry per schedule fired (with a "schedule" key)."""
     with _runner(db) as runner:
         results = runner.tick(limit=limit)
+        fired = runner.fire_due(limit=limit)
+        states = {
+            f.thread_id: runner.db.store.get_thread(f.thread_id)
+            for f in fired
+            if f.thread_id is not None
+        }
     if json_:
-        print(json.dumps([r.__dict__ for r in results], indent=2))
-    else:
-        for r in results:
-            out.print(f"{escape(r.thread_id)} {escape(r.step)}: {escape(r.outcome)}")
-        out.print(f"{len(results)} deadline(s) processed")
+        print(json.dumps([r.__dict__ for r in results] + [f.to_json() for f in fired], indent=2))
+        return
+    for r in results:
+        out.print(f"{escape(r.thread_id)} {escape(r.step)}: {escape(r.outcome)}")
+    out.print(f"{len(results)} deadline(s) processed")
+    for f in fired:
+        rec = states.get(f.thread_id) if f.thread_id else None
+        what = f"thread {escape(f.thread_id)} ({rec.status})" if f.thread_id and rec else ""
+        missed = f", {f.missed} missed tick(s) not run" if f.missed else ""
+        out.print(f"schedule {escape(f.schedule)}: {escape(f.outcome)} {what}{missed}".rstrip())
 
 
 @app.command()

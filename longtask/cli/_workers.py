@@ -103,9 +103,11 @@ def worker(
 ) -> None:
     """Run threads submitted to workers until stopped.
 
-    SIGTERM/SIGINT stop each running thread at its next step and hand it back to the
-    queue. With --prune-completed-before / --prune-failed-before the worker also runs
-    `longtask prune` every --prune-every (one worker at a time). PostgreSQL only."""
+    Workers also fire due schedules (`longtask schedule`): one thread per tick, however
+    many workers run. SIGTERM/SIGINT stop each running thread at its next step and hand it
+    back to the queue. With --prune-completed-before / --prune-failed-before the worker
+    also runs `longtask prune` every --prune-every (one worker at a time). PostgreSQL
+    only."""
     from longtask.cli._prune import _duration
     from longtask.runtime._prune import PruneSchedule
     from longtask.runtime._worker import Worker
@@ -202,9 +204,10 @@ def serve(
     The page shows threads live (SSE); approve and reject from the browser. LangGraph
     clients (langgraph-sdk, Studio, Agent Chat UI) drive the tasks given with --task or in
     longtask.json; their runs are carried out in the background, and continue after a
-    restart. Actions need a bearer token (or X-Api-Key): $LONGTASK_API_TOKEN (named by
-    $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...; off 127.0.0.1 a token is
-    required."""
+    restart. Due schedules fire (`longtask schedule`), and the schedules those tasks
+    declare are registered at start. Actions need a bearer token (or X-Api-Key):
+    $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...;
+    off 127.0.0.1 a token is required."""
     from longtask.serve import run_server
 
     out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)")

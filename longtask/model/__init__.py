@@ -2,6 +2,7 @@
 
 from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agent_step, fix_with
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
+from longtask.model._schedule import Schedule
 from longtask.model._steps import (
     ApprovalStep,
     Budget,
@@ -32,6 +33,7 @@ __all__ = [
     "PauseStep",
     "Prompt",
     "Retry",
+    "Schedule",
     "Stage",
     "Step",
     "StepInfo",

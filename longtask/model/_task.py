@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, field_validator, model_
 
 from longtask.errors import DefinitionError
 from longtask.model._agent import FixLoop
+from longtask.model._schedule import Schedule
 from longtask.model._steps import Budget, PauseStep, Retry, Stage, Step
 
 #: Step and stage names become LangGraph node names, state channel names and keys in our
@@ -78,6 +79,9 @@ class LongTask(BaseModel):
     compensate_on_failure: bool = False
     #: model of agent steps that do not name one (else ``$LONGTASK_MODEL``, ``gpt-4o-mini``)
     model: str | None = None
+    #: when to start the task on its own (registered with ``longtask schedule add TASKREF``);
+    #: not part of the definition hash: a schedule changes when threads start, not how
+    schedules: tuple[Schedule, ...] = ()
 
     _module: str | None = PrivateAttr(default=None)
 
@@ -232,6 +236,7 @@ def _problems(task: LongTask) -> Iterator[str]:
             yield from step.problems()
     for step in task.steps.values():
         yield from _fix_problems(step, stage_of)
+    yield from _schedule_problems(task)
     # Dependencies are checked against the first step of each name, so one typo produces
     # one problem rather than a cascade.
     graph: dict[str, list[str]] = {}
@@ -268,6 +273,27 @@ def _problems(task: LongTask) -> Iterator[str]:
                         f"step {step.name!r}: {policy}={target!r} must name a step in a later "
                         "stage (execution skips ahead to it)"
                     )
+
+
+def _schedule_problems(task: LongTask) -> Iterator[str]:
+    seen: set[str] = set()
+    for schedule in task.schedules:
+        if not isinstance(schedule, Schedule):
+            yield f"schedules must hold Schedule(...) objects, got {schedule!r:.60}"
+            continue
+        found = schedule.problems(task)
+        yield from found
+        if found:
+            continue  # a schedule with problems may have no name yet (inputs not JSON)
+        name = schedule.name_for(task.name)
+        if name in seen:
+            yield (
+                f"two schedules are named {name!r}; give each a name=... of its own"
+                if schedule.name
+                else f"schedule {schedule.cron!r} is declared twice with the same timezone "
+                "and inputs"
+            )
+        seen.add(name)
 
 
 def _fix_problems(step: Step, names: dict[str, int]) -> Iterator[str]:

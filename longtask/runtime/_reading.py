@@ -10,6 +10,7 @@ from langchain_core.runnables import RunnableConfig
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._pauses import PAUSE_KINDS, USER_KINDS
+from longtask.runtime._schedules import schedule_of
 from longtask.runtime._views import Pending, StepState, ThreadStatus
 from longtask.steps import RUN_KEY, result_channel
 from longtask.store import Event, ThreadRecord, is_skipped
@@ -177,6 +178,7 @@ class ReadingMixin(RunnerBase):
             created_at=rec.created_at,
             updated_at=rec.updated_at,
             worker=holder[0] if holder else None,
+            schedule=schedule_of(self.db.store, thread_id),
         )
 
     def result(self, thread_id: str, step: str) -> Any:

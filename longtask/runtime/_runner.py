@@ -53,6 +53,7 @@ from longtask.runtime._pauses import (
 from longtask.runtime._prune import PruneMixin
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._reading import ReadingMixin, _config
+from longtask.runtime._schedules import ScheduleMixin
 from longtask.runtime._streams import (
     CALL_CONFIG,
     StreamMixin,
@@ -160,6 +161,7 @@ class Runner(
     ControlMixin,
     WatchMixin,
     HistoryMixin,
+    ScheduleMixin,
     QueueMixin,
     MoveMixin,
     PruneMixin,

@@ -46,6 +46,9 @@ class ThreadStatus(BaseModel):
     updated_at: datetime
     #: the worker holding the thread now (threads served by workers)
     worker: str | None = None
+    #: the schedule that started the thread: name, tick, and its next fire time
+    #: (``next_fire_at`` UTC, ``next_fire_local`` in its timezone), or None
+    schedule: dict[str, Any] | None = None
 
     @property
     def done(self) -> int:

@@ -7,6 +7,11 @@ retries the jobs of workers whose heartbeat is older than ``stalled_after`` seco
 threads continue elsewhere from the last checkpoint, and fencing refuses anything the
 stalled worker tries to write if it wakes up. SIGTERM/SIGINT stop each running thread at its
 next step boundary and hand it back to the queue.
+
+Workers also fire schedules (``longtask schedule``): every few seconds (a quarter of
+``stalled_after``) each starts a thread for every due tick and queues it like ``submit``.
+Every worker tries; row locks and the tick's thread id make it one thread per tick (see
+``longtask.runtime._schedules``).
 """
 
 from __future__ import annotations
@@ -102,6 +107,16 @@ class Worker:
                 self.stalled_after,
             )
 
+    async def _scheduling(self) -> None:
+        """Fire due schedules, apart from the heartbeat and the takeovers (a task module
+        slow to import must not hold them up); as often as the housekeeping runs."""
+        while not self.runner.stopping.is_set():
+            try:
+                await asyncio.to_thread(self.runner.fire_due, launch="queue")
+            except Exception:  # the next round tries again; a tick stays due until fired
+                log.exception("could not fire due schedules")
+            await asyncio.sleep(max(0.2, self.stalled_after / 4))
+
     async def _housekeeping(self) -> None:
         """Heartbeat, and retry the jobs of workers that stopped beating."""
         manager = self.app.job_manager
@@ -169,7 +184,10 @@ class Worker:
                     delete_jobs="successful",
                 )
             )
-            background = [asyncio.create_task(self._housekeeping())]
+            background = [
+                asyncio.create_task(self._housekeeping()),
+                asyncio.create_task(self._scheduling()),
+            ]
             if self.prune is not None:
                 background.append(asyncio.create_task(self._pruning()))
             try:

@@ -50,6 +50,7 @@ from longtask.serve._lg_assistants import Registry, assistant_id
 from longtask.serve._lg_commands import plan_answer
 from longtask.serve._lg_common import Api
 from longtask.serve._page import index_page, thread_page
+from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ def create_app(
     registry: Registry | None = None,
     run_workers: int = 4,
     to_workers: bool = False,
+    schedule_poll: float | None = 5.0,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
@@ -99,7 +101,9 @@ def create_app(
     ``registry`` holds the tasks the LangGraph Server API offers as assistants; its runs are
     carried out by an executor of ``run_workers`` threads, which on startup continues runs
     and threads a process that died left unfinished; ``to_workers`` starts them as threads
-    served by workers (``longtask worker``, PostgreSQL) instead.
+    served by workers (``longtask worker``, PostgreSQL) instead. Every ``schedule_poll``
+    seconds (None: never) due schedules fire; the registered tasks' declared schedules are
+    registered when it starts.
     """
     auth = Tokens(tokens or {})
     tasks = registry or Registry()
@@ -304,14 +308,24 @@ def create_app(
     lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
     lg_thread = reader(lg_thread_get)
 
+    schedules = (
+        ScheduleLoop(executor, tasks, poll=schedule_poll, to_workers=to_workers)
+        if schedule_poll is not None
+        else None
+    )
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         recovered = await call(executor.recover)
         if recovered:
             log.info("continuing %d thread(s) left unfinished", len(recovered))
+        if schedules is not None:
+            schedules.start()
         try:
             yield
         finally:
+            if schedules is not None:
+                schedules.close()
             executor.close()
 
     api = "/api/threads/{thread_id}"
@@ -324,6 +338,7 @@ def create_app(
         Route("/info", info),
         Route("/ok", ok),
         Route("/api/threads", reader(list_threads)),
+        Route("/api/schedules", reader(schedules_route(runner))),
         Route(api, reader(thread_status)),
         Route(api + "/pending", reader(pending)),
         Route(api + "/events", reader(event_list)),

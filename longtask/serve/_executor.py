@@ -84,6 +84,9 @@ class Executor:
             t.start()
         #: notified whenever a run's status changes
         self.changed = threading.Condition()
+        #: threads fired by a schedule waiting in the job queue
+        self._fired: set[str] = set()
+        self._fired_lock = threading.Lock()
 
     def close(self) -> None:
         for _ in self._threads:
@@ -108,6 +111,21 @@ class Executor:
 
     def submit(self, run_id: str) -> None:
         self._jobs.put((self._execute, (run_id,)))
+
+    def start_fired(self, thread_id: str) -> None:
+        """Run a thread a schedule fired (see ``ScheduleMixin.start_fired``). Firing hands
+        over a fired thread again each round until it has started: while the pool is busy
+        with long runs, it waits here once, not once per round."""
+        with self._fired_lock:
+            if thread_id in self._fired:
+                return
+            self._fired.add(thread_id)
+        self._jobs.put((self._start_fired, (thread_id,)))
+
+    def _start_fired(self, thread_id: str) -> None:
+        with self._fired_lock:
+            self._fired.discard(thread_id)
+        self.runner.start_fired(thread_id)
 
     def submit_cancel(self, thread_id: str, reason: str | None, by: str) -> None:
         self._jobs.put((self._cancel, (thread_id, reason, by)))

@@ -111,9 +111,35 @@ async function load() {
     $("message").textContent = "";
   } catch (e) { $("message").textContent = e.message; }
 }
-bindToken(load);
+// Schedules: when each fires next, in its own timezone and in UTC.
+async function loadSchedules() {
+  try {
+    const rows = await api("/api/schedules");
+    const body = $("schedules");
+    body.replaceChildren();
+    for (const s of rows) {
+      const tr = el("tr");
+      tr.append(el("td", null, s.name), el("td", null, s.task_name));
+      tr.append(el("td", null, s.cron + " · " + s.timezone));
+      const next = s.paused ? "paused" : s.next_fire_local.slice(0, 16).replace("T", " ") +
+        " (" + new Date(s.next_fire_at).toISOString().slice(0, 16).replace("T", " ") + " UTC)";
+      tr.append(el("td", s.paused ? "muted" : null, next));
+      const last = el("td");
+      if (s.last_thread) {
+        const a = el("a", null, s.last_thread);
+        a.href = "/threads/" + encodeURIComponent(s.last_thread);
+        last.append(a);
+      }
+      tr.append(last);
+      body.append(tr);
+    }
+    $("schedules-section").hidden = rows.length === 0;
+  } catch (e) { $("schedules-section").hidden = true; }
+}
+bindToken(() => { load(); loadSchedules(); });
 load();
-setInterval(load, 5000);
+loadSchedules();
+setInterval(() => { load(); loadSchedules(); }, 5000);
 """
 
 THREAD_JS = r"""
@@ -194,6 +220,12 @@ function renderStatus(st) {
   const err = $("error");
   err.hidden = !st.error;
   err.textContent = st.error ? "error in " + (st.error.step || "?") + ": " + st.error.message : "";
+  const sched = st.schedule;
+  $("schedule").hidden = !sched;
+  $("schedule").textContent = !sched ? "" : "started by schedule " + sched.name + (
+    !sched.registered ? " (since removed)" : sched.paused ? " (paused)" :
+    " · next fire " + sched.next_fire_local.slice(0, 16).replace("T", " ") + " " +
+    sched.timezone);
 }
 function planView(value) {
   // An object as labelled rows; a multi-line string (a diff stat, a plan in prose) as a text
@@ -411,7 +443,11 @@ def index_page(*, reads_need_token: bool) -> tuple[str, str]:
 <main><section><p id="message" class="error"></p>
 <table><thead><tr><th>thread</th><th>task</th><th>status</th><th>updated</th></tr></thead>
 <tbody id="threads"></tbody></table><p id="empty" class="muted" hidden>no threads</p>
-</section></main>"""
+</section>
+<section id="schedules-section" hidden><h2>Schedules</h2>
+<table><thead><tr><th>schedule</th><th>task</th><th>cron</th><th>next fire</th>
+<th>last thread</th></tr></thead><tbody id="schedules"></tbody></table></section>
+</main>"""
     return _document("longtask", body, INDEX_JS, {"readsNeedToken": reads_need_token})
 
 
@@ -424,6 +460,7 @@ def thread_page(thread_id: str, reads_need_token: bool, missing: bool = False) -
 <main>
 <section><h2><span id="task">…</span> <span id="status" class="badge">loading</span></h2>
 <div class="bar"><div id="bar"></div></div><div id="progress" class="muted"></div>
+<div id="schedule" class="muted" hidden></div>
 <p id="not-found" hidden>no such thread: {name} is not in this database.
 <a href="/">See the threads</a>.</p>
 <p id="error" hidden></p><p id="load-error" class="error"></p>

@@ -5,6 +5,7 @@ from longtask.store._effects import EFFECT_STATUSES, Effect
 from longtask.store._leases import WorkerRecord
 from longtask.store._limits import BUDGET_LIMITS, NO_ITEM, Attempts, BudgetState
 from longtask.store._maps import MapProgress
+from longtask.store._schedules import ScheduleRecord
 from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
     THREAD_STATUSES,
@@ -40,6 +41,7 @@ __all__ = [
     "MapProgress",
     "NewEvent",
     "PostgresStore",
+    "ScheduleRecord",
     "SqliteStore",
     "Store",
     "ThreadRecord",

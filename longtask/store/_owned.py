@@ -222,6 +222,14 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
         "thread_id",
         carried=False,
     ),
+    # Which schedule tick started the thread: a schedule of this database (the tick's key is
+    # the schedule's, so a copy under another id would collide), deleted with the thread.
+    OwnedTable(
+        "longtask_schedule_fires",
+        ("schedule", "tick_at", "thread_id", "started", "fired_at"),
+        "tick_at",
+        carried=False,
+    ),
 )
 
 OWNED_BY_NAME = {t.name: t for t in OWNED_TABLES}

@@ -319,6 +319,40 @@ MIGRATIONS: list[list[str]] = [
             created_at {real} NOT NULL
         )""",
     ],
+    # 12: schedules (cron, timezone, inputs of a task to start on its own; the next tick to
+    # fire) and their fires: one row per tick that started a thread, so a thread knows its
+    # schedule and a thread fired but never started (a crash in between) is started later
+    [
+        """CREATE TABLE longtask_schedules (
+            name TEXT PRIMARY KEY,
+            task_ref TEXT NOT NULL,
+            task_name TEXT NOT NULL,
+            cron TEXT NOT NULL,
+            timezone TEXT NOT NULL,
+            inputs TEXT NOT NULL,
+            catch_up TEXT NOT NULL,
+            origin TEXT NOT NULL,
+            paused INTEGER NOT NULL DEFAULT 0,
+            next_fire_at {real} NOT NULL,
+            last_tick_at {real},
+            last_thread TEXT,
+            last_error TEXT,
+            created_at {real} NOT NULL,
+            updated_at {real} NOT NULL
+        )""",
+        "CREATE INDEX longtask_schedules_due ON longtask_schedules (next_fire_at)",
+        """CREATE TABLE longtask_schedule_fires (
+            schedule TEXT NOT NULL,
+            tick_at {real} NOT NULL,
+            thread_id TEXT NOT NULL,
+            started INTEGER NOT NULL DEFAULT 0,
+            fired_at {real} NOT NULL,
+            PRIMARY KEY (schedule, tick_at)
+        )""",
+        "CREATE INDEX longtask_schedule_fires_thread ON longtask_schedule_fires (thread_id)",
+        "CREATE INDEX longtask_schedule_fires_unstarted ON longtask_schedule_fires (fired_at) "
+        "WHERE started = 0",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

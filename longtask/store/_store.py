@@ -26,6 +26,7 @@ from longtask.store._fence import Fence
 from longtask.store._leases import LeaseTables
 from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
+from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
 
 if TYPE_CHECKING:
@@ -152,7 +153,16 @@ _THREAD_COLS = (
 _THREAD_READ = _THREAD_COLS.replace(" definition,", " NULL,")
 
 
-class Store(MapTables, EffectTables, LimitTables, ArtifactTables, LeaseTables, ApiTables, ABC):
+class Store(
+    MapTables,
+    EffectTables,
+    LimitTables,
+    ArtifactTables,
+    LeaseTables,
+    ApiTables,
+    ScheduleTables,
+    ABC,
+):
     dialect: Dialect
     #: parsed definition summaries by definition hash (see _threads)
     _definitions: dict[str, dict[str, Any]]

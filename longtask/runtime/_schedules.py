@@ -1,0 +1,388 @@
+"""Schedules: registering them, and firing the ticks that are due.
+
+Nothing of ours stays resident for schedules: whatever already runs fires them. On
+PostgreSQL every ``longtask worker`` calls :meth:`ScheduleMixin.fire_due` in its
+housekeeping loop and queues the threads it starts; on SQLite ``longtask serve`` does in
+its loop, and ``longtask tick`` (from the system's crontab) does each time it runs.
+
+Exactly one thread per tick, however many processes fire: on PostgreSQL the due schedules
+are taken with row locks that skip locked rows, so two workers do not even try the same
+schedule; everywhere the thread a tick starts has an id derived from the schedule and the
+tick (``nightly-20261201T0200Z``), so a second fire of a tick is refused by the thread id
+and counted as already fired. A schedule moves on only after its tick's thread exists, so
+a process that dies in between leaves the tick to the next fire (which finds the thread).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from longtask.errors import (
+    InvalidInput,
+    LongTaskError,
+    ScheduleNotFound,
+    ThreadBusy,
+    ThreadExists,
+)
+from longtask.model._schedule import (
+    TICK_SUFFIX_RE,
+    Schedule,
+    latest_tick,
+    next_tick,
+    tick_id,
+    ticks_between,
+)
+from longtask.runtime._queue import QueueMixin
+from longtask.runtime._taskref import find_ref, load_task
+from longtask.store import ScheduleRecord
+from longtask.store._schedules import DueSchedules
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
+    from longtask.store import Store, ThreadRecord
+
+log = logging.getLogger("longtask.runtime")
+
+#: with ``catch_up="none"``, a tick fires only this many seconds after its time at most;
+#: later it counts as missed (a crontab ``tick`` each minute, a worker's loop, fit in it)
+GRACE = 300.0
+#: missed ticks counted for the report, at most (a year of a per-minute schedule is not
+#: walked through)
+_COUNT_MISSED = 1000
+
+#: how fired threads start: run here, queue for ``longtask worker``, or hand the thread id
+#: to a function (``serve``'s executor)
+Launch = Literal["run", "queue"] | Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What firing did with one due schedule."""
+
+    schedule: str
+    #: the tick fired (or the latest tick skipped)
+    tick: datetime | None
+    thread_id: str | None
+    #: "fired" (a new thread), "already fired" (its thread existed: another process fired
+    #: it), "missed" (catch_up="none" and too late), "error: ..." (retried next time)
+    outcome: str
+    #: ticks passed over without a thread (catch_up: only the latest missed one fires)
+    missed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tick"] = self.tick.isoformat() if self.tick else None
+        return out
+
+
+class _NotNew(Exception):
+    """A fired thread that has run already: nothing to start."""
+
+
+class ScheduleMixin(QueueMixin):
+    # -- registering -------------------------------------------------------------------------
+
+    def schedules(self) -> list[ScheduleRecord]:
+        """Every registered schedule, the next to fire first."""
+        return self.db.store.schedules()
+
+    def schedule(self, name: str) -> ScheduleRecord:
+        rec = self.db.store.schedule_get(name)
+        if rec is None:
+            raise ScheduleNotFound(name, [s.name for s in self.db.store.schedules()])
+        return rec
+
+    def add_schedule(
+        self, task: LongTask, schedule: Schedule, *, task_ref: str | None = None
+    ) -> tuple[ScheduleRecord, str]:
+        """Register one schedule of ``task`` (not declared in its code). Returns the record
+        and "added", or "unchanged" when the same schedule is registered already; a name
+        taken by another schedule is refused."""
+        ref = self._schedule_ref(task, task_ref)
+        problems = schedule.problems(task, named=False)
+        if problems:
+            raise InvalidInput("; ".join(problems))
+        name = schedule.name_for(task.name)
+        existing = self.db.store.schedule_get(name)
+        if existing is not None:
+            if _same(existing, task, schedule, ref):
+                return existing, "unchanged"
+            raise InvalidInput(
+                f"schedule {name!r} exists already (task {existing.task_name!r}, cron "
+                f"{existing.cron!r}, {existing.timezone}); remove it first with "
+                f"`longtask schedule rm {name}`, or give --name"
+            )
+        rec = self._record(task, schedule, ref, "cli", None)
+        self.db.store.schedule_put(rec)
+        return self.schedule(name), "added"
+
+    def register_schedules(
+        self, task: LongTask, *, task_ref: str | None = None
+    ) -> list[tuple[str, str]]:
+        """Bring the schedules declared in ``task`` into the database: add new ones, update
+        changed ones, remove the declared ones that are gone from the code (schedules added
+        by hand stay). Returns ``(name, "added" | "updated" | "unchanged" | "removed")``.
+        A pause survives an update."""
+        ref = self._schedule_ref(task, task_ref)
+        store = self.db.store
+        current = {s.name: s for s in store.schedules()}
+        declared = {s.name_for(task.name): s for s in task.schedules}
+        for name in declared:
+            other = current.get(name)
+            if other is not None and (other.origin != "declared" or other.task_name != task.name):
+                # Checked for every name before anything is written.
+                raise InvalidInput(
+                    f"schedule name {name!r} is taken by a schedule of task "
+                    f"{other.task_name!r} ({other.origin}); rename one of them (name=...) "
+                    f"or remove the other with `longtask schedule rm {name}`"
+                )
+        out: list[tuple[str, str]] = []
+        for name, schedule in declared.items():
+            old = current.get(name)
+            if old is not None and _same(old, task, schedule, ref):
+                out.append((name, "unchanged"))
+                continue
+            # Same times: the next tick stays (a tick due now still fires).
+            keep = None
+            if old is not None and (old.cron, old.timezone) == (
+                schedule.cron.strip(),
+                schedule.timezone,
+            ):
+                keep = old.next_fire_at
+            store.schedule_put(self._record(task, schedule, ref, "declared", keep))
+            out.append((name, "updated" if old is not None else "added"))
+        for name, old in current.items():
+            if old.origin == "declared" and old.task_name == task.name and name not in declared:
+                store.schedule_delete(name)
+                out.append((name, "removed"))
+        return out
+
+    def remove_schedule(self, name: str) -> None:
+        """Unregister a schedule; threads it started stay. (A declared one comes back at
+        the next ``longtask schedule add TASKREF`` unless removed from the code.)"""
+        if not self.db.store.schedule_delete(name):
+            self.schedule(name)  # raises, naming the known schedules
+
+    def pause_schedule(self, name: str) -> ScheduleRecord:
+        """Fire nothing until resumed."""
+        if not self.db.store.schedule_pause(name, True, None):
+            self.schedule(name)
+        return self.schedule(name)
+
+    def resume_schedule(self, name: str) -> ScheduleRecord:
+        """Fire again from the next tick: ticks that passed while paused are not caught up."""
+        rec = self.schedule(name)
+        nxt = next_tick(rec.cron, rec.timezone, self.clock())
+        self.db.store.schedule_pause(name, False, nxt)
+        return self.schedule(name)
+
+    def schedule_of(self, thread_id: str) -> dict[str, Any] | None:
+        """Which schedule started the thread, the tick, and the schedule's next fire time
+        (None for a thread no schedule started)."""
+        return schedule_of(self.db.store, thread_id)
+
+    def _schedule_ref(self, task: LongTask, task_ref: str | None) -> str:
+        ref = task_ref or find_ref(task)
+        if not ref:
+            raise InvalidInput(
+                f"task {task.name!r} has no importable reference, so a schedule cannot load "
+                "it later; define it in a module and pass task_ref='package.module:name'"
+            )
+        return ref
+
+    def _record(
+        self,
+        task: LongTask,
+        schedule: Schedule,
+        ref: str,
+        origin: str,
+        next_fire_at: datetime | None,
+    ) -> ScheduleRecord:
+        cron = schedule.cron.strip()
+        return ScheduleRecord(
+            name=schedule.name_for(task.name),
+            task_ref=ref,
+            task_name=task.name,
+            cron=cron,
+            timezone=schedule.timezone,
+            inputs=dict(schedule.inputs),
+            catch_up=schedule.catch_up,
+            origin=origin,
+            paused=False,
+            next_fire_at=next_fire_at or next_tick(cron, schedule.timezone, self.clock()),
+        )
+
+    # -- firing ------------------------------------------------------------------------------
+
+    def fire_due(
+        self, now: datetime | None = None, *, launch: Launch | None = None, limit: int = 100
+    ) -> list[Fired]:
+        """Start a thread for every due tick of every unpaused schedule.
+
+        ``now`` defaults to the runner's clock. ``launch`` says how the new threads start:
+        ``"run"`` here, one after the other, once every schedule has moved on; ``"queue"``
+        for ``longtask worker`` (the default on PostgreSQL); or a function given each new
+        thread id. Safe to call from many processes at once: each tick starts one thread.
+        """
+        now = now or self.clock()
+        how: Launch = launch or ("queue" if self.db.url.scheme == "postgresql" else "run")
+        mode = "worker" if how == "queue" else None
+        store = self.db.store
+        results: list[Fired] = []
+        new: list[str] = []
+        # Threads fired by a process that stopped before starting them.
+        waiting = [t for _, t in store.fires_unstarted()]
+        with store.schedules_due(now, limit) as due:
+            for rec in due.rows:
+                fired = self._fire(rec, now, due, mode)
+                results.append(fired)
+                if fired.outcome == "fired" and fired.thread_id:
+                    new.append(fired.thread_id)
+        for thread_id in dict.fromkeys([*waiting, *new]):
+            self._launch(thread_id, how)
+        return results
+
+    def _fire(
+        self,
+        rec: ScheduleRecord,
+        now: datetime,
+        due: DueSchedules,
+        mode: str | None,
+    ) -> Fired:
+        store = self.db.store
+        latest = latest_tick(rec.cron, rec.timezone, now)
+        following = next_tick(rec.cron, rec.timezone, max(latest, now))
+        if latest < rec.next_fire_at:
+            # Nothing due after all (its cron changed under it): just look ahead.
+            due.advance(rec.name, rec.next_fire_at, following)
+            return Fired(rec.name, None, None, "nothing due")
+        missed = 0
+        for _t in ticks_between(rec.cron, rec.timezone, rec.next_fire_at, latest):
+            missed += 1
+            if missed > _COUNT_MISSED:
+                break
+        missed -= 1  # the latest is fired, not missed
+        if rec.catch_up == "none" and (now - latest).total_seconds() > GRACE:
+            due.advance(rec.name, rec.next_fire_at, following)
+            log.info("schedule %s: %d tick(s) missed, not caught up", rec.name, missed + 1)
+            return Fired(rec.name, latest, None, "missed", missed + 1)
+        thread_id = tick_id(rec.name, latest)
+        try:
+            task = load_task(rec.task_ref)
+            self._new_thread(task, rec.inputs, thread_id, rec.task_ref, mode)
+            outcome = "fired"
+        except ThreadExists:
+            outcome = "already fired"
+        except LongTaskError as exc:
+            # Kept due: retried at the next fire (the module may import on another worker,
+            # or after a deploy), and told once per new error rather than every round.
+            message = f"cannot start {rec.task_ref}: {exc}"
+            if rec.last_error != message:
+                due.error(rec.name, message)
+                log.warning("schedule %s: %s", rec.name, message)
+            return Fired(rec.name, latest, None, f"error: {exc}", missed)
+        store.fire_record(rec.name, latest, thread_id)
+        due.advance(rec.name, rec.next_fire_at, following, latest, thread_id)
+        if outcome == "fired":
+            log.info("schedule %s fired thread %s", rec.name, thread_id)
+        return Fired(rec.name, latest, thread_id, outcome, missed)
+
+    def _launch(self, thread_id: str, how: Launch) -> None:
+        if callable(how):
+            how(thread_id)
+        else:
+            self.start_fired(thread_id, run=how == "run")
+
+    def start_fired(self, thread_id: str, *, run: bool = True) -> str:
+        """Start a thread a schedule fired, if it has not started: queued for the workers
+        (a thread fired for them), else run here until it completes, pauses or fails.
+        Returns what happened."""
+        store = self.db.store
+        rec = store.get_thread(thread_id)
+        if rec is None or rec.runs > 0 or rec.status != "pending":
+            store.fire_started(thread_id)
+            return "started before"
+        if rec.mode == "worker" or not run:
+            if rec.mode != "worker":
+                return "left for a process that runs it"
+            store.append_event(
+                thread_id,
+                "longtask.started",
+                key="longtask.started",
+                data={
+                    "task": rec.task_name,
+                    "version": rec.task_version,
+                    "hash": rec.definition_hash,
+                },
+            )
+            self.wake(thread_id)
+            store.fire_started(thread_id)
+            return "queued"
+        try:
+            task = self._load(rec)
+        except LongTaskError as exc:
+            log.warning("thread %s fired by a schedule cannot start: %s", thread_id, exc)
+            return f"error: {exc}"
+
+        def check(current: ThreadRecord) -> None:
+            # Under the thread's lock, on a fresh read: another process may have run it.
+            if current.runs > 0 or current.status != "pending":
+                raise _NotNew()
+            store.fire_started(thread_id)
+
+        from longtask.steps import INPUTS_CHANNEL
+
+        try:
+            self._advance(rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True, check=check)
+        except (_NotNew, ThreadBusy):
+            return "started elsewhere"
+        except LongTaskError as exc:
+            # A failing step: the thread records it, as for any run.
+            log.info("thread %s fired by a schedule stopped: %s", thread_id, exc)
+            return f"stopped: {exc}"
+        return "ran"
+
+
+def stable_ref(ref: str) -> str:
+    """A file reference made absolute, so any process (in any directory) can load it."""
+    from pathlib import Path
+
+    target, _, attr = ref.rpartition(":")
+    if target.endswith(".py") or "/" in target:
+        return f"{Path(target).resolve()}:{attr}"
+    return ref
+
+
+def schedule_of(store: Store, thread_id: str) -> dict[str, Any] | None:
+    """See :meth:`ScheduleMixin.schedule_of`."""
+    if not TICK_SUFFIX_RE.search(thread_id):
+        return None  # not an id a tick gives: no query
+    found = store.fire_of(thread_id)
+    if found is None:
+        return None
+    name, tick = found
+    rec = store.schedule_get(name)
+    out: dict[str, Any] = {"name": name, "tick": tick.isoformat(), "registered": rec is not None}
+    if rec is not None:
+        out.update(
+            timezone=rec.timezone,
+            paused=rec.paused,
+            next_fire_at=rec.next_fire_at.isoformat(),
+            next_fire_local=rec.next_fire_local().isoformat(),
+        )
+    return out
+
+
+def _same(rec: ScheduleRecord, task: LongTask, schedule: Schedule, ref: str) -> bool:
+    return (
+        rec.task_name == task.name
+        and rec.task_ref == ref
+        and rec.cron == schedule.cron.strip()
+        and rec.timezone == schedule.timezone
+        and rec.inputs == dict(schedule.inputs)
+        and rec.catch_up == schedule.catch_up
+    )

@@ -1,0 +1,86 @@
+"""Schedules in ``longtask serve``: it registers the schedules its tasks declare, fires due
+ticks in a loop of its own, and lists schedules on ``/api/schedules``.
+
+Firing only records the tick's thread; the thread runs in serve's executor (or, with
+``--workers``, on ``longtask worker``), never inside a request or the firing loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from longtask.errors import LongTaskError
+
+if TYPE_CHECKING:
+    from longtask.runtime import Runner
+    from longtask.serve._executor import Executor
+    from longtask.serve._lg_assistants import Registry
+
+log = logging.getLogger("longtask.serve")
+
+
+class ScheduleLoop:
+    """A daemon thread that fires due schedules every ``poll`` seconds."""
+
+    def __init__(
+        self, executor: Executor, registry: Registry, *, poll: float = 5.0, to_workers: bool
+    ) -> None:
+        self.executor = executor
+        self.registry = registry
+        self.poll = poll
+        self.to_workers = to_workers
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="longtask-schedules", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def register(self) -> None:
+        """Bring the schedules the served tasks declare into the database."""
+        from longtask.runtime._schedules import stable_ref
+
+        runner = self.executor.runner
+        for entry in self.registry.by_name.values():
+            if not entry.task.schedules:
+                continue
+            try:
+                changes = runner.register_schedules(entry.task, task_ref=stable_ref(entry.ref))
+            except LongTaskError as exc:
+                log.warning("schedules of task %s not registered: %s", entry.name, exc)
+                continue
+            for name, change in changes:
+                if change != "unchanged":
+                    log.info("schedule %s %s", name, change)
+
+    def fire(self) -> None:
+        runner = self.executor.runner
+        runner.fire_due(launch="queue" if self.to_workers else self.executor.start_fired)
+
+    def _loop(self) -> None:
+        self.register()
+        while not self._stop.is_set():
+            try:
+                self.fire()
+            except Exception:  # the next round tries again; a tick stays due until fired
+                log.exception("could not fire due schedules")
+            self._stop.wait(self.poll)
+
+
+def schedules_route(runner: Runner) -> Callable[[Request], Awaitable[Response]]:
+    """``GET /api/schedules``: every schedule with its next fire time."""
+    from starlette.concurrency import run_in_threadpool
+
+    async def schedules(request: Request) -> Response:
+        rows = await run_in_threadpool(runner.schedules)
+        return JSONResponse([r.to_json() for r in rows])
+
+    return schedules
