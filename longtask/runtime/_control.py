@@ -119,17 +119,8 @@ class ControlMixin(RunnerBase):
         process is advancing the thread: it stops at its next step boundary and compensates.
         Running it again after a crash or a failed compensation continues where it stopped.
         """
-        rec = self._thread(thread_id)
-        _refuse_cancel(rec)
+        rec = self.record_cancel(thread_id, reason=reason, by=by)
         task = task or self._load(rec)
-        request = {"reason": reason or "cancelled", "by": by or whoami(), "at": self.clock()}
-        # The request first, refused in the same statement once the thread has completed
-        # (a run that finishes decides completion against it the same way): a cancel that
-        # comes too late leaves nothing behind. It holds who, why and when, so a crash
-        # before the event below still leaves the cancel recorded.
-        if not self.db.store.request_cancel(thread_id, request):
-            raise TooLateToCancel(thread_id, self._thread(thread_id).status)
-        self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
         if self.served_by_workers(rec):
             # A worker stops the run (its cancel watch sees the request) and compensates.
             self.enqueue(thread_id, {"kind": "cancel", "reason": reason, "by": by})
@@ -157,6 +148,27 @@ class ControlMixin(RunnerBase):
             except _AlreadyCancelled:
                 pass
             return True
+
+    def record_cancel(
+        self, thread_id: str, *, reason: str | None = None, by: str | None = None
+    ) -> ThreadRecord:
+        """Record a cancel request (and its ``manual.cancel`` event) without carrying it out:
+        a run advancing the thread sees it at its next step boundary and compensates, and
+        ``cancel`` (or a resume) finishes it otherwise. What an HTTP request does before it
+        answers. A second request keeps the first one's reason and records nothing."""
+        rec = self._thread(thread_id)
+        _refuse_cancel(rec)
+        if self.db.store.cancel_request(thread_id) is not None:
+            return rec
+        request = {"reason": reason or "cancelled", "by": by or whoami(), "at": self.clock()}
+        # The request first, refused in the same statement once the thread has completed
+        # (a run that finishes decides completion against it the same way): a cancel that
+        # comes too late leaves nothing behind. It holds who, why and when, so a crash
+        # before the event below still leaves the cancel recorded.
+        if not self.db.store.request_cancel(thread_id, request):
+            raise TooLateToCancel(thread_id, self._thread(thread_id).status)
+        self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
+        return rec
 
     def _compensate(
         self, task: LongTask, thread_id: str, run: int, request: dict[str, Any]

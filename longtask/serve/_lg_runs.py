@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound
+from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound, TooLateToCancel
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._lg_commands import plan_command, plan_continue
 from longtask.serve._lg_state import current_state, iso, thread_state
@@ -252,7 +252,19 @@ def routes(api: Api) -> list[Route]:
             await api.call(store.api_run_set, run.run_id, "interrupted", None)
         elif run.status == "running":
             reason = f"run {run.run_id} cancelled"
-            api.executor.submit_cancel(run.thread_id, reason, actor)
+            # Recorded before the answer: the run advancing the thread stops at its next
+            # step and compensates, even if this process dies before its executor gets to
+            # the cancel (which finishes one the run cannot, such as a paused thread's).
+            try:
+                await api.call(runner.record_cancel, run.thread_id, reason=reason, by=actor)
+            except TooLateToCancel:
+                pass  # the run has just completed: nothing to cancel
+            except ThreadNotFound:
+                # Taken by the executor a moment ago, the thread not recorded yet: only the
+                # executor, which records it, can cancel it (after its start).
+                api.executor.submit_cancel(run.thread_id, reason, actor)
+            else:
+                api.executor.submit_cancel(run.thread_id, reason, actor)
         if request.query_params.get("wait") in ("1", "true"):
             run = await finished(run.run_id)
             return JSONResponse(run_json(run))

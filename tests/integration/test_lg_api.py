@@ -18,6 +18,7 @@ from longtask import InvalidInput, Runner
 from longtask.errors import TaskRefError
 from longtask.runtime import load_task
 from longtask.serve import create_app
+from longtask.serve._executor import Executor
 from longtask.serve._lg_assistants import assistant_id, load_registry
 
 LG_TASKS = Path(__file__).parents[1] / "acceptance" / "lg_task.py"
@@ -195,3 +196,33 @@ def test_serve_carries_out_runs_a_dead_serve_left_open(
         for thread_id, run_id in (("never-taken", "run-1"), ("half-started", "run-2")):
             assert wait_run(client, thread_id, run_id)["status"] == "success"
             assert runner.status(thread_id).status == "completed"
+
+
+def test_a_cancel_is_recorded_before_it_is_answered(
+    runner: Runner, client: TestClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request records the cancel itself: even when nothing carries out the executor's
+    part (this process dying right after answering), the run stops and compensates."""
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("LT_SLEEPY_GATE", str(gate))
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    run = client.post(
+        f"/threads/{thread}/runs", json={"assistant_id": "lg_sleepy", "input": {}}, headers=ALICE
+    ).json()
+    deadline = time.monotonic() + 30
+    while runner.db.store.get_thread(thread) is None:
+        assert time.monotonic() < deadline, "the run never started"
+        time.sleep(0.02)
+    # The executor's part is lost with the process.
+    monkeypatch.setattr(Executor, "submit_cancel", lambda self, *a: None)
+    answer = client.post(f"/threads/{thread}/runs/{run['run_id']}/cancel", headers=BOB)
+    assert answer.status_code == 202
+    assert runner.db.store.cancel_request(thread) is not None
+    cancels = [e for e in runner.events(thread) if e.kind == "manual.cancel"]
+    assert len(cancels) == 1 and cancels[0].data["by"] == "bob"
+    gate.touch()
+    assert wait_run(client, thread, run["run_id"])["status"] in ("interrupted", "error")
+    assert runner.status(thread).status == "cancelled"
+    # The step running when the cancel came may finish; no later step runs.
+    assert set(runner.results(thread)) <= {"nap1"}
+    assert "nap3" not in {e.step for e in runner.events(thread)}
