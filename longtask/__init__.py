@@ -46,7 +46,7 @@ from longtask.model import (
 )
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner, ThreadStatus
+    from longtask.runtime import Runner, ThreadStatus, ThreadUsage
     from longtask.runtime._plots import draw_graph
     from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
@@ -57,6 +57,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Runner": "longtask.runtime",
     "ThreadStatus": "longtask.runtime",
+    "ThreadUsage": "longtask.runtime",
     "StepContext": "longtask.steps",
     "ItemContext": "longtask.steps",
     "classify": "longtask.steps",
@@ -106,6 +107,7 @@ __all__ = [
     "ThreadExists",
     "ThreadNotFound",
     "ThreadStatus",
+    "ThreadUsage",
     "ToolApproval",
     "Transient",
     "__version__",

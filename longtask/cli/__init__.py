@@ -2,7 +2,7 @@
 
 # isort: off
 # Each module registers its commands on app; --help lists them in this order.
-from longtask.cli import _pauses, _control, _demo, _travel, _workers  # noqa: F401
+from longtask.cli import _pauses, _control, _costs, _demo, _travel, _workers  # noqa: F401
 
 # isort: on
 from longtask.cli._app import app, main

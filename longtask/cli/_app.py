@@ -305,13 +305,14 @@ def status(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Status, progress and the state of every step."""
+    """Status, progress and the state of every step; what each step used (tokens, cost,
+    model and tool calls, wall time), the totals and what the budget has left."""
     with _runner(db) as runner:
         st = runner.status(thread_id)
     if json_:
         print(st.model_dump_json(indent=2))
     else:
-        print_status(out, st)
+        print_status(out, st, usage=True)
 
 
 @app.command()
@@ -369,18 +370,29 @@ def list_threads(
     status_filter: Annotated[
         str | None, typer.Option("--status", help="Only threads with this status.")
     ] = None,
+    sort: Annotated[
+        str,
+        typer.Option(
+            "--sort",
+            metavar="ORDER",
+            help="updated: most recently updated first; cost: most expensive first; "
+            "age: oldest first.",
+        ),
+    ] = "updated",
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """List threads, most recently updated first."""
-    from longtask.store import THREAD_STATUSES
+    """List threads with their cost and age, most recently updated first (or --sort)."""
+    from longtask.store import THREAD_SORTS, THREAD_STATUSES
 
     if status_filter is not None and status_filter not in THREAD_STATUSES:
         raise typer.BadParameter(
             f"must be one of {', '.join(THREAD_STATUSES)}", param_hint="--status"
         )
+    if sort not in THREAD_SORTS:
+        raise typer.BadParameter(f"must be one of {', '.join(THREAD_SORTS)}", param_hint="--sort")
     with _runner(db) as runner:
-        threads = runner.threads(limit=limit, status=status_filter)
+        threads = runner.threads_with_cost(limit=limit, status=status_filter, sort=sort)
     if json_:
         print(json.dumps([t.to_json() for t in threads], indent=2))
     else:

@@ -9,6 +9,7 @@ from langchain_core.runnables import RunnableConfig
 
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._base import RunnerBase
+from longtask.runtime._usage import read_usage
 from longtask.runtime._views import StepState, ThreadStatus
 from longtask.steps import RUN_KEY, result_channel
 from longtask.store import Event, ThreadRecord
@@ -72,6 +73,8 @@ class ReadingMixin(RunnerBase):
         # where its lease row stays until the next advance takes a new epoch).
         active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
+        declared = {s["name"] for stage in rec.definition["stages"] for s in stage["steps"]}
+        usage, used = read_usage(self.db.store, rec, declared)
         steps: list[StepState] = []
         current: str | None = None
         for stage in rec.definition["stages"]:
@@ -99,6 +102,7 @@ class ReadingMixin(RunnerBase):
                 loop = values.get(f"fix.{name}")
                 if isinstance(loop, dict) and loop.get("round"):
                     view.fix_rounds = int(loop["round"])
+                view.usage = used.get(name)
                 steps.append(view)
                 if state not in ("completed", "skipped") and current is None:
                     current = stage["name"]
@@ -120,6 +124,7 @@ class ReadingMixin(RunnerBase):
             created_at=rec.created_at,
             updated_at=rec.updated_at,
             worker=holder[0] if holder else None,
+            usage=usage,
         )
 
     def result(self, thread_id: str, step: str) -> Any:

@@ -39,6 +39,7 @@ from longtask.graphs import build_graph, entry_node
 from longtask.model import FunctionStep, LongTask, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
+from longtask.runtime._costs import CostMixin
 from longtask.runtime._history import HistoryMixin
 from longtask.runtime._pauses import (
     GATE_ANSWER,
@@ -151,7 +152,14 @@ class StageTracker:
 
 
 class Runner(
-    StreamMixin, ReadingMixin, PauseMixin, ControlMixin, WatchMixin, HistoryMixin, QueueMixin
+    StreamMixin,
+    ReadingMixin,
+    PauseMixin,
+    ControlMixin,
+    WatchMixin,
+    HistoryMixin,
+    QueueMixin,
+    CostMixin,
 ):
     """Starts, resumes and inspects LongTask threads in one database.
 

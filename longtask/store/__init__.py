@@ -15,6 +15,7 @@ from longtask.store._store import (
     Store,
     ThreadRecord,
 )
+from longtask.store._usage import THREAD_SORTS, StepUsageRow
 from longtask.store._values import DEFAULT_INLINE_LIMIT, ValueCodec
 from longtask.store._writer import EventWriter
 
@@ -24,6 +25,7 @@ __all__ = [
     "EFFECT_STATUSES",
     "NO_ITEM",
     "SCHEMA_VERSION",
+    "THREAD_SORTS",
     "THREAD_STATUSES",
     "Artifact",
     "Attempts",
@@ -35,6 +37,7 @@ __all__ = [
     "NewEvent",
     "PostgresStore",
     "SqliteStore",
+    "StepUsageRow",
     "Store",
     "ThreadRecord",
     "ValueCodec",

@@ -1,0 +1,115 @@
+"""What a thread and each of its steps used: tokens, cost, tool and model calls, time, and
+what is left of the budget (``ThreadStatus.usage``, ``StepState.usage``).
+
+Read from two small tables (the budget row and one usage row per step), never from the
+event log, so ``status`` stays as cheap on a thread of thousands of steps as on a new one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from longtask.store import BUDGET_LIMITS, BudgetState, StepUsageRow, ThreadRecord
+
+#: thread statuses after which nothing more runs (the thread's clock stops)
+FINISHED = ("completed", "failed", "cancelled")
+
+
+class StepUsage(BaseModel):
+    """What one step used, and how long it ran."""
+
+    tokens: int = 0
+    #: in the currency of the model prices (USD for the built-in ones)
+    cost: float = 0.0
+    tool_calls: int = 0
+    model_calls: int = 0
+    #: seconds its runs took, start to end (an approval or wait: the time it waited); a
+    #: run under way counts up to now
+    wall_time: float = 0.0
+    #: the highest attempt number it reached
+    attempts: int = 0
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+class ThreadUsage(BaseModel):
+    """What a thread used in all, and what its budget has left."""
+
+    tokens: int = 0
+    cost: float = 0.0
+    tool_calls: int = 0
+    model_calls: int = 0
+    #: seconds from the thread's start to its end (or to now, while it is not finished)
+    wall_time: float = 0.0
+    #: the budget's limits (None: no limit) and its counters (``wall_time`` there is the
+    #: running time that counts against ``Budget.wall_time``, kept only when it is limited)
+    limits: dict[str, float | None] = {}
+    used: dict[str, float] = {}
+    #: what is left of each limited counter (never below 0; None: no limit)
+    left: dict[str, float | None] = {}
+    deadline_at: datetime | None = None
+    #: usage of what is not a declared step (the agent of a fix loop), by name
+    other: dict[str, StepUsage] = {}
+
+
+def _dt(value: float | None) -> datetime | None:
+    return None if value is None else datetime.fromtimestamp(value, UTC)
+
+
+def step_usage(row: StepUsageRow, now: float) -> StepUsage:
+    running = max(now - row.running_since, 0.0) if row.running_since is not None else 0.0
+    return StepUsage(
+        tokens=row.tokens,
+        cost=round(row.cost, 8),
+        tool_calls=row.tool_calls,
+        model_calls=row.model_calls,
+        wall_time=round(row.wall_time + running, 6),
+        attempts=row.attempts,
+        started_at=_dt(row.started_at),
+        finished_at=_dt(row.finished_at),
+    )
+
+
+def thread_usage(
+    rec: ThreadRecord,
+    budget: BudgetState | None,
+    rows: dict[str, StepUsage],
+    declared: set[str],
+    now: datetime | None = None,
+) -> ThreadUsage:
+    """Totals from the budget row (the authority on what was charged), the steps' rows
+    for the rest."""
+    now = now or datetime.now(UTC)
+    end = rec.updated_at if rec.status in FINISHED else now
+    used = dict(budget.used) if budget else {n: 0.0 for n in BUDGET_LIMITS}
+    limits: dict[str, float | None] = (
+        dict(budget.limits) if budget else {n: None for n in BUDGET_LIMITS}
+    )
+    left: dict[str, float | None] = {
+        n: (None if limits.get(n) is None else max(float(limits[n] or 0) - used.get(n, 0), 0.0))
+        for n in BUDGET_LIMITS
+    }
+    return ThreadUsage(
+        tokens=int(used.get("tokens", 0)),
+        cost=round(used.get("cost", 0.0), 8),
+        tool_calls=int(used.get("tool_calls", 0)),
+        model_calls=sum(u.model_calls for u in rows.values()),
+        wall_time=round(max((end - rec.created_at).total_seconds(), 0.0), 6),
+        limits=limits,
+        used=used,
+        left=left,
+        deadline_at=_dt(budget.deadline_at) if budget else None,
+        other={k: v for k, v in rows.items() if k not in declared},
+    )
+
+
+def read_usage(
+    store: Any, rec: ThreadRecord, declared: set[str]
+) -> tuple[ThreadUsage, dict[str, StepUsage]]:
+    """The thread's usage and each step's: two indexed reads."""
+    now = datetime.now(UTC)
+    rows = {r.step: step_usage(r, now.timestamp()) for r in store.usage(rec.thread_id)}
+    return thread_usage(rec, store.budget(rec.thread_id), rows, declared, now), rows
