@@ -305,8 +305,10 @@ def status(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Status, progress and the state of every step; what each step used (tokens, cost,
-    model and tool calls, wall time), the totals and what the budget has left."""
+    """Status, progress, the state of every step and what it cost.
+
+    Each step's tokens, cost, model and tool calls, wall time and attempts; the totals; and
+    what the budget has left (--json: ``usage`` of the thread and of each step)."""
     with _runner(db) as runner:
         st = runner.status(thread_id)
     if json_:
@@ -382,7 +384,10 @@ def list_threads(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """List threads with their cost and age, most recently updated first (or --sort)."""
+    """List threads: status, cost and age.
+
+    Most recently updated first; --sort cost puts the most expensive first, --sort age the
+    oldest. --json adds cost, tokens, tool_calls and age (seconds) to each thread."""
     from longtask.store import THREAD_SORTS, THREAD_STATUSES
 
     if status_filter is not None and status_filter not in THREAD_STATUSES:

@@ -41,8 +41,9 @@ def report(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Write a thread's report: one Markdown or HTML file to attach to a ticket.
+    """Write a thread's report to a Markdown or HTML file.
 
+    One file to attach to a ticket.
     It holds the task, inputs, status, times, cost, tokens and budget left; a timeline
     (a Gantt chart of the steps by stage, waits shaded) and the cost over time; every step
     with its duration, attempts, fix rounds and usage; approvals (who decided, when),
