@@ -494,15 +494,16 @@ def watch(
                     print(json.dumps(e.to_json()), flush=True)
             else:
                 with Live(
-                    render(runner.status(thread_id), state, quiet_after),
+                    render(runner.status(thread_id, usage=False), state, quiet_after),
                     console=out,
                     refresh_per_second=4,
                     transient=False,
                 ) as live:
                     for e in runner.follow(thread_id, stop_when_paused=True):
                         state.add(e)
-                        live.update(render(runner.status(thread_id), state, quiet_after))
-                    live.update(render(runner.status(thread_id), state, quiet_after))
+                        status = runner.status(thread_id, usage=False)
+                        live.update(render(status, state, quiet_after))
+                    live.update(render(runner.status(thread_id, usage=False), state, quiet_after))
                 if not out.is_terminal:
                     out.print()  # Live leaves its last line open when not on a terminal
         except KeyboardInterrupt:

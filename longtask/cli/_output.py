@@ -301,12 +301,12 @@ def print_usage(out: Console, st: ThreadStatus) -> None:
             assert u is not None
             table.add_row(
                 escape(name),
-                seconds(u.wall_time),
-                str(u.attempts),
-                str(u.tokens),
-                money(u.cost),
-                str(u.model_calls),
-                str(u.tool_calls),
+                seconds(u["wall_time"]),
+                str(u["attempts"]),
+                str(u["tokens"]),
+                money(u["cost"]),
+                str(u["model_calls"]),
+                str(u["tool_calls"]),
             )
         out.print(table)
     line = (

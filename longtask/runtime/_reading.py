@@ -57,9 +57,11 @@ class ReadingMixin(RunnerBase):
         """Steps whose result is in the latest checkpoint or in its pending writes."""
         return _done_in(self.db.saver.head(thread_id))
 
-    def status(self, thread_id: str) -> ThreadStatus:
+    def status(self, thread_id: str, *, usage: bool = True) -> ThreadStatus:
         """Status, progress, current stage and per-step states, from the thread record and
-        the latest checkpoint only (no history walk, no task import)."""
+        the latest checkpoint only (no history walk, no task import); with ``usage`` (the
+        default) what each step and the thread used, from one small row per step and the
+        budget row (``usage=False`` skips them, for a caller that polls and shows none)."""
         rec = self._thread(thread_id)
         # Without the results: the fix loops' rounds, and the small values a skip leaves
         # ({"v": null, "skipped": ...}).
@@ -74,7 +76,7 @@ class ReadingMixin(RunnerBase):
         active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
         declared = {s["name"] for stage in rec.definition["stages"] for s in stage["steps"]}
-        usage, used = read_usage(self.db.store, rec, declared)
+        totals, used = read_usage(self.db.store, rec, declared) if usage else (None, {})
         steps: list[StepState] = []
         current: str | None = None
         for stage in rec.definition["stages"]:
@@ -92,7 +94,13 @@ class ReadingMixin(RunnerBase):
                     state = "running"
                 else:
                     state = "pending"
-                view = StepState(name=name, stage=stage["name"], kind=s["kind"], state=state)  # type: ignore[arg-type]
+                view = StepState(
+                    name=name,
+                    stage=stage["name"],
+                    kind=s["kind"],
+                    state=state,  # type: ignore[arg-type]
+                    usage=used.get(name),
+                )
                 if s["kind"] == "map":
                     progress = self.db.store.map_progress(thread_id, name)
                     if progress is not None:
@@ -102,7 +110,6 @@ class ReadingMixin(RunnerBase):
                 loop = values.get(f"fix.{name}")
                 if isinstance(loop, dict) and loop.get("round"):
                     view.fix_rounds = int(loop["round"])
-                view.usage = used.get(name)
                 steps.append(view)
                 if state not in ("completed", "skipped") and current is None:
                     current = stage["name"]
@@ -124,7 +131,7 @@ class ReadingMixin(RunnerBase):
             created_at=rec.created_at,
             updated_at=rec.updated_at,
             worker=holder[0] if holder else None,
-            usage=usage,
+            usage=totals,
         )
 
     def result(self, thread_id: str, step: str) -> Any:

@@ -93,6 +93,10 @@ def _when(value: datetime | str | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _at(epoch: float | None) -> str:
+    return "" if epoch is None else _when(datetime.fromtimestamp(epoch, UTC))
+
+
 def seconds(value: float | None) -> str:
     """A duration as people read it: 850 ms, 12.3 s, 4 min 05 s, 2 h 03 min, 3 d 04 h."""
     if value is None:
@@ -210,22 +214,22 @@ def build(
     )
     for s in status.steps:
         u = s.usage
-        ran = u is not None and u.started_at is not None
-        duration = u.wall_time if u is not None and ran else durations.get(s.name)
+        ran = u is not None and u["started_at"] is not None
+        duration = u["wall_time"] if u is not None and ran else durations.get(s.name)
         steps.rows.append(
             [
                 s.stage,
                 s.name,
                 s.kind,
                 s.state,
-                _when(u.started_at) if u else "",
+                _at(u["started_at"]) if u else "",
                 seconds(duration),
-                str(max(attempts.get(s.name, 0), u.attempts if u else 0) or ""),
+                str(max(attempts.get(s.name, 0), u["attempts"] if u else 0) or ""),
                 str(rounds.get(s.name, s.fix_rounds or 0) or ""),
-                str(u.tokens) if u else "",
-                money(u.cost) if u else "",
-                str(u.model_calls) if u else "",
-                str(u.tool_calls) if u else "",
+                str(u["tokens"]) if u else "",
+                money(u["cost"]) if u else "",
+                str(u["model_calls"]) if u else "",
+                str(u["tool_calls"]) if u else "",
             ]
         )
     for name, u in (usage.other if usage else {}).items():
@@ -235,14 +239,14 @@ def build(
                 f"{name} (fix agent)",
                 "agent",
                 "",
-                _when(u.started_at),
-                seconds(u.wall_time),
-                str(u.attempts or ""),
+                _at(u["started_at"]),
+                seconds(u["wall_time"]),
+                str(u["attempts"] or ""),
                 "",
-                str(u.tokens),
-                money(u.cost),
-                str(u.model_calls),
-                str(u.tool_calls),
+                str(u["tokens"]),
+                money(u["cost"]),
+                str(u["model_calls"]),
+                str(u["tool_calls"]),
             ]
         )
 

@@ -11,28 +11,31 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
-from longtask.store import BUDGET_LIMITS, BudgetState, StepUsageRow, ThreadRecord
+from longtask.store import BUDGET_LIMITS, BudgetState, ThreadRecord
 
 #: thread statuses after which nothing more runs (the thread's clock stops)
 FINISHED = ("completed", "failed", "cancelled")
 
 
-class StepUsage(BaseModel):
-    """What one step used, and how long it ran."""
+class StepUsage(TypedDict):
+    """What one step used, and how long it ran (a dict: ``status`` builds one per step of
+    threads of thousands of steps, and a dict costs a fraction of a model)."""
 
-    tokens: int = 0
+    tokens: int
     #: in the currency of the model prices (USD for the built-in ones)
-    cost: float = 0.0
-    tool_calls: int = 0
-    model_calls: int = 0
+    cost: float
+    tool_calls: int
+    model_calls: int
     #: seconds its runs took, start to end (an approval or wait: the time it waited); a
     #: run under way counts up to now
-    wall_time: float = 0.0
+    wall_time: float
     #: the highest attempt number it reached
-    attempts: int = 0
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    attempts: int
+    #: when it first started and when its last run ended (epoch seconds, UTC)
+    started_at: float | None
+    finished_at: float | None
 
 
 class ThreadUsage(BaseModel):
@@ -59,18 +62,21 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-def step_usage(row: StepUsageRow, now: float) -> StepUsage:
-    running = max(now - row.running_since, 0.0) if row.running_since is not None else 0.0
-    return StepUsage(
-        tokens=row.tokens,
-        cost=round(row.cost, 8),
-        tool_calls=row.tool_calls,
-        model_calls=row.model_calls,
-        wall_time=round(row.wall_time + running, 6),
-        attempts=row.attempts,
-        started_at=_dt(row.started_at),
-        finished_at=_dt(row.finished_at),
-    )
+def step_usage(row: tuple[Any, ...], now: float) -> StepUsage:
+    """A step's usage from its row (``Store.usage``: step, then USAGE_KEYS in order)."""
+    _, tokens, cost, tool_calls, model_calls, wall, attempts, started, finished, since = row
+    if since is not None:
+        wall += max(now - since, 0.0)
+    return {
+        "tokens": tokens,
+        "cost": round(cost, 8),
+        "tool_calls": tool_calls,
+        "model_calls": model_calls,
+        "wall_time": round(wall, 6),
+        "attempts": attempts,
+        "started_at": started,
+        "finished_at": finished,
+    }
 
 
 def thread_usage(
@@ -96,7 +102,7 @@ def thread_usage(
         tokens=int(used.get("tokens", 0)),
         cost=round(used.get("cost", 0.0), 8),
         tool_calls=int(used.get("tool_calls", 0)),
-        model_calls=sum(u.model_calls for u in rows.values()),
+        model_calls=sum(u["model_calls"] for u in rows.values()),
         wall_time=round(max((end - rec.created_at).total_seconds(), 0.0), 6),
         limits=limits,
         used=used,
@@ -111,5 +117,6 @@ def read_usage(
 ) -> tuple[ThreadUsage, dict[str, StepUsage]]:
     """The thread's usage and each step's: two indexed reads."""
     now = datetime.now(UTC)
-    rows = {r.step: step_usage(r, now.timestamp()) for r in store.usage(rec.thread_id)}
+    at = now.timestamp()
+    rows = {row[0]: step_usage(row, at) for row in store.usage(rec.thread_id)}
     return thread_usage(rec, store.budget(rec.thread_id), rows, declared, now), rows

@@ -15,7 +15,7 @@ from longtask.store._store import (
     Store,
     ThreadRecord,
 )
-from longtask.store._usage import THREAD_SORTS, StepUsageRow
+from longtask.store._usage import THREAD_SORTS
 from longtask.store._values import DEFAULT_INLINE_LIMIT, ValueCodec
 from longtask.store._writer import EventWriter
 
@@ -37,7 +37,6 @@ __all__ = [
     "NewEvent",
     "PostgresStore",
     "SqliteStore",
-    "StepUsageRow",
     "Store",
     "ThreadRecord",
     "ValueCodec",

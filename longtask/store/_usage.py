@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 #: how ``Store.list_threads`` may order threads: most recently updated first, most
@@ -23,33 +22,18 @@ THREAD_ORDER = {
 }
 
 
-@dataclass(frozen=True)
-class StepUsageRow:
-    """What one step (a declared step, or a fix loop's agent) used, and when it ran."""
-
-    step: str
-    tokens: int
-    cost: float
-    tool_calls: int
-    model_calls: int
-    #: seconds its runs took, start to end (a pause step: the time it waited)
-    wall_time: float
-    #: the highest attempt number it reached (0: it never started)
-    attempts: int
-    started_at: float | None
-    finished_at: float | None
-    #: set while a run is under way (its start is stored, its end not yet)
-    running_since: float | None
-
-
-_USAGE_COLS = (
-    "step, tokens, cost, tool_calls, model_calls, wall_time, attempts, started_at, "
-    "finished_at, running_since"
+USAGE_KEYS = (
+    "tokens",
+    "cost",
+    "tool_calls",
+    "model_calls",
+    "wall_time",
+    "attempts",
+    "started_at",
+    "finished_at",
+    "running_since",
 )
-
-
-def _opt(value: Any) -> float | None:
-    return None if value is None else float(value)
+_USAGE_COLS = "step, " + ", ".join(USAGE_KEYS)
 
 
 def usage_statement(
@@ -78,27 +62,16 @@ class UsageTables:
         """Execute ``statements`` in one transaction."""
         raise NotImplementedError
 
-    def usage(self, thread_id: str) -> list[StepUsageRow]:
-        """Every step of the thread that used something or ran, by name."""
-        rows = self._run(
-            f"SELECT {_USAGE_COLS} FROM longtask_usage WHERE thread_id = ? ORDER BY step",
-            (thread_id,),
+    def usage(self, thread_id: str) -> list[tuple[Any, ...]]:
+        """A row per step of the thread that used something or ran: the step's name, then
+        USAGE_KEYS: ``tokens``, ``cost``, ``tool_calls``, ``model_calls``, ``wall_time``
+        (seconds its finished runs took), ``attempts``, ``started_at``, ``finished_at`` and
+        ``running_since`` (epoch seconds; ``running_since`` is set while a run's start is
+        stored and its end is not). Plain tuples: status reads one per step of threads of
+        thousands of steps."""
+        return self._run(
+            f"SELECT {_USAGE_COLS} FROM longtask_usage WHERE thread_id = ?", (thread_id,)
         )
-        return [
-            StepUsageRow(
-                step=r[0],
-                tokens=int(r[1]),
-                cost=float(r[2]),
-                tool_calls=int(r[3]),
-                model_calls=int(r[4]),
-                wall_time=float(r[5]),
-                attempts=int(r[6]),
-                started_at=_opt(r[7]),
-                finished_at=_opt(r[8]),
-                running_since=_opt(r[9]),
-            )
-            for r in rows
-        ]
 
     def costs_of(self, thread_ids: Sequence[str]) -> dict[str, tuple[float, int, int]]:
         """(cost, tokens, tool calls) of each thread that charged anything: one query."""
