@@ -51,7 +51,7 @@ from longtask.model import (
 )
 
 if TYPE_CHECKING:
-    from longtask.runtime import MoveSummary, PruneReport, Runner, ThreadStatus
+    from longtask.runtime import MoveSummary, PruneReport, Runner, ThreadStatus, ThreadUsage
     from longtask.runtime._plots import draw_graph
     from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
@@ -64,6 +64,7 @@ _LAZY = {
     "PruneReport": "longtask.runtime",
     "ThreadStatus": "longtask.runtime",
     "MoveSummary": "longtask.runtime",
+    "ThreadUsage": "longtask.runtime",
     "StepContext": "longtask.steps",
     "ItemContext": "longtask.steps",
     "classify": "longtask.steps",
@@ -120,6 +121,7 @@ __all__ = [
     "ThreadExists",
     "ThreadNotFound",
     "ThreadStatus",
+    "ThreadUsage",
     "ToolApproval",
     "Transient",
     "__version__",

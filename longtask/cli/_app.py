@@ -305,13 +305,16 @@ def status(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Status, progress and the state of every step."""
+    """Status, progress, the state of every step and what it cost.
+
+    Each step's tokens, cost, model and tool calls, wall time and attempts; the totals; and
+    what the budget has left (--json: ``usage`` of the thread and of each step)."""
     with _runner(db) as runner:
         st = runner.status(thread_id)
     if json_:
         print(st.model_dump_json(indent=2))
     else:
-        print_status(out, st)
+        print_status(out, st, usage=True)
 
 
 @app.command()
@@ -369,18 +372,32 @@ def list_threads(
     status_filter: Annotated[
         str | None, typer.Option("--status", help="Only threads with this status.")
     ] = None,
+    sort: Annotated[
+        str,
+        typer.Option(
+            "--sort",
+            metavar="ORDER",
+            help="updated: most recently updated first; cost: most expensive first; "
+            "age: oldest first.",
+        ),
+    ] = "updated",
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """List threads, most recently updated first."""
-    from longtask.store import THREAD_STATUSES
+    """List threads: status, cost and age.
+
+    Most recently updated first; --sort cost puts the most expensive first, --sort age the
+    oldest. --json adds cost, tokens, tool_calls and age (seconds) to each thread."""
+    from longtask.store import THREAD_SORTS, THREAD_STATUSES
 
     if status_filter is not None and status_filter not in THREAD_STATUSES:
         raise typer.BadParameter(
             f"must be one of {', '.join(THREAD_STATUSES)}", param_hint="--status"
         )
+    if sort not in THREAD_SORTS:
+        raise typer.BadParameter(f"must be one of {', '.join(THREAD_SORTS)}", param_hint="--sort")
     with _runner(db) as runner:
-        threads = runner.threads(limit=limit, status=status_filter)
+        threads = runner.threads_with_cost(limit=limit, status=status_filter, sort=sort)
     if json_:
         print(json.dumps([t.to_json() for t in threads], indent=2))
     else:
@@ -477,15 +494,16 @@ def watch(
                     print(json.dumps(e.to_json()), flush=True)
             else:
                 with Live(
-                    render(runner.status(thread_id), state, quiet_after),
+                    render(runner.status(thread_id, usage=False), state, quiet_after),
                     console=out,
                     refresh_per_second=4,
                     transient=False,
                 ) as live:
                     for e in runner.follow(thread_id, stop_when_paused=True):
                         state.add(e)
-                        live.update(render(runner.status(thread_id), state, quiet_after))
-                    live.update(render(runner.status(thread_id), state, quiet_after))
+                        status = runner.status(thread_id, usage=False)
+                        live.update(render(status, state, quiet_after))
+                    live.update(render(runner.status(thread_id, usage=False), state, quiet_after))
                 if not out.is_terminal:
                     out.print()  # Live leaves its last line open when not on a terminal
         except KeyboardInterrupt:

@@ -15,9 +15,9 @@ from longtask.cli._hints import cmd, in_text
 from longtask.cli._values import render
 
 if TYPE_CHECKING:
-    from longtask.runtime import CheckpointView, ThreadStatus
+    from longtask.runtime import CheckpointView, ThreadCost, ThreadStatus
     from longtask.runtime._views import Pending
-    from longtask.store import BudgetState, ThreadRecord
+    from longtask.store import BudgetState
 
 MARKS = {
     "completed": "[green]✓[/green]",
@@ -54,7 +54,9 @@ def status_exit_code(status: str) -> int:
     return _EXIT.get(status, 1)
 
 
-def print_status(out: Console, st: ThreadStatus) -> None:
+def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None:
+    """The status tree, the error, and what continues the thread; with ``usage`` also what
+    each step used and the totals (``longtask status``)."""
     label = st.status
     if st.status == "running" and not st.active:
         label = "running [yellow](no process is advancing it)[/yellow]"
@@ -96,6 +98,8 @@ def print_status(out: Console, st: ThreadStatus) -> None:
 
         for line in schedule_lines(st.schedule):
             out.print(line)
+    if usage:
+        print_usage(out, st)
     t = st.thread_id
     if st.status == "cancelling":
         out.print(f"finish cancelling with: {escape(cmd(f'longtask cancel {t}'))}")
@@ -250,22 +254,77 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             out.print(f"  deadline: {req['deadline']}")
 
 
-def print_threads(out: Console, threads: Sequence[ThreadRecord]) -> None:
+def print_threads(out: Console, threads: Sequence[ThreadCost]) -> None:
     if not threads:
         out.print("no threads")
         return
     table = Table(box=None, pad_edge=False)
-    for col in ("thread", "task", "version", "status", "updated"):
-        table.add_column(col)
+    for col in ("thread", "task", "version", "status", "cost", "tokens", "age", "updated"):
+        table.add_column(col, justify="right" if col in ("cost", "tokens", "age") else "left")
     for t in threads:
         table.add_row(
             escape(t.thread_id),
             escape(t.task_name),
             escape(t.task_version),
             t.status,
+            money(t.cost),
+            str(t.tokens),
+            age(t.age),
             f"{t.updated_at:%Y-%m-%d %H:%M:%S}",
         )
     out.print(table)
+
+
+def money(value: float) -> str:
+    """A cost as people read it: no trailing zeros, at most six decimals."""
+    return f"{value:.6f}".rstrip("0").rstrip(".") if value else "0"
+
+
+def age(seconds: float) -> str:
+    """An age in the largest unit that fits: 45s, 12m, 5h, 3d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def print_usage(out: Console, st: ThreadStatus) -> None:
+    """Tokens, cost, calls and wall time of each step that used any, and the totals with
+    what the budget has left."""
+    from longtask.runtime._report import seconds
+
+    usage = st.usage
+    if usage is None:
+        return
+    rows = [(s.name, s.usage) for s in st.steps if s.usage is not None]
+    rows += [(f"{name} (fix agent)", u) for name, u in usage.other.items()]
+    if rows:
+        table = Table(box=None, pad_edge=False)
+        for col in ("step", "wall time", "attempts", "tokens", "cost", "model calls", "tool calls"):
+            table.add_column(col, justify="left" if col == "step" else "right")
+        for name, u in rows:
+            assert u is not None
+            table.add_row(
+                escape(name),
+                seconds(u["wall_time"]),
+                str(u["attempts"]),
+                str(u["tokens"]),
+                money(u["cost"]),
+                str(u["model_calls"]),
+                str(u["tool_calls"]),
+            )
+        out.print(table)
+    line = (
+        f"total: wall time {seconds(usage.wall_time)}, cost {money(usage.cost)}, "
+        f"{usage.tokens} tokens, {usage.model_calls} model calls, {usage.tool_calls} tool calls"
+    )
+    out.print(line)
+    limited = [n for n, v in usage.limits.items() if v is not None]
+    if limited:
+        left = ", ".join(
+            f"{_BUDGET_NAMES[n]} {usage.left.get(n) or 0:g} of {usage.limits[n]:g}" for n in limited
+        )
+        out.print(f"budget left: {left}")
 
 
 def print_history(out: Console, views: Sequence[CheckpointView]) -> None:

@@ -435,6 +435,10 @@ def import_thread(
                 if not got:
                     raise ImportThreadExists(new_id, db.url.redacted, str(path))
                 continue
+            if table.name == "longtask_usage":
+                # The events stored above made these rows (a trigger); the exported ones,
+                # with what the steps were charged, are the thread's.
+                tx.execute(table.delete_sql(), (new_id,))
             if rows:
                 tx.executemany(table.insert_sql(cols), rows)
 

@@ -1,5 +1,6 @@
-"""Pictures for notebooks, drawn with matplotlib (no network, no graphviz): a thread's
-timeline and a task's graph."""
+"""Pictures for notebooks and reports, drawn with matplotlib (no network, no graphviz): a
+thread's timeline (a Gantt chart of its steps, waits shaded), its cost over time, and a
+task's graph."""
 
 from __future__ import annotations
 
@@ -62,8 +63,35 @@ def spans(events: list[Event]) -> list[tuple[str, datetime, datetime, str]]:
     return out
 
 
-def timeline_figure(events: list[Event], steps: list[str], title: str) -> Any:
-    """One row per step, a bar per run coloured by its outcome, pauses in blue."""
+#: the shade of the time a thread waited for a person or an outside event
+WAIT_SHADE = "#b3e5fc"
+PAUSE_KINDS = {"approval.required": "approval", "wait.started": "wait"}
+RESOLVE_KINDS = ("approval.resolved", "approval.expired", "wait.resolved", "wait.expired")
+
+
+def waits(events: list[Event]) -> list[tuple[str, datetime, datetime, bool]]:
+    """(step, start, end, resolved) of every wait for an approval or an outside event; one
+    still open ends at the last event."""
+    out: list[tuple[str, datetime, datetime, bool]] = []
+    open_waits: dict[str, datetime] = {}
+    for e in events:
+        if e.step is None:
+            continue
+        if e.kind in PAUSE_KINDS:
+            open_waits.setdefault(e.step, e.ts)
+        elif e.kind in RESOLVE_KINDS and e.step in open_waits:
+            out.append((e.step, open_waits.pop(e.step), e.ts, True))
+    if events:
+        out.extend((step, start, events[-1].ts, False) for step, start in open_waits.items())
+    return sorted(out, key=lambda w: w[1])
+
+
+def timeline_figure(
+    events: list[Event], steps: list[str], title: str, stages: dict[str, str] | None = None
+) -> Any:
+    """A Gantt chart: one row per step (grouped by stage when ``stages`` maps steps to
+    them), a bar per run coloured by its outcome, and the time spent waiting for a person or
+    an outside event shaded across all rows. Bars have the gid ``step``, shades ``wait``."""
     rows = spans(events)
     fig, ax, patches = _figure(9, 0.45 * max(len(steps), 2) + 1.2)
     origin = events[0].ts if events else datetime.now()
@@ -77,17 +105,133 @@ def timeline_figure(events: list[Event], steps: list[str], title: str) -> Any:
         left = (start - origin).total_seconds()
         width = max((end - start).total_seconds(), least)
         ax.barh(
-            index[step], width, left=left, color=COLOURS[outcome], edgecolor="black", linewidth=0.3
+            index[step],
+            width,
+            left=left,
+            color=COLOURS[outcome],
+            edgecolor="black",
+            linewidth=0.3,
+            gid="step",
+        )
+    for _, start, end, _ in waits(events):
+        ax.axvspan(
+            (start - origin).total_seconds(),
+            (end - origin).total_seconds(),
+            color=WAIT_SHADE,
+            alpha=0.35,
+            zorder=0,
+            gid="wait",
         )
     ax.set_yticks(range(len(steps)), labels=steps)
     ax.invert_yaxis()
+    if stages:
+        _stage_bands(ax, steps, stages)
     ax.set_xlabel("seconds since the thread started")
     ax.set_title(title)
     handles = [patches.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
+    handles.append(patches.Rectangle((0, 0), 1, 1, color=WAIT_SHADE, alpha=0.35))
     # Outside the axes: inside it would cover the last bars.
-    ax.legend(handles, list(COLOURS), loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)
+    ax.legend(
+        handles,
+        [*COLOURS, "wait (shaded)"],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1),
+        fontsize=8,
+    )
     fig.tight_layout()
     return fig
+
+
+def _stage_bands(ax: Any, steps: list[str], stages: dict[str, str]) -> None:
+    """A line between stages and each stage's name over its first row (lines and text, not
+    patches: the bars stay the only patches besides the wait shades)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    where = blended_transform_factory(ax.transAxes, ax.transData)
+    previous = None
+    for i, step in enumerate(steps):
+        stage = stages.get(step)
+        if stage == previous:
+            continue
+        if i:
+            ax.axhline(i - 0.5, color="#9e9e9e", linewidth=0.6, linestyle="--")
+        ax.text(
+            0.995,
+            i - 0.5,
+            stage or "",
+            transform=where,
+            ha="right",
+            va="top",
+            fontsize=7,
+            color="#616161",
+            style="italic",
+        )
+        previous = stage
+
+
+def cost_figure(events: list[Event], title: str) -> Any:
+    """Cumulative cost (left axis) and tokens (right axis) over the thread's time, from its
+    ``model.call`` events, waits shaded as on the timeline. Lines have the gids ``cost`` and
+    ``tokens``."""
+    fig, ax, _ = _figure(9, 3.2)
+    origin = events[0].ts if events else datetime.now()
+    calls = [e for e in events if e.kind == "model.call"]
+    xs: list[float] = [0.0]
+    costs: list[float] = [0.0]
+    tokens: list[float] = [0.0]
+    for e in calls:
+        xs.append((e.ts - origin).total_seconds())
+        costs.append(costs[-1] + float(e.data.get("cost") or 0.0))
+        tokens.append(tokens[-1] + float((e.data.get("usage") or {}).get("total") or 0))
+    end = (events[-1].ts - origin).total_seconds() if events else 0.0
+    xs.append(max(end, xs[-1]))
+    costs.append(costs[-1])
+    tokens.append(tokens[-1])
+    for _, start, stop, _ in waits(events):
+        ax.axvspan(
+            (start - origin).total_seconds(),
+            (stop - origin).total_seconds(),
+            color=WAIT_SHADE,
+            alpha=0.35,
+            zorder=0,
+            gid="wait",
+        )
+    (cost_line,) = ax.step(
+        xs, costs, where="post", color="#c62828", linewidth=2.4, label="cost", gid="cost"
+    )
+    ax.set_ylabel("cost (cumulative)", color="#c62828")
+    ax.set_xlabel("seconds since the thread started")
+    other = ax.twinx()
+    # dashed and thinner: where cost and tokens rise together the cost line still shows
+    (tokens_line,) = other.step(
+        xs,
+        tokens,
+        where="post",
+        color="#1565c0",
+        linewidth=1.2,
+        linestyle="--",
+        label="tokens",
+        gid="tokens",
+    )
+    other.set_ylabel("tokens (cumulative)", color="#1565c0")
+    ax.legend([cost_line, tokens_line], ["cost", "tokens"], loc="upper left", fontsize=8)
+    ax.set_ylim(bottom=0)
+    other.set_ylim(bottom=0)
+    if not calls:
+        ax.text(0.5, 0.5, "no model calls", transform=ax.transAxes, ha="center", color="#757575")
+    summary = f"{len(calls)} model calls, cost {costs[-1]:.6g}, {int(tokens[-1])} tokens"
+    ax.set_title(f"{title}: {summary}")
+    fig.tight_layout()
+    return fig
+
+
+def png(fig: Any) -> bytes:
+    """The figure as PNG bytes (the Agg canvas: no display, no pyplot)."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
 
 
 def draw_graph(task: LongTask) -> Any:

@@ -11,6 +11,7 @@ from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._pauses import PAUSE_KINDS, USER_KINDS
 from longtask.runtime._schedules import schedule_of
+from longtask.runtime._usage import read_usage
 from longtask.runtime._views import Pending, StepState, ThreadStatus
 from longtask.steps import RUN_KEY, result_channel
 from longtask.store import Event, ThreadRecord, is_skipped
@@ -105,9 +106,11 @@ class ReadingMixin(RunnerBase):
         """Steps whose result is in the latest checkpoint or in its pending writes."""
         return _done_in(self.db.saver.head(thread_id))
 
-    def status(self, thread_id: str) -> ThreadStatus:
+    def status(self, thread_id: str, *, usage: bool = True) -> ThreadStatus:
         """Status, progress, current stage and per-step states, from the thread record and
-        the latest checkpoint only (no history walk, no task import)."""
+        the latest checkpoint only (no history walk, no task import); with ``usage`` (the
+        default) what each step and the thread used, from one small row per step and the
+        budget row (``usage=False`` skips them, for a caller that polls and shows none)."""
         rec = self._thread(thread_id)
         # Without the results: the fix loops' rounds, and the small values a skip leaves
         # ({"$longtask": "skipped", ...}).
@@ -121,6 +124,8 @@ class ReadingMixin(RunnerBase):
         # where its lease row stays until the next advance takes a new epoch).
         active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
+        declared = {s["name"] for stage in rec.definition["stages"] for s in stage["steps"]}
+        totals, used = read_usage(self.db.store, rec, declared) if usage else (None, {})
         steps: list[StepState] = []
         current: str | None = None
         for stage in rec.definition["stages"]:
@@ -138,7 +143,13 @@ class ReadingMixin(RunnerBase):
                     state = "running"
                 else:
                     state = "pending"
-                view = StepState(name=name, stage=stage["name"], kind=s["kind"], state=state)  # type: ignore[arg-type]
+                view = StepState(
+                    name=name,
+                    stage=stage["name"],
+                    kind=s["kind"],
+                    state=state,  # type: ignore[arg-type]
+                    usage=used.get(name),
+                )
                 if s["kind"] == "map":
                     progress = self.db.store.map_progress(thread_id, name)
                     if progress is not None:
@@ -179,6 +190,7 @@ class ReadingMixin(RunnerBase):
             updated_at=rec.updated_at,
             worker=holder[0] if holder else None,
             schedule=schedule_of(self.db.store, thread_id),
+            usage=totals,
         )
 
     def result(self, thread_id: str, step: str) -> Any:

@@ -40,6 +40,7 @@ from longtask.graphs import UpdateCheck, build_graph, entry_node, install_update
 from longtask.model import FunctionStep, LongTask, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
+from longtask.runtime._costs import CostMixin
 from longtask.runtime._history import HistoryMixin
 from longtask.runtime._move import MoveMixin
 from longtask.runtime._pauses import (
@@ -165,6 +166,7 @@ class Runner(
     QueueMixin,
     MoveMixin,
     PruneMixin,
+    CostMixin,
 ):
     """Starts, resumes and inspects LongTask threads in one database.
 

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from longtask.model import LongTask
+from longtask.runtime._usage import StepUsage, ThreadUsage
 
 StepStateName = Literal["pending", "running", "waiting", "completed", "skipped", "failed"]
 
@@ -23,6 +24,8 @@ class StepState(BaseModel):
     items_failed: list[dict[str, Any]] | None = None
     #: steps with a fix loop: fix rounds so far (each one an agent run, then the step again)
     fix_rounds: int | None = None
+    #: what the step used and how long it ran (None: it has not started)
+    usage: StepUsage | None = None
 
 
 class ThreadStatus(BaseModel):
@@ -49,6 +52,8 @@ class ThreadStatus(BaseModel):
     #: the schedule that started the thread: name, tick, and its next fire time
     #: (``next_fire_at`` UTC, ``next_fire_local`` in its timezone), or None
     schedule: dict[str, Any] | None = None
+    #: tokens, cost, tool calls and time in all, and what the budget has left
+    usage: ThreadUsage | None = None
 
     @property
     def done(self) -> int:

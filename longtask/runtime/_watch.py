@@ -138,14 +138,15 @@ class WatchMixin(RunnerBase):
         return self.db.store.artifact_data(record), record
 
     def timeline(self, thread_id: str) -> Any:
-        """A matplotlib figure of the thread over time: one row per step, a bar per run
-        coloured by its outcome (failed runs, retries and pauses show)."""
+        """A matplotlib figure of the thread over time (a Gantt chart): one row per step,
+        grouped by stage, a bar per run coloured by its outcome (failed runs, retries and
+        pauses show), the time spent waiting for a person or an outside event shaded."""
         from longtask.runtime._plots import timeline_figure
 
         rec = self._thread(thread_id)
-        steps = [s["name"] for st in rec.definition["stages"] for s in st["steps"]]
+        stages = {s["name"]: st["name"] for st in rec.definition["stages"] for s in st["steps"]}
         events = self.db.store.events(thread_id)
-        return timeline_figure(events, steps, f"{rec.task_name} · {thread_id}")
+        return timeline_figure(events, list(stages), f"{rec.task_name} · {thread_id}", stages)
 
     def transcript(self, thread_id: str, step: str) -> list[dict[str, Any]]:
         """The messages of the latest run of agent step ``step`` (LangChain's

@@ -28,6 +28,7 @@ from longtask.errors import (
     TooLateToCancel,
     describe_validation,
 )
+from longtask.runtime._costs import report_name
 from longtask.serve import _lg_assistants as lg_assistants
 from longtask.serve import _lg_runs as lg_runs
 from longtask.serve import _lg_threads as lg_threads
@@ -52,6 +53,7 @@ from longtask.serve._lg_common import Api
 from longtask.serve._page import index_page, thread_page
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
+from longtask.store import THREAD_SORTS
 
 if TYPE_CHECKING:
     from longtask.runtime import Runner
@@ -164,11 +166,29 @@ def create_app(
     async def list_threads(request: Request) -> Response:
         limit = int_param(request, "limit", 100, low=1, high=1000)
         status = request.query_params.get("status") or None
-        records = await call(runner.threads, limit=limit, status=status)
+        sort = request.query_params.get("sort") or "updated"
+        if sort not in THREAD_SORTS:
+            raise HTTPException(400, f"sort must be one of {', '.join(THREAD_SORTS)}")
+        records = await call(runner.threads_with_cost, limit=limit, status=status, sort=sort)
         return JSONResponse([r.to_json() for r in records])
 
     async def thread_status(request: Request) -> Response:
         return await new_status(request.path_params["thread_id"])
+
+    async def report(request: Request) -> Response:
+        """The thread's report as one file: HTML (the default) or Markdown, charts embedded."""
+        thread_id = request.path_params["thread_id"]
+        fmt = request.query_params.get("format") or "html"
+        if fmt not in ("html", "md"):
+            raise HTTPException(400, "format must be html or md")
+        text = await call(runner.report_document, thread_id, fmt)
+        media = "text/html" if fmt == "html" else "text/markdown"
+        name = report_name(thread_id, fmt)
+        return Response(
+            text,
+            media_type=f"{media}; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
 
     async def pending(request: Request) -> Response:
         items = await call(runner.pending, request.path_params["thread_id"])
@@ -341,6 +361,7 @@ def create_app(
         Route("/api/schedules", reader(schedules_route(runner))),
         Route(api, reader(thread_status)),
         Route(api + "/pending", reader(pending)),
+        Route(api + "/report", reader(report)),
         Route(api + "/events", reader(event_list)),
         Route(api + "/events/stream", reader(event_stream)),
         Route(api + "/artifacts", reader(artifacts)),

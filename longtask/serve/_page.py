@@ -52,7 +52,7 @@ button.no{background:#c03b3b;color:#fff;border-color:#c03b3b}button:disabled{opa
 ol#events li{border-bottom:1px solid #eef0f3;padding:2px 0;font-family:ui-monospace,monospace;
 font-size:12px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:4px 8px;
-border-bottom:1px solid #eef0f3}
+border-bottom:1px solid #eef0f3}.num{text-align:right;font-variant-numeric:tabular-nums}
 """
 
 COMMON_JS = r"""
@@ -81,6 +81,20 @@ async function api(path, init) {
   }
   return data;
 }
+function money(v) { return v ? String(Number(v.toFixed(6))) : "0"; }
+function age(s) {
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60]]) {
+    if (s >= size) return Math.floor(s / size) + unit;
+  }
+  return Math.floor(s) + "s";
+}
+function seconds(v) {
+  if (v < 1) return Math.round(v * 1000) + " ms";
+  if (v < 60) return v.toFixed(1) + " s";
+  const two = (n) => String(n).padStart(2, "0");
+  if (v < 3600) return Math.floor(v / 60) + " min " + two(Math.round(v % 60)) + " s";
+  return Math.floor(v / 3600) + " h " + two(Math.floor((v % 3600) / 60)) + " min";
+}
 function bindToken(onChange) {
   const input = $("token");
   input.value = token();
@@ -91,9 +105,11 @@ function bindToken(onChange) {
 
 INDEX_JS = r"""
 async function load() {
-  const status = new URLSearchParams(location.search).get("status") || "";
+  const params = new URLSearchParams(location.search);
+  const status = params.get("status") || "", sort = params.get("sort") || "";
   try {
-    const q = "?limit=200" + (status ? "&status=" + encodeURIComponent(status) : "");
+    const q = "?limit=200" + (status ? "&status=" + encodeURIComponent(status) : "") +
+      (sort ? "&sort=" + encodeURIComponent(sort) : "");
     const rows = await api("/api/threads" + q);
     const body = $("threads");
     body.replaceChildren();
@@ -104,6 +120,8 @@ async function load() {
       const cell = el("td"); cell.append(link); tr.append(cell);
       tr.append(el("td", null, t.task_name + " v" + t.task_version));
       const st = el("td"); st.append(el("span", "badge s-" + t.status, t.status)); tr.append(st);
+      tr.append(el("td", "num", money(t.cost)));
+      tr.append(el("td", "num muted", age(t.age)));
       tr.append(el("td", "muted", new Date(t.updated_at).toLocaleString()));
       body.append(tr);
     }
@@ -305,12 +323,44 @@ async function decide(p, approved, comment, buttons) {
     buttons.forEach((b) => { b.disabled = false; });
   }
 }
+const LIMIT_NAMES = {tokens: "tokens", cost: "cost", tool_calls: "tool calls",
+  wall_time: "running time (s)"};
+function renderUsage(st) {
+  // What each step used and the totals (ThreadStatus.usage): text only, like the rest.
+  const u = st.usage;
+  $("cost-section").hidden = !u;
+  if (!u) return;
+  const link = $("report");
+  if (!link.href) {
+    link.href = BASE + "/report";
+    link.download = THREAD.replace(/[^A-Za-z0-9._-]+/g, "_") + "-report.html";
+    link.addEventListener("click", (event) => download(link, event));
+  }
+  $("cost-total").textContent = "wall time " + seconds(u.wall_time) + " · cost " +
+    money(u.cost) + " · " + u.tokens + " tokens · " + u.model_calls + " model calls · " +
+    u.tool_calls + " tool calls";
+  const limited = Object.keys(u.limits).filter((n) => u.limits[n] !== null);
+  $("budget-left").textContent = limited.length ? "budget left: " + limited.map((n) =>
+    LIMIT_NAMES[n] + " " + Number((u.left[n] || 0).toFixed(6)) + " of " + u.limits[n]
+  ).join(", ") : "no budget limits";
+  const rows = st.steps.filter((s) => s.usage).map((s) => [s.name, s.usage]);
+  for (const [name, v] of Object.entries(u.other || {})) rows.push([name + " (fix agent)", v]);
+  $("cost-steps").replaceChildren(...rows.map(([name, v]) => {
+    const tr = el("tr");
+    tr.dataset.step = name;
+    tr.append(el("td", null, name));
+    for (const text of [seconds(v.wall_time), v.attempts, v.tokens, money(v.cost),
+      v.model_calls, v.tool_calls]) tr.append(el("td", "num", text));
+    return tr;
+  }));
+}
 async function refresh() {
   if (refreshing) { again = true; return; }
   refreshing = true;
   try {
     const [st, items] = await Promise.all([api(BASE), api(BASE + "/pending")]);
     renderStatus(st);
+    renderUsage(st);
     renderPending(items);
     $("load-error").textContent = "";
     if (CLOSED.includes(st.status) && !artifactsShown) await loadArtifacts();
@@ -441,7 +491,10 @@ def index_page(*, reads_need_token: bool) -> tuple[str, str]:
     """The list of threads; returns the HTML and its CSP nonce."""
     body = f"""<header><h1>longtask threads</h1>{TOKEN_FIELD}</header>
 <main><section><p id="message" class="error"></p>
-<table><thead><tr><th>thread</th><th>task</th><th>status</th><th>updated</th></tr></thead>
+<table><thead><tr><th>thread</th><th>task</th><th>status</th>
+<th><a href="?sort=cost" title="most expensive first">cost</a></th>
+<th><a href="?sort=age" title="oldest first">age</a></th>
+<th><a href="?" title="most recently updated first">updated</a></th></tr></thead>
 <tbody id="threads"></tbody></table><p id="empty" class="muted" hidden>no threads</p>
 </section>
 <section id="schedules-section" hidden><h2>Schedules</h2>
@@ -468,6 +521,12 @@ def thread_page(thread_id: str, reads_need_token: bool, missing: bool = False) -
 <section id="pending-section" hidden><h2>Waiting for</h2><div id="pending"></div></section>
 <section id="artifacts-section" hidden><h2>Artifacts</h2><ul id="artifacts"></ul></section>
 <section><h2>Steps</h2><ul id="tree" class="tree"></ul></section>
+<section id="cost-section" hidden><h2>Cost</h2><p id="cost-total"></p>
+<p><a id="report" download>report (HTML, one file to attach to a ticket)</a></p>
+<p id="budget-left" class="muted"></p>
+<table><thead><tr><th>step</th><th class="num">wall time</th><th class="num">attempts</th>
+<th class="num">tokens</th><th class="num">cost</th><th class="num">model calls</th>
+<th class="num">tool calls</th></tr></thead><tbody id="cost-steps"></tbody></table></section>
 <section><h2>Latest events</h2><ol id="events"></ol></section>
 </main>"""
     config = {

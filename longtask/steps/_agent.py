@@ -244,7 +244,13 @@ class AgentRun:
         self.tokens += total
         self.cost += cost or 0.0
         self.cost_unknown = self.cost_unknown or cost is None
-        self.env.store.charge(self.call.thread_id, tokens=total, cost=cost or 0.0)
+        self.env.store.charge(
+            self.call.thread_id,
+            step=self.info.name,
+            model_calls=1,
+            tokens=total,
+            cost=cost or 0.0,
+        )
         self.env.emit(
             self.call,
             "model.call",
@@ -294,13 +300,13 @@ class AgentRun:
         check_limits(self.env, self.call, self.info)
 
         if name in self.step.read_only_tools:
-            self.env.store.charge(self.call.thread_id, tool_calls=1)
+            self.env.store.charge(self.call.thread_id, step=self.info.name, tool_calls=1)
             self.tool_calls += 1
             return handler(request)
 
         def perform(_id: str, _args: Any) -> ToolRecord:
             # Charged when the tool really runs (a replay from the ledger costs nothing).
-            self.env.store.charge(self.call.thread_id, tool_calls=1)
+            self.env.store.charge(self.call.thread_id, step=self.info.name, tool_calls=1)
             out = handler(request)
             if isinstance(out, ToolMessage):
                 return {"content": out.content, "status": out.status}

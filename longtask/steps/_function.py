@@ -311,7 +311,13 @@ class StepRuntime:
     pause: Callable[[dict[str, Any]], Any] | None = None
 
     def charge(self, tokens: int, cost: float, tool_calls: int) -> None:
-        self.env.store.charge(self.call.thread_id, tokens=tokens, cost=cost, tool_calls=tool_calls)
+        self.env.store.charge(
+            self.call.thread_id,
+            step=self.info.name,
+            tokens=tokens,
+            cost=cost,
+            tool_calls=tool_calls,
+        )
 
     def check(self) -> None:
         check_limits(self.env, self.call, self.info, pause=self.pause)

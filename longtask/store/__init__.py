@@ -16,6 +16,7 @@ from longtask.store._store import (
     Store,
     ThreadRecord,
 )
+from longtask.store._usage import THREAD_SORTS
 from longtask.store._values import (
     DEFAULT_INLINE_LIMIT,
     ValueCodec,
@@ -31,6 +32,7 @@ __all__ = [
     "EFFECT_STATUSES",
     "NO_ITEM",
     "SCHEMA_VERSION",
+    "THREAD_SORTS",
     "THREAD_STATUSES",
     "Artifact",
     "Attempts",

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from longtask.store._usage import usage_statement
 
 #: the ``item`` of a step that is not a map item (NULL cannot be part of a primary key)
 NO_ITEM = -1
@@ -74,6 +77,9 @@ class LimitTables:
     """Mixed into Store."""
 
     def _run(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _run_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         raise NotImplementedError
 
     # -- attempts ----------------------------------------------------------------------------
@@ -141,10 +147,14 @@ class LimitTables:
             used={n: float(v) for n, v in zip(BUDGET_LIMITS, r[6:10], strict=True)},
         )
 
-    def charge(self, thread_id: str, **used: float) -> None:
-        """Add to the thread's usage counters (a row without limits is created if needed)."""
+    def charge(
+        self, thread_id: str, *, step: str | None = None, model_calls: int = 0, **used: float
+    ) -> None:
+        """Add to the thread's usage counters (a row without limits is created if needed),
+        and, with ``step``, to that step's (in the same transaction: the steps' usage adds up
+        to the thread's)."""
         values = [float(used.get(n, 0) or 0) for n in BUDGET_LIMITS]
-        self._run(
+        budget = (
             "INSERT INTO longtask_budgets (thread_id, tokens, cost, tool_calls, wall_time, "
             "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT (thread_id) DO UPDATE SET "
             "tokens = longtask_budgets.tokens + excluded.tokens, "
@@ -153,6 +163,13 @@ class LimitTables:
             "wall_time = longtask_budgets.wall_time + excluded.wall_time, "
             "updated_at = excluded.updated_at",
             (thread_id, *values, time.time()),
+        )
+        if step is None:
+            self._run(*budget)
+            return
+        tokens, cost, tool_calls, _ = values
+        self._run_all(
+            [budget, usage_statement(thread_id, step, tokens, cost, tool_calls, model_calls)]
         )
 
     def budget_raise(

@@ -222,6 +222,26 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
         "thread_id",
         carried=False,
     ),
+    # What each step used. After the events: storing a step's events makes (and times) its
+    # row through a trigger; an import then replaces those rows with the exported ones.
+    OwnedTable(
+        "longtask_usage",
+        (
+            "thread_id",
+            "step",
+            "tokens",
+            "cost",
+            "tool_calls",
+            "model_calls",
+            "wall_time",
+            "attempts",
+            "started_at",
+            "finished_at",
+            "running_since",
+            "updated_at",
+        ),
+        "step",
+    ),
     # Which schedule tick started the thread: a schedule of this database (the tick's key is
     # the schedule's, so a copy under another id would collide), deleted with the thread.
     OwnedTable(

@@ -20,6 +20,22 @@ class Dialect:
 
 #: marks a statement of a migration that only PostgreSQL runs
 POSTGRES_ONLY = "-- postgresql only\n"
+#: marks a statement of a migration that only SQLite runs
+SQLITE_ONLY = "-- sqlite only\n"
+
+#: how a step's usage row follows its step.started/completed/failed events (NEW): a start
+#: opens a run, an end adds the run's time to ``wall_time`` (a run cut off by a crash, whose
+#: end was never recorded, counts nothing); ``attempts`` is the highest attempt number seen.
+#: Every right-hand side reads the row as it was before the update.
+USAGE_STEP_SET = """wall_time = wall_time + CASE WHEN NEW.kind <> 'step.started'
+                AND running_since IS NOT NULL THEN {greatest}(NEW.ts - running_since, 0)
+                ELSE 0 END,
+            running_since = CASE WHEN NEW.kind = 'step.started' THEN NEW.ts ELSE NULL END,
+            started_at = COALESCE(started_at,
+                CASE WHEN NEW.kind = 'step.started' THEN NEW.ts ELSE NULL END),
+            finished_at = CASE WHEN NEW.kind = 'step.started' THEN finished_at ELSE NEW.ts END,
+            attempts = {greatest}(attempts, COALESCE(NEW.attempt, 0)),
+            updated_at = NEW.ts"""
 
 SQLITE = Dialect("sqlite", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "REAL")
 POSTGRES = Dialect("postgresql", "BIGSERIAL PRIMARY KEY", "BYTEA", "DOUBLE PRECISION")
@@ -353,6 +369,58 @@ MIGRATIONS: list[list[str]] = [
         "CREATE INDEX longtask_schedule_fires_unstarted ON longtask_schedule_fires (fired_at) "
         "WHERE started = 0",
     ],
+    # 13: what each step of a thread used (tokens, cost, tool and model calls: charged in
+    # the same transaction as the thread's budget) and how long it ran, kept up to date as
+    # its step.started/completed/failed events are stored (a trigger: no writer has to
+    # remember it), so `status` reads one row per step instead of the event log
+    [
+        """CREATE TABLE longtask_usage (
+            thread_id TEXT NOT NULL,
+            step TEXT NOT NULL,
+            tokens INTEGER NOT NULL DEFAULT 0,
+            cost {real} NOT NULL DEFAULT 0,
+            tool_calls INTEGER NOT NULL DEFAULT 0,
+            model_calls INTEGER NOT NULL DEFAULT 0,
+            wall_time {real} NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            started_at {real},
+            finished_at {real},
+            running_since {real},
+            updated_at {real} NOT NULL,
+            PRIMARY KEY (thread_id, step)
+        )""",
+        SQLITE_ONLY
+        + """CREATE TRIGGER longtask_usage_steps AFTER INSERT ON longtask_events
+        WHEN NEW.step IS NOT NULL
+            AND NEW.kind IN ('step.started', 'step.completed', 'step.failed')
+            AND json_extract(NEW.data, '$.item') IS NULL
+        BEGIN
+            INSERT INTO longtask_usage (thread_id, step, updated_at)
+                VALUES (NEW.thread_id, NEW.step, NEW.ts)
+                ON CONFLICT (thread_id, step) DO NOTHING;
+            UPDATE longtask_usage SET """
+        + USAGE_STEP_SET.format(greatest="MAX")
+        + """ WHERE thread_id = NEW.thread_id AND step = NEW.step;
+        END""",
+        POSTGRES_ONLY
+        + """CREATE OR REPLACE FUNCTION longtask_usage_step() RETURNS trigger AS $$
+        BEGIN
+            INSERT INTO longtask_usage (thread_id, step, updated_at)
+                VALUES (NEW.thread_id, NEW.step, NEW.ts)
+                ON CONFLICT (thread_id, step) DO NOTHING;
+            UPDATE longtask_usage SET """
+        + USAGE_STEP_SET.format(greatest="GREATEST")
+        + """ WHERE thread_id = NEW.thread_id AND step = NEW.step;
+            RETURN NULL;
+        END
+        $$ LANGUAGE plpgsql""",
+        POSTGRES_ONLY
+        + """CREATE TRIGGER longtask_usage_steps AFTER INSERT ON longtask_events
+        FOR EACH ROW WHEN (NEW.step IS NOT NULL
+            AND NEW.kind IN ('step.started', 'step.completed', 'step.failed')
+            AND (NEW.data::jsonb -> 'item') IS NULL)
+        EXECUTE FUNCTION longtask_usage_step()""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -362,6 +430,11 @@ def statements(dialect: Dialect, version: int) -> list[str]:
     """SQL of migration ``version`` (1-based) for ``dialect``."""
     out = []
     for s in MIGRATIONS[version - 1]:
+        if s.startswith(SQLITE_ONLY):
+            if dialect is POSTGRES:
+                continue
+            out.append(s[len(SQLITE_ONLY) :])
+            continue
         if s.startswith(POSTGRES_ONLY):
             if dialect is not POSTGRES:
                 continue

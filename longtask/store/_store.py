@@ -28,6 +28,7 @@ from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
 from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
+from longtask.store._usage import THREAD_ORDER, UsageTables
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -151,6 +152,9 @@ _THREAD_COLS = (
 )
 #: a record without its definition (read once per definition hash, see Store._threads)
 _THREAD_READ = _THREAD_COLS.replace(" definition,", " NULL,")
+_THREAD_READ_T = ", ".join(
+    c if c == "NULL" else f"t.{c}" for c in (c.strip() for c in _THREAD_READ.split(","))
+)
 
 
 class Store(
@@ -161,6 +165,7 @@ class Store(
     LeaseTables,
     ApiTables,
     ScheduleTables,
+    UsageTables,
     ABC,
 ):
     dialect: Dialect
@@ -255,10 +260,20 @@ class Store(
         )
         return self._threads(rows)[0] if rows else None
 
-    def list_threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
-        where, params = ("WHERE status = ?", [status]) if status else ("", [])
+    def list_threads(
+        self, limit: int = 100, status: str | None = None, sort: str = "updated"
+    ) -> list[ThreadRecord]:
+        """At most ``limit`` threads (with ``status``), ordered by ``sort`` (THREAD_SORTS)."""
+        if sort not in THREAD_ORDER:
+            raise ValueError(f"sort must be one of {', '.join(THREAD_ORDER)}")
+        where, params = ("WHERE t.status = ?", [status]) if status else ("", [])
+        # the budget row (what the thread charged) only when the order needs it
+        join = (
+            "LEFT JOIN longtask_budgets b ON b.thread_id = t.thread_id " if sort == "cost" else ""
+        )
         rows = self._run(
-            f"SELECT {_THREAD_READ} FROM longtask_threads {where} ORDER BY updated_at DESC LIMIT ?",
+            f"SELECT {_THREAD_READ_T} FROM longtask_threads t {join}{where} "
+            f"ORDER BY {THREAD_ORDER[sort]} LIMIT ?",
             (*params, limit),
         )
         return self._threads(rows)
@@ -519,6 +534,18 @@ class SqliteStore(Store):
             self._conn.commit()
             return rows
 
+    def _run_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        with self._lock:
+            self._conn.commit()
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, params in statements:
+                    self._conn.execute(sql, tuple(params))
+            except BaseException:
+                self._conn.rollback()
+                raise
+            self._conn.commit()
+
     @contextmanager
     def _transaction(self, serialise: bool = True) -> Iterator[Any]:
         with self._lock:
@@ -591,6 +618,14 @@ class PostgresStore(Store):
                     cur.execute(self._sql(_EVENT_ONE), new.params())
                     cur.execute("SELECT pg_notify(%s, %s)", (EVENTS_CHANNEL, new.thread_id))
             return out
+
+    def _run_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        with self._pool.connection() as conn:
+            with conn.cursor() as cur:
+                self.fence.apply(conn, cur)  # outside the transaction: a rollback keeps it
+            with conn.transaction(), conn.cursor() as cur:
+                for sql, params in statements:
+                    cur.execute(self._sql(sql), tuple(params))
 
     @contextmanager
     def _transaction(self, serialise: bool = True) -> Iterator[Any]:

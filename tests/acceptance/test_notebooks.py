@@ -107,7 +107,10 @@ def test_quickstart_notebook(tmp_path: Path) -> None:
     assert (tmp_path / ".longtask" / "longtask.db").is_file()
     # the timeline renders to PNG: saved by the notebook, and shown under its cell
     assert (tmp_path / "timeline.png").read_bytes()[:8] == PNG_SIGNATURE
-    assert len(_shown(nb, "image/png")) == 2  # the graph and the timeline
+    # the graph, the timeline, and the priced thread's timeline and cost chart
+    assert len(_shown(nb, "image/png")) == 4
+    report = (tmp_path / "report.html").read_text()
+    assert report.count("data:image/png;base64,") == 2 and "priced_notes" in report
     tables = [html for html in _shown(nb, "text/html") if "<table" in html]
     assert len(tables) == 1 and "completed" in tables[0] and "research" in tables[0]
 

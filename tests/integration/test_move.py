@@ -155,6 +155,15 @@ def readings(runner: Runner, thread: str) -> dict[str, Any]:
             (e.kind, e.stage, e.step, e.attempt, e.data, e.ts) for e in runner.events(thread)
         ],
         "status": runner.status(thread).status,
+        # what each step used and how long it ran (rows a trigger on events also writes)
+        "usage": sorted(
+            tuple(r)
+            for r in runner.db.store._run(
+                "SELECT step, tokens, cost, tool_calls, model_calls, wall_time, attempts, "
+                "started_at, finished_at, running_since FROM longtask_usage WHERE thread_id = ?",
+                (thread,),
+            )
+        ),
         "results": runner.results(thread),
         "artifacts": [
             (a.name, a.step, a.digest, a.size, a.media_type, runner.db.store.artifact_data(a))
@@ -246,9 +255,9 @@ def test_head_only_keeps_the_latest_checkpoint_and_resumes(
     after = readings(pg_runner, "rel-h")
     [head] = after["history"]
     assert head == before["history"][0] | {"parent_id": None}
-    assert {k: after[k] for k in ("effects", "events", "results", "artifacts", "status")} == {
-        k: before[k] for k in ("effects", "events", "results", "artifacts", "status")
-    }
+    assert {
+        k: after[k] for k in ("effects", "events", "results", "artifacts", "status", "usage")
+    } == {k: before[k] for k in ("effects", "events", "results", "artifacts", "status", "usage")}
     results = finish_release(pg_runner, "rel-h")
     assert results["publish"] == "published app-1.0.tar.gz (42, alice)"
     assert results["build"]["notes"] == NOTES
