@@ -36,8 +36,10 @@ def export_(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Write a thread to one file: checkpoints, events, effect ledger, artifacts, everything
-    it owns; `longtask import` loads it into another database."""
+    """Write a thread and all it owns to one file.
+
+    Checkpoints, events, the effect ledger, artifacts: everything the thread owns;
+    `longtask import` loads it into another database."""
     with _runner(db) as runner:
         summary = runner.export_thread(thread_id, output, head_only=head_only)
     if json_:
@@ -70,8 +72,9 @@ def import_(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Load an exported thread into this database, all or nothing; `resume`, `approve` and
-    the other commands then continue it here."""
+    """Load an exported thread into this database.
+
+    All or nothing; `resume`, `approve` and the other commands then continue it here."""
     with _runner(db, create=True) as runner:
         summary = runner.import_thread(file, as_id=as_id)
         status = runner.status(summary.thread_id).status

@@ -68,7 +68,9 @@ def prune(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Delete old completed, failed and cancelled threads with everything they own.
+    """Delete old ended threads and all they own.
+
+    Completed, failed and cancelled threads, with everything they own.
 
     Running and paused threads are never pruned, nor a thread a process or worker holds.
     Each thread goes in its own short transaction; blobs and artifact files are freed when

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from longtask.store import ScheduleRecord
 
 schedule_app = typer.Typer(
-    help="Start tasks on a cron schedule (fired by workers, serve or tick).",
+    help="Start tasks on a cron schedule.\n\nFired by the workers, serve or `longtask tick`.",
     no_args_is_help=True,
 )
 app.add_typer(schedule_app, name="schedule")
@@ -214,7 +214,9 @@ def pause(name: NameArg, db: DbOpt = None) -> None:
 
 @schedule_app.command("resume")
 def resume(name: NameArg, db: DbOpt = None) -> None:
-    """Fire again from the next tick (ticks that passed while paused are not run)."""
+    """Fire again from the next tick.
+
+    Ticks that passed while paused are not run."""
     with _runner(db) as runner:
         rec = runner.resume_schedule(name)
     out.print(f"schedule {escape(name)} resumed; next {when(rec.next_fire_at, rec.timezone)}")

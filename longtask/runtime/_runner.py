@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
@@ -319,6 +320,18 @@ class Runner(
             thread_id = f"lt-{uuid.uuid4().hex[:12]}"
         check_thread_id(thread_id)
         encoded = self.codec.encode(self._validate_inputs(task, inputs), "the task inputs")
+        return self._create_record(task, thread_id, encoded, task_ref, "pending", mode)
+
+    def _create_record(
+        self,
+        task: LongTask,
+        thread_id: str,
+        encoded_inputs: Any,
+        task_ref: str | None,
+        status: str,
+        mode: str | None,
+    ) -> ThreadRecord:
+        """Store a new thread's record (``ThreadExists`` if the id is taken) and budget."""
         rec = ThreadRecord(
             thread_id=thread_id,
             task_ref=task_ref or find_ref(task),
@@ -326,8 +339,8 @@ class Runner(
             task_version=task.version,
             definition_hash=task.definition_hash,
             definition=definition_summary(task),
-            inputs=encoded,
-            status="pending",
+            inputs=encoded_inputs,
+            status=status,
             mode=mode,
         )
         self.db.store.create_thread(rec)
@@ -347,26 +360,8 @@ class Runner(
         if rec is None:
             check_thread_id(thread_id)
             inputs = state.get(INPUTS_CHANNEL)
-            rec = ThreadRecord(
-                thread_id=thread_id,
-                task_ref=find_ref(task),
-                task_name=task.name,
-                task_version=task.version,
-                definition_hash=task.definition_hash,
-                definition=definition_summary(task),
-                inputs=inputs,
-                status="running",
-            )
-            try:
-                self.db.store.create_thread(rec)
-            except ThreadExists:
-                return  # a parallel node of the same super-step adopted it first
-            if task.budget is not None or task.deadline is not None:
-                self.db.store.budget_init(
-                    thread_id,
-                    task.budget.limits() if task.budget else {},
-                    self.clock().timestamp() + task.deadline if task.deadline else None,
-                )
+            with contextlib.suppress(ThreadExists):  # a parallel node adopted it first
+                self._create_record(task, thread_id, inputs, None, "running", None)
             return
         if rec.task_name != task.name:
             raise InvalidInput(

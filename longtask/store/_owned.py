@@ -24,6 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from longtask.store._usage import USAGE_KEYS
+
 if TYPE_CHECKING:
     from longtask.store._store import Store
 
@@ -226,20 +228,7 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
     # row through a trigger; an import then replaces those rows with the exported ones.
     OwnedTable(
         "longtask_usage",
-        (
-            "thread_id",
-            "step",
-            "tokens",
-            "cost",
-            "tool_calls",
-            "model_calls",
-            "wall_time",
-            "attempts",
-            "started_at",
-            "finished_at",
-            "running_since",
-            "updated_at",
-        ),
+        ("thread_id", "step", *USAGE_KEYS, "updated_at"),
         "step",
     ),
     # Which schedule tick started the thread: a schedule of this database (the tick's key is

@@ -87,7 +87,7 @@ def test_the_sdk_api_key_is_the_token_and_the_actor_never_comes_from_the_body(
     assert client.post("/threads", json={}).status_code == 401
     assert client.post("/threads", json={}, headers={"X-Api-Key": "wrong"}).status_code == 401
     thread = paused(client)
-    before = runner.status(thread).model_dump()
+    before = runner.status(thread, usage=False).model_dump()  # usage: wall time runs on
     url = f"/threads/{thread}/runs"
 
     def resume(value: Any, headers: dict[str, str]) -> Any:
@@ -103,7 +103,7 @@ def test_the_sdk_api_key_is_the_token_and_the_actor_never_comes_from_the_body(
     assert "cannot be edited" in edit.json()["error"]
     # Refused answers record no run and change nothing.
     assert len(client.get(url).json()) == 1
-    assert runner.status(thread).model_dump() == before
+    assert runner.status(thread, usage=False).model_dump() == before
 
     ok = resume({"decisions": [{"type": "approve", "message": "fine"}]}, ALICE)
     assert ok.status_code == 200, ok.text
