@@ -195,7 +195,7 @@ def _thread_option(thread: str | None) -> str:
     if thread is None:
         return _new_thread_id()
     from longtask.errors import InvalidInput
-    from longtask.runtime._runner import check_thread_id
+    from longtask.runtime._threadid import check_thread_id
 
     try:
         check_thread_id(thread)

@@ -27,7 +27,7 @@ from longtask.errors import InvalidInput
 from longtask.model import LongTask, PauseStep
 from longtask.steps import INPUTS_CHANNEL, fix_channel, request_channel, result_channel
 from longtask.store import Store, ValueCodec
-from longtask.store._values import TAG, is_reference
+from longtask.store._values import TAG, is_reference, to_json_bytes
 
 
 def channels_of(task: LongTask) -> dict[str, str]:
@@ -91,7 +91,7 @@ class UpdateCheck:
         if channel.startswith("out."):
             return self._codec.encode(value, what)
         # The bookkeeping channels of pauses and fix loops hold plain JSON.
-        self._codec.encode(value, what)
+        to_json_bytes(value, what)
         return value
 
     def _check_reference(self, value: dict[str, Any], what: str) -> None:

@@ -39,6 +39,7 @@ from longtask.errors import (
     ThreadBusy,
     ThreadNotFound,
 )
+from longtask.runtime._threadid import check_thread_id
 from longtask.store._owned import (
     OWNED_BY_NAME,
     carried_tables,
@@ -374,7 +375,6 @@ def import_thread(
     """Load an export into ``db``, as its own thread id or as ``as_id``, in one transaction:
     a refused or failed import leaves the database as it was."""
     from longtask.runtime._renaming import rename
-    from longtask.runtime._runner import check_thread_id
 
     export = read_export(path)
     source_id = str(export.manifest["thread_id"])

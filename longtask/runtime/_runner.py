@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import sys
 import threading
 import time
@@ -65,6 +64,7 @@ from longtask.runtime._streams import (
     traced,
 )
 from longtask.runtime._taskref import find_ref, load_task
+from longtask.runtime._threadid import check_thread_id
 from longtask.runtime._views import (
     definition_changes,
     definition_summary,
@@ -89,24 +89,6 @@ from longtask.store._fence import lease_lost
 from longtask.store._limits import settle_statement
 
 log = logging.getLogger("longtask.runtime")
-
-_THREAD_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,199}")
-
-
-def check_thread_id(thread_id: str) -> None:
-    """Refuse a thread id a new thread may not have (an empty one, a trailing newline...)."""
-    if not thread_id:
-        raise InvalidInput(
-            "the thread id is empty: give one (letters, digits and ._:@-) or leave it out "
-            "for a new random id"
-        )
-    # fullmatch: with match, "$" also matches before a trailing newline ("abc\n").
-    if not _THREAD_ID_RE.fullmatch(thread_id):
-        raise InvalidInput(
-            f"thread id {thread_id!r} is not allowed: use up to 200 letters, digits and "
-            "._:@- characters, starting with a letter or digit"
-        )
-
 
 #: called with (thread_id, step names that just finished) while a run advances
 UpdateHook = Callable[[str, list[str]], None]

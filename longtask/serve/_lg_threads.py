@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, ThreadNotFound
-from longtask.runtime._runner import check_thread_id
+from longtask.runtime._threadid import check_thread_id
 from longtask.serve._lg_state import (
     config_of,
     empty_state,
