@@ -165,13 +165,11 @@ class ReadingMixin(RunnerBase):
         total = len(steps) or 1
         status, waiting_now = derived_status(rec, tup, steps, active)
         if status != rec.status:
-            steps = [
-                s.model_copy(update={"state": "pending"}) if s.state == "running" else s
-                for s in steps
-            ]
+            # Told by the checkpoint: nothing runs, and the steps it waits for wait.
+            waits = {w["step"] for w in waiting_now}
             for s in steps:
-                if s.state == "pending" and s.name in {w["step"] for w in waiting_now}:
-                    s.state = "waiting"
+                if s.state in ("running", "pending"):
+                    s.state = "waiting" if s.name in waits else "pending"
         return ThreadStatus(
             thread_id=rec.thread_id,
             task_name=rec.task_name,

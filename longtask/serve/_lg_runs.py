@@ -255,15 +255,14 @@ def routes(api: Api) -> list[Route]:
             # Recorded before the answer: the run advancing the thread stops at its next
             # step and compensates, even if this process dies before its executor gets to
             # the cancel (which finishes one the run cannot, such as a paused thread's).
+            too_late = False
             try:
                 await api.call(runner.record_cancel, run.thread_id, reason=reason, by=actor)
             except TooLateToCancel:
-                pass  # the run has just completed: nothing to cancel
+                too_late = True  # the run has just completed: nothing to cancel
             except ThreadNotFound:
-                # Taken by the executor a moment ago, the thread not recorded yet: only the
-                # executor, which records it, can cancel it (after its start).
-                api.executor.submit_cancel(run.thread_id, reason, actor)
-            else:
+                pass  # taken a moment ago, not recorded yet: the executor cancels it
+            if not too_late:
                 api.executor.submit_cancel(run.thread_id, reason, actor)
         if request.query_params.get("wait") in ("1", "true"):
             run = await finished(run.run_id)

@@ -202,3 +202,27 @@ def test_status_follows_the_checkpoint_after_a_lost_status_write(runner: Runner)
     assert status.status == "waiting_user" and status.waiting[0]["kind"] == "approval"
     runner.approve(thread, "go", by="ana", task=gated)
     assert runner.status(thread).status == "completed"
+
+
+def test_results_only_in_pending_writes_do_not_complete_a_thread(runner: Runner) -> None:
+    """A super-step cut off after its writes and before its checkpoint (a kill) still needs
+    a resume: the status says so, not 'completed'."""
+    fails = {"n": 1}
+
+    @function_step
+    def last(ctx: StepContext) -> int:
+        if fails["n"]:
+            fails["n"] -= 1
+            raise RuntimeError("boom")
+        return 7
+
+    chain = LongTask("native_cut", stages=[Stage("one", [small]), Stage("two", [last])])
+    with pytest.raises(Exception, match="boom"):
+        runner.start(chain, thread_id="cut")
+    head = runner.db.saver.get_tuple(_config("cut"))
+    assert head is not None
+    runner.db.saver.put_writes(head.config, [("out.last", 7)], "cut-task")
+    runner.db.store.set_status("cut", "running")  # the process died before its status write
+    assert runner.status("cut").status == "running"
+    runner.resume("cut", task=chain)
+    assert runner.status("cut").status == "completed" and runner.result("cut", "last") == 7
