@@ -391,35 +391,49 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         ``versions_seen`` (left empty): what history views need, read without the values'
         bytes and without copying a map per node and checkpoint."""
         rows = self.backend.checkpoint_rows(thread_id, "", None, before, limit)
-        return self._tuples(rows, with_values=False)
+        return self._tuples(rows, values=False, writes=False, seen=False)
 
     def head(
         self,
         thread_id: str,
         *,
         load: Callable[[str], bool] | None = None,
-        small: int = 0,
+        containing: tuple[Callable[[str], bool], bytes] | None = None,
     ) -> CheckpointTuple | None:
         """The thread's latest root checkpoint, with its pending writes but only the channel
-        values that ``load`` names, and those of at most ``small`` bytes: what the Runner's
-        status and bookkeeping need, without reading every result of a long thread."""
+        values that ``load`` names, and of the channels that ``containing`` names those
+        whose stored bytes contain its bytes: what the Runner's status and bookkeeping need,
+        without reading every result of a long thread. ``versions_seen`` is left empty."""
         rows = self.backend.checkpoint_rows(thread_id, "", None, None, 1)
         if not rows:
             return None
-        return self._tuples(rows, load=load or (lambda channel: False), small=small)[0]
+        some = load is not None or containing is not None
+        return self._tuples(
+            rows,
+            values=some,
+            seen=False,
+            load=load or (lambda channel: False),
+            containing=containing,
+        )[0]
 
     def _tuples(
         self,
         rows: Sequence[tuple[Any, ...]],
-        with_values: bool = True,
         *,
+        values: bool = True,
+        writes: bool = True,
+        seen: bool = True,
         load: Callable[[str], bool] | None = None,
-        small: int = 0,
+        containing: tuple[Callable[[str], bool], bytes] | None = None,
     ) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples for rows of ``longtask_cp_checkpoints`` (see ``checkpoint_rows``
         for the columns): maps rebuilt from their snapshots, values and writes read in one
-        query each (``load``/``small``: only some values, see ``head``)."""
-        maps = self._maps_of(rows, seen=with_values)
+        query each. Without ``values`` the channel values are left empty, without ``writes``
+        the pending writes, without ``seen`` ``versions_seen`` (``load``/``containing``:
+        only some values, see ``head``)."""
+        with_values = values
+        scan = containing[0] if containing else lambda channel: False
+        maps = self._maps_of(rows, seen=seen)
         pairs: dict[tuple[str, str], set[tuple[str, str]]] = {}
         others: dict[tuple[str, str], set[tuple[str, str]]] = {}
         for r in rows if with_values else ():
@@ -427,21 +441,26 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             want = pairs.setdefault((r[0], r[1]), set())
             rest = others.setdefault((r[0], r[1]), set())
             for c, v in cv.items():
-                (want if load is None or load(c) else rest).add((c, version_key(v)))
-        values: dict[tuple[str, str], dict[tuple[str, str], tuple[str, bytes]]] = {}
+                if load is None or load(c):
+                    want.add((c, version_key(v)))
+                elif scan(c):
+                    rest.add((c, version_key(v)))
+        by_scope: dict[tuple[str, str], dict[tuple[str, str], tuple[str, bytes]]] = {}
         for scope, want in pairs.items():
             stored = self._stored_values(scope[0], scope[1], want)
-            if small and others[scope]:
+            if containing and others[scope]:
                 stored.update(
-                    self.backend.values(scope[0], scope[1], [], (sorted(others[scope]), small))
+                    self.backend.values(
+                        scope[0], scope[1], [], (sorted(others[scope]), containing[1])
+                    )
                 )
-            values[scope] = stored
-        writes = self.backend.writes([(r[0], r[1], r[2]) for r in rows]) if with_values else {}
+            by_scope[scope] = stored
+        stored_writes = self.backend.writes([(r[0], r[1], r[2]) for r in rows]) if writes else {}
         out = []
         for r in rows:
             thread_id, ns, checkpoint_id, parent_id = r[0], r[1], r[2], r[3]
             cv, vs, state = maps[(thread_id, ns, checkpoint_id)]
-            stored = values.get((thread_id, ns), {})
+            stored = by_scope.get((thread_id, ns), {})
             channel_values = {}
             for channel, version in cv.items() if with_values else ():
                 found = stored.get((channel, version_key(version)))
@@ -484,7 +503,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
                     ),
                     pending_writes=[
                         (task_id, channel, self.serde.loads_typed((type_, blob)))
-                        for task_id, channel, type_, blob in writes.get(
+                        for task_id, channel, type_, blob in stored_writes.get(
                             (thread_id, ns, checkpoint_id), ()
                         )
                     ],

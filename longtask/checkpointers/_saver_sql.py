@@ -110,6 +110,10 @@ class Backend(ABC):
     @abstractmethod
     def _ids_param(self, ids: Sequence[str]) -> Any: ...
 
+    @abstractmethod
+    def _contains(self, column: str) -> str:
+        """SQL true when the bytes of ``column`` contain a parameter's bytes."""
+
     # -- reads -------------------------------------------------------------------------------
 
     def checkpoint_rows(
@@ -159,11 +163,12 @@ class Backend(ABC):
         thread_id: str,
         ns: str,
         pairs: Sequence[tuple[str, str]],
-        small: tuple[Sequence[tuple[str, str]], int] | None = None,
+        containing: tuple[Sequence[tuple[str, str]], bytes] | None = None,
     ) -> dict[tuple[str, str], tuple[str, bytes]]:
-        """The stored values of these (channel, version) pairs; with ``small`` (pairs, n),
-        also those of the other pairs whose value is at most n bytes."""
-        if not pairs and not small:
+        """The stored values of these (channel, version) pairs; with ``containing`` (pairs,
+        b), also those of the other pairs whose stored bytes contain ``b`` (found by the
+        server: only they are sent)."""
+        if not pairs and not containing:
             return {}
         # The pairs go as one JSON parameter (a list of [channel, version]): the server
         # parses it faster than a driver builds two arrays of thousands of strings.
@@ -173,9 +178,10 @@ class Backend(ABC):
             "WHERE v.thread_id = ? AND v.checkpoint_ns = ?"
         )
         rows = self.read(sql, (json.dumps(pairs), thread_id, ns)) if pairs else []
-        if small:
+        if containing:
             rows += self.read(
-                sql + " AND length(v.value) <= ?", (json.dumps(small[0]), thread_id, ns, small[1])
+                f"{sql} AND {self._contains('v.value')}",
+                (json.dumps(containing[0]), thread_id, ns, containing[1]),
             )
         return {(r[0], r[1]): (r[2], bytes(r[3]) if r[3] is not None else b"") for r in rows}
 
@@ -358,6 +364,9 @@ class SqliteBackend(Backend):
     def _ids_param(self, ids: Sequence[str]) -> Any:
         return json.dumps(list(ids))
 
+    def _contains(self, column: str) -> str:
+        return f"instr({column}, ?) > 0"
+
 
 class _SqliteTx:
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -447,6 +456,9 @@ class PostgresBackend(Backend):
 
     def _ids_param(self, ids: Sequence[str]) -> Any:
         return list(ids)
+
+    def _contains(self, column: str) -> str:
+        return f"position(?::bytea in {column}) > 0"
 
 
 class _PgTx:

@@ -1,7 +1,7 @@
 """The compiler: LongTask -> LangGraph StateGraph."""
 
 from longtask.graphs._checked import UpdateCheck, install_update_check
-from longtask.graphs._compile import build_graph, entry_node, state_schema
+from longtask.graphs._compile import build_graph, compile_graph, entry_node, state_schema
 from longtask.graphs._messages import agent_conversation, agent_messages, read_agent_messages
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "agent_conversation",
     "agent_messages",
     "build_graph",
+    "compile_graph",
     "entry_node",
     "install_update_check",
     "read_agent_messages",

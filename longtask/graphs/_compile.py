@@ -10,13 +10,18 @@ finish together run in the same super-step, in parallel.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
+from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import TypedDict
 
+from longtask.graphs._node import NodeFn
 from longtask.model import AgentStep, FunctionStep, LongTask, MapStep, PauseStep, StepInfo
 from longtask.steps import (
     INPUTS_CHANNEL,
@@ -31,54 +36,7 @@ from longtask.steps import (
     request_channel,
     request_node_name,
     result_channel,
-    settled,
 )
-from longtask.steps._tracing import node_writer, span
-
-
-class NodeFn:
-    """A node callable LangGraph takes as is; one that raises lets its parallel siblings'
-    results be saved first (see longtask.steps._siblings).
-
-    For a plain function, LangGraph disassembles its code and closure at compile time,
-    looking for subgraphs to wire into the checkpointer (~1 ms per step node here: 0.2 s
-    to compile a 200-step task). Our step nodes never hold a subgraph, and a callable
-    object is not inspected.
-    """
-
-    def __init__(
-        self,
-        fn: Callable[[Any, RunnableConfig], Any],
-        env: StepEnv,
-        info: StepInfo | None = None,
-        span_name: str = "longtask.step",
-    ) -> None:
-        self._fn = settled(env, fn)
-        self._env = env
-        self.__name__ = getattr(fn, "__name__", "node")
-        self._info = info
-        self._span = span_name
-
-    def __call__(self, state: Any, config: RunnableConfig) -> Any:
-        self._env.adopt_thread(config, state)
-        info = self._info
-        if info is None:
-            return self._fn(state, config)
-        # One OpenTelemetry span per node run (a no-op without OpenTelemetry), a child of
-        # the Runner's span of the run.
-        thread_id = (config.get("configurable") or {}).get("thread_id")
-        with (
-            span(
-                self._span,
-                thread_id=thread_id,
-                stage=info.stage,
-                step=info.name,
-                kind=info.kind,
-                node=self.__name__,
-            ),
-            node_writer(),
-        ):
-            return self._fn(state, config)
 
 
 def _pass(state: Any, config: RunnableConfig) -> dict[str, Any]:
@@ -183,3 +141,26 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
         if name not in has_dependents:
             graph.add_edge(name, END)
     return graph
+
+
+def compile_graph(
+    task: LongTask, env: StepEnv, saver: BaseCheckpointSaver[Any]
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """``build_graph`` compiled with ``saver``."""
+    with _gc_paused():
+        return build_graph(task, env).compile(checkpointer=saver, name=task.name)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Compiling allocates a few hundred thousand objects that all live on (the graph), so
+    the collector's passes over them find nothing, and each one walks the whole heap: with
+    it running, compiling 1,600 steps took twice as long. Cycles made meanwhile, here or in
+    other threads, are collected once it runs again."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()

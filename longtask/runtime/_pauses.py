@@ -37,7 +37,7 @@ from longtask.store import Effect
 from longtask.store._values import to_json_bytes
 
 if TYPE_CHECKING:
-    from langgraph.types import StateSnapshot
+    from langgraph.checkpoint.base import CheckpointTuple
 
     from longtask.store import ThreadRecord
 
@@ -50,21 +50,54 @@ USER_KINDS = ("approval", "effect", *GATE_KINDS)
 GATE_ANSWER = {"continue": True}
 
 
-def pending_from(snapshot: StateSnapshot) -> list[Pending]:
-    """The open interrupts of a snapshot that are ours: approvals, waits, effects to settle
-    and gates (a budget or deadline reached, a permission missing, a fix loop out of
-    rounds)."""
+#: LangGraph's channels of the writes that tell what happened to a task rather than what it
+#: produced, and the id of a super-step's input writes (private to LangGraph since 1.0; the
+#: rules are those of its ``pregel/_task_status.py``)
+INTERRUPT = "__interrupt__"
+_CONTROL_WRITES = frozenset({INTERRUPT, "__resume__", "__error__", "__error_source_node__"})
+_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def _waiting_interrupts(tup: CheckpointTuple | None) -> list[Any]:
+    """The interrupts still waiting for an answer in the head checkpoint ``tup``'s pending
+    writes: a task's latest interrupt, while the task has no output write (a task that was
+    answered and finished has one; an answer that did not finish its node leaves the
+    interrupt standing)."""
+    asked: dict[str, list[Any]] = {}
+    finished: set[str] = set()
+    for task_id, channel, value in (tup.pending_writes or ()) if tup is not None else ():
+        if task_id == _NULL_TASK_ID:
+            continue
+        if channel == INTERRUPT:
+            asked[task_id] = list(value) if isinstance(value, (list, tuple)) else [value]
+        elif channel not in _CONTROL_WRITES:
+            finished.add(task_id)
+    return [i for task_id, found in asked.items() if task_id not in finished for i in found]
+
+
+def open_interrupts(tup: CheckpointTuple | None) -> list[Pending]:
+    """Our interrupts waiting for an answer in the head checkpoint ``tup`` (approvals,
+    waits, effects to settle and gates: a budget or deadline reached, a permission missing,
+    a fix loop out of rounds): those LangGraph's ``get_state`` lists, read from the pending
+    writes without rebuilding the graph's channels."""
     out = []
-    for task in snapshot.tasks:
-        for intr in task.interrupts:
-            value = intr.value
-            if isinstance(value, dict) and value.get("kind") in PAUSE_KINDS:
-                out.append(
-                    Pending(
-                        step=value["step"], kind=value["kind"], interrupt_id=intr.id, request=value
-                    )
+    for intr in _waiting_interrupts(tup):
+        request = getattr(intr, "value", None)
+        if isinstance(request, dict) and request.get("kind") in PAUSE_KINDS:
+            out.append(
+                Pending(
+                    step=request["step"],
+                    kind=request["kind"],
+                    interrupt_id=str(getattr(intr, "id", "")),
+                    request=request,
                 )
+            )
     return out
+
+
+def interrupted(tup: CheckpointTuple | None) -> bool:
+    """Whether the head checkpoint ``tup`` waits at an interrupt (ours or another's)."""
+    return bool(_waiting_interrupts(tup))
 
 
 class NotWaiting(InvalidInput):
@@ -105,9 +138,7 @@ class PauseMixin(RunnerBase):
             # LangGraph keeps a task's last interrupt next to a later error (a rejection
             # that failed the thread): nothing is waiting for an answer any more.
             return []
-        task = task or self._load(rec)
-        snapshot = self.graph(task).get_state({"configurable": {"thread_id": thread_id}})
-        return pending_from(snapshot)
+        return open_interrupts(self.db.saver.head(thread_id))
 
     def _select(
         self, thread_id: str, task: LongTask, target: str | None, kind: str | None
@@ -150,10 +181,9 @@ class PauseMixin(RunnerBase):
         skipped what."""
         if not goto or rec.status in ("failed", "completed", "cancelled"):
             return
-        snapshot = self.graph(task).get_state({"configurable": {"thread_id": rec.thread_id}})
         skipped = [
             p
-            for p in pending_from(snapshot)
+            for p in open_interrupts(self.db.saver.head(rec.thread_id))
             if p.kind in ("approval", "wait")
             and any(p.step in task.layout[g].ancestors for g in goto if g in task.layout)
         ]

@@ -9,12 +9,12 @@ from langchain_core.runnables import RunnableConfig
 
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._base import RunnerBase
-from longtask.runtime._pauses import PAUSE_KINDS, USER_KINDS
+from longtask.runtime._pauses import USER_KINDS, open_interrupts
 from longtask.runtime._schedules import schedule_of
 from longtask.runtime._usage import read_usage
-from longtask.runtime._views import Pending, StepState, ThreadStatus
+from longtask.runtime._views import StepState, ThreadStatus
 from longtask.steps import RUN_KEY, result_channel
-from longtask.store import Event, ThreadRecord, is_skipped
+from longtask.store import SKIP_MARK, Event, ThreadRecord, is_skipped
 
 
 def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
@@ -40,32 +40,6 @@ def _skipped_in(tup: Any) -> set[str]:
     return {c[4:] for c, v in values.items() if c.startswith("out.") and is_skipped(v)}
 
 
-#: the channel of LangGraph's pending writes for an interrupt (as its savers store it; the
-#: constant is private to LangGraph since 1.0)
-INTERRUPT = "__interrupt__"
-
-
-def _open_interrupts(tup: Any) -> list[Pending]:
-    """The interrupts of the head checkpoint's tasks, as LangGraph's ``get_state`` lists
-    them (an answer that did not finish its node leaves the interrupt standing)."""
-    out = []
-    for _task_id, channel, value in tup.pending_writes or ():
-        if channel != INTERRUPT:
-            continue
-        for intr in value if isinstance(value, (list, tuple)) else (value,):
-            request = getattr(intr, "value", None)
-            if isinstance(request, dict) and request.get("kind") in PAUSE_KINDS:
-                out.append(
-                    Pending(
-                        step=request["step"],
-                        kind=request["kind"],
-                        interrupt_id=str(getattr(intr, "id", "")),
-                        request=request,
-                    )
-                )
-    return out
-
-
 def derived_status(
     rec: ThreadRecord, tup: Any, steps: list[StepState], active: bool
 ) -> tuple[str, list[dict[str, Any]]]:
@@ -83,7 +57,7 @@ def derived_status(
     if steps and all(s.name in committed for s in steps):
         return "completed", []
     if status == "running":
-        pending = _open_interrupts(tup)
+        pending = open_interrupts(tup)
         if pending:
             waiting = [p.summary() for p in pending]
             user = any(w["kind"] in USER_KINDS for w in waiting)
@@ -112,9 +86,13 @@ class ReadingMixin(RunnerBase):
         default) what each step and the thread used, from one small row per step and the
         budget row (``usage=False`` skips them, for a caller that polls and shows none)."""
         rec = self._thread(thread_id)
-        # Without the results: the fix loops' rounds, and the small values a skip leaves
-        # ({"$longtask": "skipped", ...}).
-        tup = self.db.saver.head(thread_id, load=lambda c: c.startswith("fix."), small=1024)
+        # Without the results: the fix loops' rounds, and the results that may be a skip's
+        # mark ({"$longtask": "skipped", ...}), found by the server.
+        tup = self.db.saver.head(
+            thread_id,
+            load=lambda c: c.startswith("fix."),
+            containing=(lambda c: c.startswith("out."), SKIP_MARK),
+        )
         done = _done_in(tup)
         skipped = _skipped_in(tup)
         waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}

@@ -19,6 +19,7 @@ from longtask.store._store import (
 from longtask.store._usage import THREAD_SORTS
 from longtask.store._values import (
     DEFAULT_INLINE_LIMIT,
+    SKIP_MARK,
     ValueCodec,
     is_skipped,
     sending_ahead,
@@ -32,6 +33,7 @@ __all__ = [
     "EFFECT_STATUSES",
     "NO_ITEM",
     "SCHEMA_VERSION",
+    "SKIP_MARK",
     "THREAD_SORTS",
     "THREAD_STATUSES",
     "Artifact",

@@ -582,11 +582,14 @@ class PostgresStore(Store):
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         import psycopg
+        from psycopg.rows import tuple_row
 
         for attempt in (1, 2):
             with self._pool.connection() as conn:
                 try:
-                    with conn.cursor() as cur:
+                    # Tuples straight from the driver: the shared pool's default is dict
+                    # rows (for LangGraph's saver, which reads tables it migrates from).
+                    with conn.cursor(row_factory=tuple_row) as cur:
                         self.fence.apply(conn, cur)
                         cur.execute(self._sql(sql), tuple(params))
                         rows = cur.fetchall() if cur.description else []
@@ -596,8 +599,7 @@ class PostgresStore(Store):
                     if attempt == 2 or not conn.broken:
                         raise
                     continue
-            # The shared pool hands out dict rows (the saver needs them); we read tuples.
-            return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+            return rows
         raise AssertionError("unreachable")
 
     def _run_with_event(
@@ -606,13 +608,14 @@ class PostgresStore(Store):
         params: Sequence[Any],
         event: Callable[[list[tuple[Any, ...]]], NewEvent | None],
     ) -> list[tuple[Any, ...]]:
+        from psycopg.rows import tuple_row
+
         with self._pool.connection() as conn:
             with conn.cursor() as cur:
                 self.fence.apply(conn, cur)  # outside the transaction: a rollback keeps it
-            with conn.transaction(), conn.cursor() as cur:
+            with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
                 cur.execute(self._sql(sql), tuple(params))
-                rows = cur.fetchall() if cur.description else []
-                out = [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
+                out = cur.fetchall() if cur.description else []
                 new = event(out)
                 if new is not None:
                     cur.execute(self._sql(_EVENT_ONE), new.params())

@@ -60,6 +60,11 @@ def skipped_value(reason: str) -> dict[str, Any]:
     return {TAG: "skipped", "reason": reason}
 
 
+#: bytes every stored skip mark holds, whichever serializer stored it (JSON and msgpack keep a
+#: string's UTF-8 as is): the server finds the few candidates among a thread's results
+SKIP_MARK = b"skipped"
+
+
 def is_skipped(value: Any) -> bool:
     """Whether a channel value marks a step skipped by a pause."""
     if not isinstance(value, dict):
