@@ -385,3 +385,33 @@ def test_a_sibling_running_when_a_step_fails_keeps_its_result(
         # the sibling ran exactly once, and its result is the first run's
         assert (tmp_path / f"{thread}.calls").read_text().split() == [first]
         assert runner.result(thread, "join") == f"{first}+fixed"
+
+
+def test_a_result_that_reads_like_a_skip_is_not_one(runner: Runner) -> None:
+    """status finds skip marks by a byte search on the server: a result holding the same
+    word (or the mark's shape nested inside) comes back as a candidate and is told apart."""
+    task = LongTask(
+        "lookalike",
+        stages=[
+            Stage(
+                "s",
+                [
+                    function_step(lambda ctx: {"note": "skipped"}, name="word"),
+                    function_step(
+                        lambda ctx: {"inner": {"$longtask": "skipped", "reason": "x"}},
+                        name="nested",
+                    ),
+                    function_step(lambda ctx: "skipped", name="text"),
+                ],
+            )
+        ],
+    )
+    runner.start(task, thread_id="lookalike")
+    st = runner.status("lookalike")
+    assert st.status == "completed"
+    assert {s.name: s.state for s in st.steps} == dict.fromkeys(
+        ("word", "nested", "text"), "completed"
+    )
+    assert runner.result("lookalike", "nested") == {
+        "inner": {"$longtask": "skipped", "reason": "x"}
+    }
