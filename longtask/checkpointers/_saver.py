@@ -60,6 +60,10 @@ _CACHE = 512
 _VALUES_CACHE = 64 * 1024 * 1024
 _VALUE_CACHED_UP_TO = 1024 * 1024
 
+#: decoded checkpoint states kept in memory, and how many of them may be snapshots
+_STATES_CACHE = 4096
+_SNAPSHOTS_CACHE = 16
+
 ValueKey = tuple[str, str, str, str]  # thread, namespace, channel, version
 #: cached for a version whose channel had no value (LangGraph's trigger channels): the
 #: checkpoint naming a version commits with its value rows, so none can appear later
@@ -108,6 +112,11 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         # fetches only the values it has not seen.
         self._values: OrderedDict[ValueKey, tuple[str, bytes]] = OrderedDict()
         self._values_bytes = 0
+        # Decoded checkpoint states (version-map deltas and snapshots), by checkpoint.
+        self._states: OrderedDict[tuple[str, str, str], tuple[str | None, dict[str, Any]]] = (
+            OrderedDict()
+        )
+        self._snapshots: builtins.list[tuple[str, str, str]] = []
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -527,19 +536,28 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
                     cached[(r[0], r[1], r[2])] = (
                         _maps.copy_maps(head.cv, head.vs) if seen else (dict(head.cv), {})
                     )
+        known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
         # a delta's line back to its snapshot: by base, the deepest and newest row asked for
+        # (none when the line is in memory, decoded by an earlier read)
         lines: dict[tuple[str, str, str], tuple[int, str]] = {}
         for r in rows:
-            if r[5] and (r[0], r[1], r[2]) not in cached:
+            if r[5] and (r[0], r[1], r[2]) not in cached and not self._line_known(r, known):
                 scope = (r[0], r[1], r[4])
                 depth, upto = lines.get(scope, (0, r[2]))
                 lines[scope] = (max(depth, r[5]), max(upto, r[2]))
-        known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
+        decoded: builtins.list[tuple[Key, tuple[str | None, dict[str, Any]]]] = []
         for (thread_id, ns, base_id), (depth, upto) in lines.items():
             for cid, parent, state in self.backend.chain(thread_id, ns, base_id, depth, upto):
-                known[(thread_id, ns, cid)] = (parent, _maps.decode(state))
+                key = (thread_id, ns, cid)
+                if key not in known:
+                    known[key] = (parent, _maps.decode(state))
+                    decoded.append((key, known[key]))
         for r in rows:
-            known.setdefault((r[0], r[1], r[2]), (r[3], _maps.decode(r[6])))
+            key = (r[0], r[1], r[2])
+            if key not in known:
+                known[key] = (r[3], _maps.decode(r[6]))
+                decoded.append((key, known[key]))
+        self._keep_states(decoded)
 
         def build(key: Key) -> tuple[dict[str, Any], dict[str, Any]]:
             line = []
@@ -573,6 +591,44 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             maps = cached.get(key) or build(key)
             out[key] = (*maps, known[key][1])
         return out
+
+    def _line_known(
+        self,
+        row: tuple[Any, ...],
+        known: dict[tuple[str, str, str], tuple[str | None, dict[str, Any]]],
+    ) -> bool:
+        """Whether the line of ``row`` (a delta) back to its snapshot is in memory, decoded;
+        if so its states go into ``known``."""
+        line: builtins.list[tuple[tuple[str, str, str], tuple[str | None, dict[str, Any]]]] = []
+        parent: str | None = row[3]
+        with self._heads_lock:
+            while parent is not None:
+                key = (row[0], row[1], parent)
+                hit = self._states.get(key)
+                if hit is None:
+                    return False
+                line.append((key, hit))
+                if hit[1]["full"]:
+                    known.update(line)
+                    return True
+                parent = hit[0]
+        return False
+
+    def _keep_states(
+        self, items: Sequence[tuple[tuple[str, str, str], tuple[str | None, dict[str, Any]]]]
+    ) -> None:
+        """Keep decoded checkpoint states (immutable rows; read-only once decoded): history
+        and status read the same lines again and again. Bounded by count, snapshots (which
+        hold whole maps) by a count of their own."""
+        with self._heads_lock:
+            for key, entry in items:
+                self._states[key] = entry
+                if entry[1]["full"]:
+                    self._snapshots.append(key)
+            while len(self._states) > _STATES_CACHE:
+                self._states.popitem(last=False)
+            while len(self._snapshots) > _SNAPSHOTS_CACHE:
+                self._states.pop(self._snapshots.pop(0), None)
 
     # -- maintenance -------------------------------------------------------------------------
 

@@ -15,35 +15,13 @@ from pydantic import BaseModel
 
 from longtask.errors import InvalidInput
 from longtask.runtime._base import RunnerBase
-from longtask.runtime._html import HistoryList
-from longtask.runtime._views import CheckpointView
+from longtask.runtime._views import CheckpointState, CheckpointView, HistoryList
 from longtask.steps import INPUTS_CHANNEL, result_channel
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
     from longtask.model import LongTask
-
-
-class CheckpointState(BaseModel):
-    """The task's state at one checkpoint."""
-
-    thread_id: str
-    checkpoint_id: str
-    parent_id: str | None
-    created_at: str | None
-    #: every step result stored at this point, decoded
-    results: dict[str, Any]
-    #: the nodes that would run next from here
-    next: list[str]
-    #: interrupts pending here (approvals, waits, effects to settle)
-    interrupts: list[dict[str, Any]]
-
-    def _repr_html_(self) -> str:
-        from longtask.runtime._html import checkpoint_html
-
-        html: str = checkpoint_html(self)
-        return html
 
 
 class Branch(BaseModel):
@@ -70,12 +48,18 @@ def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     return {"configurable": conf}
 
 
-def view_of(tup: Any, stage_of: dict[str, str] | None = None) -> CheckpointView:
+def view_of(
+    tup: Any, stage_of: dict[str, str], out_channels: frozenset[str] | None = None
+) -> CheckpointView:
+    """``tup`` as a history line; ``stage_of``: each step's stage; ``out_channels``: every
+    step's result channel (counted against the checkpoint's versions in C, not in a Python
+    loop over the thousands of channels of a long task)."""
     meta = tup.metadata or {}
     updated = tup.checkpoint.get("updated_channels") or []
     completed = sorted(c[4:] for c in updated if c.startswith("out."))
-    stage_of = stage_of or {}
     versions = tup.checkpoint.get("channel_versions") or {}
+    if out_channels is None:
+        out_channels = frozenset(c for c in versions if c.startswith("out."))
     return CheckpointView(
         checkpoint_id=tup.config["configurable"]["checkpoint_id"],
         parent_id=(tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
@@ -84,7 +68,7 @@ def view_of(tup: Any, stage_of: dict[str, str] | None = None) -> CheckpointView:
         created_at=tup.checkpoint.get("ts"),
         completed=completed,
         stages=sorted({stage_of[c] for c in completed if c in stage_of}),
-        done=sum(1 for c in versions if c.startswith("out.")),
+        done=len(out_channels.intersection(versions)),
         total=len(stage_of),
     )
 
@@ -116,8 +100,9 @@ class HistoryMixin(RunnerBase):
             wanted = {n for n, st in names.items() if (step in (None, n)) and (stage in (None, st))}
         scan = limit if wanted is None else 50 * limit
         out: list[CheckpointView] = HistoryList()
+        outs = frozenset(result_channel(n) for n in names)
         for tup in self.db.saver.list_light(thread_id, before=before, limit=scan):
-            view = view_of(tup, names)
+            view = view_of(tup, names, outs)
             if wanted is None or wanted & set(view.completed):
                 out.append(view)
                 if len(out) >= limit:
