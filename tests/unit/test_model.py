@@ -91,6 +91,27 @@ def test_layout_stage_barrier_and_after() -> None:
     assert layout["d"].stage == "s2"
 
 
+def test_layout_ancestors_follow_after_to_later_steps() -> None:
+    # "b" waits for "c", defined after it: ancestors are built in dependency order
+    task = LongTask(
+        "t",
+        stages=[
+            Stage("s1", [step("a")]),
+            Stage("s2", [step("b", after=["c"]), step("c"), step("d")]),
+            Stage("s3", [step("e")]),
+        ],
+    )
+    layout = task.layout
+    assert set(layout["b"].ancestors) == {"a", "c"}
+    assert "d" not in layout["b"].ancestors and "b" not in layout["b"].ancestors
+    assert "nope" not in layout["b"].ancestors and 3 not in layout["b"].ancestors
+    assert len(layout["e"].ancestors) == 4
+    assert sorted(layout["e"].ancestors) == ["a", "b", "c", "d"]
+    assert layout["e"].ancestors & {"c", "x"} == {"c"}
+    assert {"a", "x"} & layout["b"].ancestors == {"a"}
+    assert layout["a"].ancestors == frozenset() and not layout["a"].ancestors
+
+
 def test_hash_is_stable_and_sensitive_to_structure() -> None:
     def make(after: list[str]) -> LongTask:
         return LongTask(
