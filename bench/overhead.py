@@ -379,7 +379,7 @@ class _Clock:
         self._undo.clear()
 
 
-_SAVER_METHODS = ("put", "put_writes", "get_tuple", "write_events")
+_SAVER_METHODS = ("put", "put_writes", "get_tuple", "flush_events")
 
 
 def profile_shape(backend: Backend, shape: Shape) -> Profile:

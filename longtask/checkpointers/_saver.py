@@ -44,6 +44,7 @@ from langgraph.checkpoint.base import (
 )
 
 from longtask.checkpointers import _maps
+from longtask.checkpointers._held import Held, HeldWrites
 from longtask.checkpointers._maps import FULL_EVERY
 
 if TYPE_CHECKING:
@@ -117,6 +118,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             OrderedDict()
         )
         self._snapshots: builtins.list[tuple[str, str, str]] = []
+        self._held = HeldWrites()
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -251,7 +253,12 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
                 tx.executemany(self.backend.PUT_VALUE, value_rows)
             tx.execute(self.backend.PUT_CHECKPOINT, row)
 
-        self._commit(thread_id, work)
+        # The writes of the super-step this checkpoint applies, if they still wait, commit
+        # in its transaction (see _held).
+        held = self._held.take(thread_id, ns, parent_id) if parent_id is not None else []
+        self._commit_held(thread_id, held, work)
+        live = meta.get("source") in ("input", "loop")
+        self._held.set_live(thread_id, ns, checkpoint_id if live else None)
         self._remember(key, checkpoint_id, _maps.copy_maps(cv, vs), base_id, depth)
         self._cache_values(((thread_id, ns, r[2], r[3]), (r[4], r[5])) for r in value_rows)
         self._cache_values(
@@ -339,13 +346,51 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         # Special writes (errors, interrupts, resumes) replace an earlier one of the same
         # task; ordinary writes are kept as first stored (a retried task writes the same).
         upsert = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-        sql = self.backend.UPSERT_WRITE if upsert else self.backend.PUT_WRITE
+        mine = Held(self.backend.UPSERT_WRITE if upsert else self.backend.PUT_WRITE, rows)
+        key = (thread_id, ns, str(checkpoint_id))
+        if upsert:
+            # An error, an interrupt or a resume ends the super-step with no checkpoint
+            # after it: commit now, with any sibling's writes held on this checkpoint.
+            batch = [mine, *self._held.take(thread_id, ns, key[2])]
+        else:
+            other = self._held.hold(key, mine)
+            if other is None:
+                if self._held.wait(key, mine):
+                    mine.result()
+                    return
+                batch = [mine]
+            else:
+                batch = [mine] if other is mine else [other, mine]
+        self._commit_held(thread_id, batch)
+
+    def _commit_held(
+        self, thread_id: str, batch: builtins.list[Held], then: Callable[[Any], None] | None = None
+    ) -> None:
+        """Commit held writes (and ``then``) in one transaction, and tell their callers."""
 
         def work(tx: Any) -> None:
-            if rows:
-                tx.executemany(sql, rows)
+            for held in batch:
+                held.store(tx)
+            if then is not None:
+                then(tx)
 
-        self._commit(thread_id, work)
+        try:
+            self._commit(thread_id, work)
+        except BaseException as exc:
+            for held in batch:
+                held.finish(exc)
+            raise
+        for held in batch:
+            held.finish(None)
+
+    def _release(self, thread_id: str | None) -> None:
+        """Commit what is held for a thread (None: every thread) before it is read."""
+        if not self._held.pending:
+            return
+        for tid in [thread_id] if thread_id is not None else self._held.threads():
+            batch = self._held.take(tid)
+            if batch:
+                self._commit_held(tid, batch)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -353,6 +398,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", ""))
+        self._release(thread_id)
         rows = self.backend.checkpoint_rows(thread_id, ns, get_checkpoint_id(config), None, 1)
         if not rows:
             return None
@@ -379,6 +425,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"] if config else {}
         thread_id = conf.get("thread_id")
         ns = conf.get("checkpoint_ns")
+        self._release(None if thread_id is None else str(thread_id))
         rows = self.backend.checkpoint_rows(
             None if thread_id is None else str(thread_id),
             None if ns is None else str(ns),
@@ -413,6 +460,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         values that ``load`` names, and of the channels that ``containing`` names those
         whose stored bytes contain its bytes: what the Runner's status and bookkeeping need,
         without reading every result of a long thread. ``versions_seen`` is left empty."""
+        self._release(thread_id)
         rows = self.backend.checkpoint_rows(thread_id, "", None, None, 1)
         if not rows:
             return None
@@ -633,14 +681,17 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
     # -- maintenance -------------------------------------------------------------------------
 
     def delete_thread(self, thread_id: str) -> None:
+        self._release(thread_id)
         self.backend.delete_thread(thread_id)
         self._forget(lambda key: key[0] == thread_id)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         if run_ids:
+            self._release(None)
             self._remove(self.backend.rows_of_runs(list(run_ids)))
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._release(source_thread_id)
         self.backend.copy_thread(source_thread_id, target_thread_id)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -651,6 +702,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         if strategy != "keep_latest":
             raise ValueError(f"unknown prune strategy {strategy!r}: use keep_latest or delete")
         for thread_id in thread_ids:
+            self._release(thread_id)
             doomed = self.backend.rows_but_latest(thread_id)
             self._remove(doomed, collect_values=True)
 

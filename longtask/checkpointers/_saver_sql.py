@@ -383,6 +383,12 @@ def _pg(sql: str) -> str:
     return sql.replace("?", "%s")
 
 
+def _events_sql(rows: int) -> str:
+    return _pg(
+        f"{_EVENT_INSERT}{','.join([_EVENT_ROW] * rows)} ON CONFLICT (dedupe_key) DO NOTHING"
+    )
+
+
 class PostgresBackend(Backend):
     NOTIFY = "SELECT pg_notify(?, ?)"
 
@@ -430,8 +436,11 @@ class PostgresBackend(Backend):
                     cur.execute("SELECT longtask_fence_check(%s, %s)", (thread_id, epoch))
                 if blobs:
                     cur.executemany(_pg(_BLOB_SQL), _blob_rows(blobs))
-                if events:
-                    cur.executemany(_pg(EVENTS_SQL), [e.params() for e in events])
+                for start in range(0, len(events), 1000):
+                    # one statement for the lot: a step's events are a few rows, and each
+                    # statement of a pipeline costs the server a round of its own
+                    batch = events[start : start + 1000]
+                    cur.execute(_events_sql(len(batch)), [p for e in batch for p in e.params()])
                 if work is not None:
                     work(_PgTx(cur))
                 if events:
