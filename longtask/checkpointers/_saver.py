@@ -453,25 +453,35 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self,
         thread_id: str,
         *,
-        load: Callable[[str], bool] | None = None,
-        containing: tuple[Callable[[str], bool], bytes] | None = None,
+        load: str | None = None,
+        search: tuple[str, bytes] | None = None,
     ) -> CheckpointTuple | None:
-        """The thread's latest root checkpoint, with its pending writes but only the channel
-        values that ``load`` names, and of the channels that ``containing`` names those
-        whose stored bytes contain its bytes: what the Runner's status and bookkeeping need,
-        without reading every result of a long thread. ``versions_seen`` is left empty."""
+        """The thread's latest root checkpoint, with its pending writes but only some channel
+        values: those of the channels whose name starts with ``load``, and, of the channels
+        starting with ``search[0]``, those whose stored bytes contain ``search[1]``. What
+        the Runner's status and bookkeeping need, without reading every result of a long
+        thread. ``versions_seen`` is left empty."""
         self._release(thread_id)
         rows = self.backend.checkpoint_rows(thread_id, "", None, None, 1)
         if not rows:
             return None
-        some = load is not None or containing is not None
-        return self._tuples(
-            rows,
-            values=some,
-            seen=False,
-            load=load or (lambda channel: False),
-            containing=containing,
-        )[0]
+        tup = self._tuples(rows, values=False, seen=False)[0]
+        if load is None and search is None:
+            return tup
+        cv = tup.checkpoint["channel_versions"]
+        wanted = {(c, version_key(v)) for c, v in cv.items() if load and c.startswith(load)}
+        stored = self._stored_values(thread_id, "", wanted) if wanted else {}
+        if search is not None:
+            # The server finds the few marked values (through a partial index, see the
+            # schema's longtask_cp_values_marked); those this checkpoint holds are kept.
+            prefix, needle = search
+            for (c, v), value in self.backend.values_containing(thread_id, "", needle).items():
+                if c.startswith(prefix) and c in cv and version_key(cv[c]) == v:
+                    stored[(c, v)] = value
+        tup.checkpoint["channel_values"] = {
+            pair[0]: self.serde.loads_typed(value) for pair, value in stored.items()
+        }
+        return tup
 
     def _tuples(
         self,
@@ -480,38 +490,22 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         values: bool = True,
         writes: bool = True,
         seen: bool = True,
-        load: Callable[[str], bool] | None = None,
-        containing: tuple[Callable[[str], bool], bytes] | None = None,
     ) -> builtins.list[CheckpointTuple]:
         """Checkpoint tuples for rows of ``longtask_cp_checkpoints`` (see ``checkpoint_rows``
         for the columns): maps rebuilt from their snapshots, values and writes read in one
         query each. Without ``values`` the channel values are left empty, without ``writes``
-        the pending writes, without ``seen`` ``versions_seen`` (``load``/``containing``:
-        only some values, see ``head``)."""
-        with_values = values
-        scan = containing[0] if containing else lambda channel: False
+        the pending writes, without ``seen`` ``versions_seen``."""
         maps = self._maps_of(rows, seen=seen)
-        pairs: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        others: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        for r in rows if with_values else ():
-            cv = maps[(r[0], r[1], r[2])][0]
-            want = pairs.setdefault((r[0], r[1]), set())
-            rest = others.setdefault((r[0], r[1]), set())
-            for c, v in cv.items():
-                if load is None or load(c):
-                    want.add((c, version_key(v)))
-                elif scan(c):
-                    rest.add((c, version_key(v)))
         by_scope: dict[tuple[str, str], dict[tuple[str, str], tuple[str, bytes]]] = {}
-        for scope, want in pairs.items():
-            stored = self._stored_values(scope[0], scope[1], want)
-            if containing and others[scope]:
-                stored.update(
-                    self.backend.values(
-                        scope[0], scope[1], [], (sorted(others[scope]), containing[1])
-                    )
+        if values:
+            pairs: dict[tuple[str, str], set[tuple[str, str]]] = {}
+            for r in rows:
+                cv = maps[(r[0], r[1], r[2])][0]
+                pairs.setdefault((r[0], r[1]), set()).update(
+                    (c, version_key(v)) for c, v in cv.items()
                 )
-            by_scope[scope] = stored
+            for scope, want in pairs.items():
+                by_scope[scope] = self._stored_values(scope[0], scope[1], want)
         stored_writes = self.backend.writes([(r[0], r[1], r[2]) for r in rows]) if writes else {}
         out = []
         for r in rows:
@@ -519,7 +513,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             cv, vs, state = maps[(thread_id, ns, checkpoint_id)]
             stored = by_scope.get((thread_id, ns), {})
             channel_values = {}
-            for channel, version in cv.items() if with_values else ():
+            for channel, version in cv.items() if values else ():
                 found = stored.get((channel, version_key(version)))
                 if found is not None:
                     channel_values[channel] = self.serde.loads_typed(found)

@@ -12,7 +12,7 @@ from longtask.runtime._base import RunnerBase
 from longtask.runtime._pauses import USER_KINDS, open_interrupts
 from longtask.runtime._schedules import schedule_of
 from longtask.runtime._usage import read_usage
-from longtask.runtime._views import StepState, ThreadStatus
+from longtask.runtime._views import StepState, ThreadStatus, step_layout
 from longtask.steps import RUN_KEY, result_channel
 from longtask.store import SKIP_MARK, Event, ThreadRecord, is_skipped
 
@@ -24,12 +24,19 @@ def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
     return {"configurable": conf}
 
 
-def _done_in(tup: Any) -> set[str]:
+def _committed_in(tup: Any) -> set[str]:
+    """Steps whose result the checkpoint itself holds (not only its pending writes)."""
     if tup is None:
         return set()
-    channels = set(tup.checkpoint.get("channel_versions", {}))
-    channels.update(c for _, c, _ in tup.pending_writes or ())
-    return {c[4:] for c in channels if c.startswith("out.")}
+    return {c[4:] for c in tup.checkpoint.get("channel_versions", {}) if c[:4] == "out."}
+
+
+def _done_in(tup: Any, committed: set[str] | None = None) -> set[str]:
+    if tup is None:
+        return set()
+    done = set(_committed_in(tup) if committed is None else committed)
+    done.update(c[4:] for _, c, _ in tup.pending_writes or () if c[:4] == "out.")
+    return done
 
 
 def _skipped_in(tup: Any) -> set[str]:
@@ -41,7 +48,11 @@ def _skipped_in(tup: Any) -> set[str]:
 
 
 def derived_status(
-    rec: ThreadRecord, tup: Any, steps: list[StepState], active: bool
+    rec: ThreadRecord,
+    tup: Any,
+    steps: list[StepState],
+    active: bool,
+    committed: set[str] | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """The thread's status and what it waits for, as its head checkpoint shows them.
 
@@ -53,7 +64,8 @@ def derived_status(
         return status, waiting
     # Completed only when the checkpoint itself holds every result: results still in pending
     # writes (a super-step cut off before its checkpoint) need a resume to finish it.
-    committed = {c[4:] for c in tup.checkpoint.get("channel_versions", {}) if c[:4] == "out."}
+    if committed is None:
+        committed = _committed_in(tup)
     if steps and all(s.name in committed for s in steps):
         return "completed", []
     if status == "running":
@@ -88,60 +100,54 @@ class ReadingMixin(RunnerBase):
         rec = self._thread(thread_id)
         # Without the results: the fix loops' rounds, and the results that may be a skip's
         # mark ({"$longtask": "skipped", ...}), found by the server.
-        tup = self.db.saver.head(
-            thread_id,
-            load=lambda c: c.startswith("fix."),
-            containing=(lambda c: c.startswith("out."), SKIP_MARK),
-        )
-        done = _done_in(tup)
+        tup = self.db.saver.head(thread_id, load="fix.", search=("out.", SKIP_MARK))
+        committed = _committed_in(tup)
+        done = _done_in(tup, committed)
         skipped = _skipped_in(tup)
         waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
         values: dict[str, Any] = dict(tup.checkpoint.get("channel_values", {})) if tup else {}
+        rounds = {
+            c[4:]: int(v["round"])
+            for c, v in values.items()
+            if c[:4] == "fix." and isinstance(v, dict) and v.get("round")
+        }
         holder = self.db.store.lease_holder(thread_id) if rec.mode == "worker" else None
         # A worker holds a lease; a single process its writer lock (released when it dies,
         # where its lease row stays until the next advance takes a new epoch).
         active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
-        declared = {s["name"] for stage in rec.definition["stages"] for s in stage["steps"]}
-        totals, used = read_usage(self.db.store, rec, declared) if usage else (None, {})
+        layout = step_layout(rec.definition)
+        totals, used = read_usage(self.db.store, rec, layout.names) if usage else (None, {})
+        running = rec.status == "running"
         steps: list[StepState] = []
         current: str | None = None
-        for stage in rec.definition["stages"]:
-            for s in stage["steps"]:
-                name = s["name"]
-                if name in skipped:
-                    state = "skipped"
-                elif name in done:
-                    state = "completed"
-                elif name in waiting:
-                    state = "waiting"
-                elif name == failed_step:
-                    state = "failed"
-                elif rec.status == "running" and all(d in done for d in s["depends_on"]):
-                    state = "running"
-                else:
-                    state = "pending"
-                view = StepState(
-                    name=name,
-                    stage=stage["name"],
-                    kind=s["kind"],
-                    state=state,  # type: ignore[arg-type]
-                    usage=used.get(name),
-                )
-                if s["kind"] == "map":
-                    progress = self.db.store.map_progress(thread_id, name)
-                    if progress is not None:
-                        view.items_done = progress.done
-                        view.items_total = progress.total
-                        view.items_failed = progress.failed
-                loop = values.get(f"fix.{name}")
-                if isinstance(loop, dict) and loop.get("round"):
-                    view.fix_rounds = int(loop["round"])
-                steps.append(view)
-                if state not in ("completed", "skipped") and current is None:
-                    current = stage["name"]
+        for name, stage, kind, depends_on in layout.steps:
+            if name in skipped:
+                state = "skipped"
+            elif name in done:
+                state = "completed"
+            elif name in waiting:
+                state = "waiting"
+            elif name == failed_step:
+                state = "failed"
+            elif running and all(d in done for d in depends_on):
+                state = "running"
+            else:
+                state = "pending"
+            view = StepState.of(name, stage, kind, state, used.get(name))
+            if kind == "map":
+                progress = self.db.store.map_progress(thread_id, name)
+                if progress is not None:
+                    view.items_done = progress.done
+                    view.items_total = progress.total
+                    view.items_failed = progress.failed
+            if name in rounds:
+                view.fix_rounds = rounds[name]
+            steps.append(view)
+            if current is None and state != "completed" and state != "skipped":
+                current = stage
         total = len(steps) or 1
-        status, waiting_now = derived_status(rec, tup, steps, active)
+        status, waiting_now = derived_status(rec, tup, steps, active, committed)
         if status != rec.status:
             # Told by the checkpoint: nothing runs, and the steps it waits for wait.
             waits = {w["step"] for w in waiting_now}

@@ -7,6 +7,7 @@ event log, so ``status`` stays as cheap on a thread of thousands of steps as on 
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,28 +63,11 @@ def _dt(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
 
-def step_usage(row: tuple[Any, ...], now: float) -> StepUsage:
-    """A step's usage from its row (``Store.usage``: step, then USAGE_KEYS in order)."""
-    _, tokens, cost, tool_calls, model_calls, wall, attempts, started, finished, since = row
-    if since is not None:
-        wall += max(now - since, 0.0)
-    return {
-        "tokens": tokens,
-        "cost": round(cost, 8),
-        "tool_calls": tool_calls,
-        "model_calls": model_calls,
-        "wall_time": round(wall, 6),
-        "attempts": attempts,
-        "started_at": started,
-        "finished_at": finished,
-    }
-
-
 def thread_usage(
     rec: ThreadRecord,
     budget: BudgetState | None,
     rows: dict[str, StepUsage],
-    declared: set[str],
+    declared: AbstractSet[str],
     now: datetime | None = None,
 ) -> ThreadUsage:
     """Totals from the budget row (the authority on what was charged), the steps' rows
@@ -113,10 +97,37 @@ def thread_usage(
 
 
 def read_usage(
-    store: Any, rec: ThreadRecord, declared: set[str]
+    store: Any, rec: ThreadRecord, declared: AbstractSet[str]
 ) -> tuple[ThreadUsage, dict[str, StepUsage]]:
     """The thread's usage and each step's: two indexed reads."""
     now = datetime.now(UTC)
     at = now.timestamp()
-    rows = {row[0]: step_usage(row, at) for row in store.usage(rec.thread_id)}
+    rows: dict[str, StepUsage] = {}
+    # one row per step (Store.usage: step, then USAGE_KEYS in order); a run under way
+    # counts up to now. Unpacked here, not in a helper: status reads one per step of
+    # threads of thousands of steps
+    for (
+        step,
+        tokens,
+        cost,
+        tool_calls,
+        model_calls,
+        wall,
+        attempts,
+        started,
+        finished,
+        since,
+    ) in store.usage(rec.thread_id):
+        if since is not None:
+            wall += max(at - since, 0.0)
+        rows[step] = {
+            "tokens": tokens,
+            "cost": round(cost, 8),
+            "tool_calls": tool_calls,
+            "model_calls": model_calls,
+            "wall_time": round(wall, 6),
+            "attempts": attempts,
+            "started_at": started,
+            "finished_at": finished,
+        }
     return thread_usage(rec, store.budget(rec.thread_id), rows, declared, now), rows

@@ -4,12 +4,14 @@ in notebooks)."""
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from html import escape
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SkipValidation
 
 from longtask.model import LongTask
 from longtask.runtime._usage import StepUsage, ThreadUsage
@@ -18,6 +20,8 @@ StepStateName = Literal["pending", "running", "waiting", "completed", "skipped",
 
 
 class StepState(BaseModel):
+    """One step of a thread as ``status`` tells it."""
+
     name: str
     stage: str
     kind: str
@@ -28,8 +32,68 @@ class StepState(BaseModel):
     items_failed: list[dict[str, Any]] | None = None
     #: steps with a fix loop: fix rounds so far (each one an agent run, then the step again)
     fix_rounds: int | None = None
-    #: what the step used and how long it ran (None: it has not started)
-    usage: StepUsage | None = None
+    #: what the step used and how long it ran (None: it has not started); built by the
+    #: Runner from its usage row, so not validated again (``status`` makes one per step of
+    #: threads of thousands of steps)
+    usage: SkipValidation[StepUsage | None] = None
+
+    @classmethod
+    def of(cls, name: str, stage: str, kind: str, state: str, usage: StepUsage | None) -> StepState:
+        """A step's state from trusted parts (the stored definition, a state this module
+        names, a usage row), without validation: ``status`` makes one per step of threads
+        of thousands of steps. What ``model_construct`` does, without its per-field lookup
+        of defaults (which costs more than validating)."""
+        view = cls.__new__(cls)
+        # every field, in declaration order (tests/unit/test_views.py holds it to the model)
+        values = {
+            "name": name,
+            "stage": stage,
+            "kind": kind,
+            "state": state,
+            "items_done": None,
+            "items_total": None,
+            "items_failed": None,
+            "fix_rounds": None,
+            "usage": usage,
+        }
+        object.__setattr__(view, "__dict__", values)
+        object.__setattr__(
+            view, "__pydantic_fields_set__", {"name", "stage", "kind", "state", "usage"}
+        )
+        object.__setattr__(view, "__pydantic_extra__", None)
+        object.__setattr__(view, "__pydantic_private__", None)
+        return view
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """A stored definition's steps in order, flattened once per definition."""
+
+    #: (name, stage, kind, depends_on) of each step
+    steps: tuple[tuple[str, str, str, tuple[str, ...]], ...]
+    names: frozenset[str]
+
+
+#: by the definition dict's id, with the dict itself (kept alive, so its id is not reused)
+_LAYOUTS: OrderedDict[int, tuple[dict[str, Any], StepLayout]] = OrderedDict()
+
+
+def step_layout(definition: dict[str, Any]) -> StepLayout:
+    """The steps of a stored definition (``ThreadRecord.definition``, one dict per
+    definition hash in the store), flattened once and kept."""
+    hit = _LAYOUTS.get(id(definition))
+    if hit is not None and hit[0] is definition:
+        return hit[1]
+    steps = tuple(
+        (s["name"], stage["name"], s["kind"], tuple(s.get("depends_on", ())))
+        for stage in definition["stages"]
+        for s in stage["steps"]
+    )
+    layout = StepLayout(steps, frozenset(s[0] for s in steps))
+    _LAYOUTS[id(definition)] = (definition, layout)
+    while len(_LAYOUTS) > 64:
+        _LAYOUTS.popitem(last=False)
+    return layout
 
 
 class ThreadStatus(BaseModel):

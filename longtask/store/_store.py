@@ -175,8 +175,12 @@ class Store(
     # -- driver ------------------------------------------------------------------------------
 
     @abstractmethod
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """Execute one statement in autocommit and return its rows (if any)."""
+    def _run(
+        self, sql: str, params: Sequence[Any] = (), binary: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Execute one statement in autocommit and return its rows (if any); ``binary``:
+        results in the driver's binary format where it has one (PostgreSQL: numbers are
+        decoded in C, half the time of text for thousands of rows)."""
 
     @abstractmethod
     def _transaction(self, serialise: bool = True) -> AbstractContextManager[Any]:
@@ -504,7 +508,9 @@ class SqliteStore(Store):
         self._lock = lock if lock is not None else threading.Lock()
         self._definitions = {}
 
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _run(
+        self, sql: str, params: Sequence[Any] = (), binary: bool = False
+    ) -> list[tuple[Any, ...]]:
         with self._lock:
             try:
                 rows = self._conn.execute(sql, tuple(params)).fetchall()
@@ -580,7 +586,9 @@ class PostgresStore(Store):
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")
 
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    def _run(
+        self, sql: str, params: Sequence[Any] = (), binary: bool = False
+    ) -> list[tuple[Any, ...]]:
         import psycopg
         from psycopg.rows import tuple_row
 
@@ -591,7 +599,7 @@ class PostgresStore(Store):
                     # rows (for LangGraph's saver, which reads tables it migrates from).
                     with conn.cursor(row_factory=tuple_row) as cur:
                         self.fence.apply(conn, cur)
-                        cur.execute(self._sql(sql), tuple(params))
+                        cur.execute(self._sql(sql), tuple(params), binary=binary or None)
                         rows = cur.fetchall() if cur.description else []
                 except psycopg.OperationalError:
                     # A connection the server closed while it sat idle in the pool (an

@@ -55,7 +55,7 @@ def usage_statement(
 class UsageTables:
     """Mixed into Store."""
 
-    def _run(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+    def _run(self, sql: str, params: Any = (), binary: bool = False) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
     def _run_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
@@ -70,7 +70,9 @@ class UsageTables:
         stored and its end is not). Plain tuples: status reads one per step of threads of
         thousands of steps."""
         return self._run(
-            f"SELECT {_USAGE_COLS} FROM longtask_usage WHERE thread_id = ?", (thread_id,)
+            f"SELECT {_USAGE_COLS} FROM longtask_usage WHERE thread_id = ?",
+            (thread_id,),
+            binary=True,
         )
 
     def costs_of(self, thread_ids: Sequence[str]) -> dict[str, tuple[float, int, int]]:
