@@ -65,6 +65,7 @@ from _common import (
     timed,
 )
 from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -193,6 +194,14 @@ class Timing:
     raw: list[float]
     lt_cpu: list[float]  # this process's CPU seconds per step (all its threads)
     raw_cpu: list[float]
+    #: the same raw graph on LangGraph's InMemorySaver (no database at all): what
+    #: LangGraph's own loop costs per step, the floor any saver's figures stand on
+    floor: list[float]
+
+    @property
+    def floor_ratio(self) -> float:
+        """The floor as a ratio to raw: the best ratio a saver could reach."""
+        return statistics.median(self.floor) / self.raw_median
 
     @property
     def lt_median(self) -> float:
@@ -233,6 +242,7 @@ def time_shape(backend: Backend, shape: Shape, reps: int) -> Timing:
         runner = lt_env.runner()
         task = build_longtask(shape, trivial_result, f"bench_{shape.kind}")
         graph = build_raw(shape, trivial_result, raw_env.raw_saver())
+        in_memory = build_raw(shape, trivial_result, InMemorySaver())
         counter = iter(range(10**6))
 
         def run_lt() -> str:
@@ -245,21 +255,29 @@ def time_shape(backend: Backend, shape: Shape, reps: int) -> Timing:
             run_raw_graph(graph, tid, shape.width)
             return tid
 
+        def run_floor() -> str:
+            tid = f"floor-{shape.kind}-{next(counter)}"
+            run_raw_graph(in_memory, tid, shape.width)
+            return tid
+
         # Warm-up (imports, compiled graphs, pool connections, caches): not timed.
         check_lt(runner, run_lt(), shape.steps)
         check_raw(graph, run_raw(), shape.steps)
+        check_raw(in_memory, run_floor(), shape.steps)
         lt: list[float] = []
         raw: list[float] = []
+        floor: list[float] = []
         lt_cpu: list[float] = []
         raw_cpu: list[float] = []
+        floor_cpu: list[float] = []
         for rep in range(reps):
-            # Alternate the order so that drift (caches, autovacuum, file growth) hits both.
-            pair = [(run_lt, lt, lt_cpu), (run_raw, raw, raw_cpu)]
-            for fn, out, cpu in pair if rep % 2 == 0 else reversed(pair):
+            # Alternate the order so that drift (caches, autovacuum, file growth) hits all.
+            runs = [(run_lt, lt, lt_cpu), (run_raw, raw, raw_cpu), (run_floor, floor, floor_cpu)]
+            for fn, out, cpu in runs if rep % 2 == 0 else reversed(runs):
                 wall, used = timed_cpu(fn)
                 out.append(wall / shape.steps)
                 cpu.append(used / shape.steps)
-        return Timing(backend.name, shape, lt, raw, lt_cpu, raw_cpu)
+        return Timing(backend.name, shape, lt, raw, lt_cpu, raw_cpu, floor)
 
 
 # --------------------------------------------------------------------------------------------
@@ -523,6 +541,8 @@ def print_timings(timings: list[Timing], reps: int) -> None:
                 f"{ms(min(t.raw))}-{ms(max(t.raw))}",
                 ms(statistics.median(t.lt_cpu)),
                 ms(statistics.median(t.raw_cpu)),
+                ms(statistics.median(t.floor)),
+                f"{t.floor_ratio:.2f}",
                 time_target(t.backend, t.shape, t),
             ]
         )
@@ -541,6 +561,8 @@ def print_timings(timings: list[Timing], reps: int) -> None:
                 "raw range",
                 "lt CPU",
                 "raw CPU",
+                "floor ms",
+                "floor/raw",
                 "target (longtask ms, ratio)",
             ],
             rows,
@@ -552,7 +574,9 @@ def print_timings(timings: list[Timing], reps: int) -> None:
         "client side only, not the database server's) per step, which depends less on the "
         "machine's load than the wall time. Targets from the issue, for the linear chain: "
         "PostgreSQL <= 1.0 ms/step and <= 0.6x raw LangGraph + PostgresSaver, SQLite <= 0.8x "
-        "raw LangGraph + SqliteSaver.)"
+        "raw LangGraph + SqliteSaver. floor = the raw graph on LangGraph's InMemorySaver (no "
+        "database, nothing durable): what LangGraph's own loop costs per step; floor/raw is the "
+        "best ratio any saver could reach, and a target below it cannot be met.)"
     )
 
 
@@ -788,6 +812,8 @@ class Reads:
     setup: dict[str, float]
     lt_cpu: dict[str, list[float]]
     raw_cpu: dict[str, list[float]]
+    #: the raw graph on LangGraph's InMemorySaver: LangGraph's own cost of the same read
+    floor: dict[str, list[float]]
 
 
 def _wait_name(r: int) -> str:
@@ -862,13 +888,21 @@ def reads_run(backend: Backend, steps: int, compile_steps: int, reps: int) -> Re
         graph = build_reads_raw(steps, result, waits, saver)
         config = raw_config("reads")
 
-        def raw_stream(value: Any) -> None:
-            for _ in graph.stream(value, config, durability="sync", stream_mode="updates"):
+        def raw_stream(value: Any, on: Any = graph) -> None:
+            for _ in on.stream(value, config, durability="sync", stream_mode="updates"):
                 pass
 
         setup["raw"] = timed(lambda: raw_stream({INPUTS_CHANNEL: {}}))
         if graph.get_state(config).next != ("w0",):
             raise RuntimeError(f"raw reads thread: next={graph.get_state(config).next}")
+        # The floor: the same raw graph with nothing durable (LangGraph's in-memory saver).
+        in_memory = build_reads_raw(steps, result, waits, InMemorySaver())
+        raw_stream({INPUTS_CHANNEL: {}}, in_memory)
+        floor: dict[str, list[float]] = {}
+
+        def floor_of(key: str, fn: Callable[[], Any]) -> None:
+            fn()
+            floor[key] = [timed_cpu(fn)[0] for _ in range(reps)]
 
         lt_cpu: dict[str, list[float]] = {}
         raw_cpu: dict[str, list[float]] = {}
@@ -892,6 +926,7 @@ def reads_run(backend: Backend, steps: int, compile_steps: int, reps: int) -> Re
             raw[key] = measure(raw_fn, raw_cpu.setdefault(key, []), raw_before)
 
         both("status", lambda: runner.status(tid), lambda: graph.get_state(config))
+        floor_of("status", lambda: in_memory.get_state(config))
         # A new process would start cold: a new Runner (and a new raw saver) per read;
         # opening them is not timed.
         both(
@@ -906,6 +941,7 @@ def reads_run(backend: Backend, steps: int, compile_steps: int, reps: int) -> Re
             lambda: runner.history(tid, 20),
             lambda: list(graph.get_state_history(config, limit=20)),
         )
+        floor_of("history", lambda: list(in_memory.get_state_history(config, limit=20)))
         lt_waits = iter(range(waits))
         raw_waits = iter(range(waits))
         both(
@@ -913,6 +949,7 @@ def reads_run(backend: Backend, steps: int, compile_steps: int, reps: int) -> Re
             lambda: runner.signal(tid, _wait_name(next(lt_waits)), {"ok": True}, task=task),
             lambda: (next(raw_waits), raw_stream(Command(resume={"ok": True}))),
         )
+        floor_of("resume", lambda: raw_stream(Command(resume={"ok": True}), in_memory))
         done = sum(s.state == "completed" for s in runner.status(tid).steps)
         if done != steps + 2 * waits:
             raise RuntimeError(f"longtask reads thread: {done} steps completed")
@@ -929,7 +966,7 @@ def reads_run(backend: Backend, steps: int, compile_steps: int, reps: int) -> Re
                 wall, used = timed_cpu(fn)
                 side["compile"].append(wall)
                 side_cpu["compile"].append(used)
-    return Reads(backend.name, steps, compile_steps, lt, raw, setup, lt_cpu, raw_cpu)
+    return Reads(backend.name, steps, compile_steps, lt, raw, setup, lt_cpu, raw_cpu, floor)
 
 
 def print_reads(reads: list[Reads], reps: int) -> None:
@@ -954,6 +991,7 @@ def print_reads(reads: list[Reads], reps: int) -> None:
                     f"{lt_t / raw_t:.2f}",
                     ms(statistics.median(r.lt_cpu[key])),
                     ms(statistics.median(r.raw_cpu[key])),
+                    ms(statistics.median(r.floor[key])) if key in r.floor else "-",
                     f"<= {target * 1000:.0f}: {'met' if lt_t <= target else 'missed'}"
                     if r.backend == "postgres"
                     else "-",
@@ -972,6 +1010,7 @@ def print_reads(reads: list[Reads], reps: int) -> None:
                 "ratio",
                 "lt CPU ms",
                 "raw CPU ms",
+                "floor ms",
                 "target ms (PostgreSQL)",
             ],
             rows,
@@ -993,7 +1032,10 @@ def print_reads(reads: list[Reads], reps: int) -> None:
         "on a Runner (a raw graph and saver) opened just before, untimed, as a new process "
         "would read: nothing cached. CPU = this process's CPU time (the client side; the "
         "database server's is not counted): on a loaded machine the wall time is mostly "
-        "waiting for a CPU.)"
+        "waiting for a CPU. floor = the raw graph on LangGraph's InMemorySaver, nothing "
+        "durable: LangGraph's own cost of the read or of the resume (two super-steps; "
+        "longtask's wait is three nodes, so its resume runs four). The raw compile is its own "
+        "floor: no saver takes part.)"
     )
 
 
