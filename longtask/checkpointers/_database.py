@@ -228,4 +228,5 @@ class SqliteDatabase(Database):
         return False
 
     def close(self) -> None:
+        self.saver.close()
         self.store.close()

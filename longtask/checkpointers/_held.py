@@ -3,29 +3,34 @@
 In a run, LangGraph stores each task's writes (``put_writes``, from a worker thread as the
 task returns) and then, once the super-step is over, the checkpoint that applies them
 (``put``). Committed apart, that is two transactions — two WAL flushes on PostgreSQL — per
-step of a chain. So the writes of a task on a *live* checkpoint (one this process stored for
-a run that goes on: metadata source ``input`` or ``loop``) are held for up to ``HOLD``
-seconds: the ``put`` of the checkpoint's child takes them into its own transaction. If none
-comes in time (a step still runs beside this one), they are committed on their own, as
-before. A second task's writes on the same checkpoint commit at once and carry the held ones
-with them, so at most one worker thread per checkpoint waits. Special writes (an error, an
-interrupt, a resume) never wait: they end a super-step without a checkpoint after them.
+step of a chain. So the writes of tasks on a *live* checkpoint (one this process stored for a
+run that goes on: metadata source ``input`` or ``loop``) are held, for up to ``HOLD`` seconds
+after the first of them: the ``put`` of the checkpoint's child takes them into its own
+transaction. If none comes in time (a step still runs beside them), a flusher thread commits
+them on their own, as before. Special writes (an error, an interrupt, a resume) are never
+held: they end a super-step with no checkpoint after it, and they carry the held writes of
+their checkpoint into their own transaction.
 
-Nothing becomes durable later than a caller can tell: ``put_writes`` returns only once its
-rows are committed (by itself, by a sibling or by the ``put``), and raises if that
-transaction failed — a lost lease included. A crash while writes are held loses them with
-the step that made them, exactly as a crash a moment earlier, inside the step, would: the
-step runs again on resume (its effects are kept by the ledger). Every read of a thread's
-checkpoints first commits what is held for it, so readers see each write ``put_writes`` was
-given.
+``put_writes`` returns without waiting (a waiting call would hold one of the run's worker
+threads, and with ``max_concurrency=1`` the ``put`` it waits for would queue behind it). A
+crash while writes are held loses them with the steps that made them, exactly as a crash a
+moment earlier, inside those steps, would: they run again on resume (their effects are kept
+by the ledger). Every read of a thread's checkpoints first commits what is held for it, so
+readers see each write ``put_writes`` was given; so do the end of a Runner's run and closing
+the database. A held write whose transaction fails (a lost lease, a lost connection) is
+logged; the run's next write meets the same refusal.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+log = logging.getLogger("longtask.checkpointers")
 
 #: how long a task's writes wait for the checkpoint after them (seconds): LangGraph stores
 #: that checkpoint right after the super-step's last task returns (well under a millisecond
@@ -38,38 +43,30 @@ Key = tuple[str, str, str]  # thread, namespace, checkpoint id
 
 
 class Held:
-    """One ``put_writes`` call's rows (and the statement that stores them), until committed."""
+    """One ``put_writes`` call's rows, and the statement that stores them."""
 
-    __slots__ = ("done", "error", "rows", "sql", "taken")
+    __slots__ = ("rows", "sql")
 
     def __init__(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.sql = sql
         self.rows = rows
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-        #: claimed by a transaction (the holder's own, a sibling's, a put's or a read's)
-        self.taken = False
 
     def store(self, tx: Any) -> None:
         tx.executemany(self.sql, self.rows)
 
-    def finish(self, error: BaseException | None) -> None:
-        self.error = error
-        self.done.set()
-
-    def result(self) -> None:
-        if self.error is not None:
-            raise self.error
-
 
 class HeldWrites:
-    """The writes held per checkpoint, and which checkpoint of each thread is live."""
+    """The writes held per checkpoint, which checkpoint of each thread is live, and the
+    flusher that commits what waited too long (``commit(thread_id, batch)``)."""
 
-    def __init__(self, hold: float = HOLD) -> None:
+    def __init__(self, commit: Callable[[str, list[Held]], None], hold: float = HOLD) -> None:
         self.window = hold
-        self._lock = threading.Lock()
-        self._held: dict[Key, Held] = {}
+        self._commit = commit
+        self._cond = threading.Condition()
+        self._held: dict[Key, tuple[float, list[Held]]] = {}
         self._live: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._flusher: threading.Thread | None = None
+        self._closed = False
 
     @property
     def pending(self) -> bool:
@@ -77,7 +74,7 @@ class HeldWrites:
 
     def set_live(self, thread_id: str, ns: str, checkpoint_id: str | None) -> None:
         """The checkpoint a run of (thread, namespace) goes on from (None: none is)."""
-        with self._lock:
+        with self._cond:
             scope = (thread_id, ns)
             if checkpoint_id is None:
                 self._live.pop(scope, None)
@@ -87,54 +84,79 @@ class HeldWrites:
             while len(self._live) > _LIVE:
                 self._live.popitem(last=False)
 
-    def hold(self, key: Key, mine: Held) -> Held | None:
-        """Offer ``mine`` to wait for the checkpoint after ``key``. Returns None if it now
-        waits (call ``wait``); else the writes held before it, taken, to commit together
-        with it at once; ``mine`` itself if it cannot wait (not on a live checkpoint)."""
-        with self._lock:
-            if self.window <= 0 or self._live.get(key[:2]) != key[2]:
-                return mine
-            other = self._held.pop(key, None)
-            if other is not None:
-                other.taken = True
-                return other
-            self._held[key] = mine
-            return None
-
-    def wait(self, key: Key, mine: Held) -> bool:
-        """Wait for a transaction to take ``mine``. True once one has committed it (or
-        failed: see ``Held.result``); False if none came in time and the caller commits it."""
-        if mine.done.wait(self.window):
-            return True
-        with self._lock:
-            if not mine.taken:
-                mine.taken = True
-                if self._held.get(key) is mine:
-                    del self._held[key]
+    def hold(self, key: Key, held: Held) -> bool:
+        """Hold ``held`` for the checkpoint after ``key`` if that checkpoint is live; False
+        if it is not (the caller commits it now)."""
+        with self._cond:
+            if self.window <= 0 or self._closed or self._live.get(key[:2]) != key[2]:
                 return False
-        mine.done.wait()  # taken just now: its transaction is under way
-        return True
+            group = self._held.get(key)
+            if group is None:
+                self._held[key] = (time.monotonic() + self.window, [held])
+                self._start()
+                self._cond.notify()
+            else:
+                group[1].append(held)
+            return True
 
     def take(
-        self, thread_id: str, ns: str | None = None, checkpoint_id: str | None = None
+        self, thread_id: str | None, ns: str | None = None, checkpoint_id: str | None = None
     ) -> list[Held]:
-        """Claim the writes held for a thread (of one namespace, one checkpoint), for the
-        caller's transaction, which must ``finish`` each."""
+        """Claim the writes held for a thread (None: every thread; of one namespace, one
+        checkpoint) for the caller's transaction."""
         if not self._held:
             return []
-        with self._lock:
+        with self._cond:
             keys = [
                 k
                 for k in self._held
-                if k[0] == thread_id
+                if (thread_id is None or k[0] == thread_id)
                 and (ns is None or k[1] == ns)
                 and (checkpoint_id is None or k[2] == checkpoint_id)
             ]
-            out = [self._held.pop(k) for k in keys]
-        for held in out:
-            held.taken = True
-        return out
+            return [held for k in keys for held in self._held.pop(k)[1]]
 
     def threads(self) -> list[str]:
-        with self._lock:
+        with self._cond:
             return sorted({k[0] for k in self._held})
+
+    def close(self) -> None:
+        """Stop the flusher (the caller commits what is still held first)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    # -- the flusher -------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._flusher is None:
+            self._flusher = threading.Thread(
+                target=self._flush_loop, name="longtask-held-writes", daemon=True
+            )
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed:
+                    now = time.monotonic()
+                    due = [k for k, (at, _) in self._held.items() if at <= now]
+                    if due:
+                        break
+                    nearest = min((at for at, _ in self._held.values()), default=None)
+                    self._cond.wait(None if nearest is None else nearest - now)
+                if self._closed:
+                    return
+                batches = [(k[0], self._held.pop(k)[1]) for k in due]
+            for thread_id, batch in batches:
+                try:
+                    self._commit(thread_id, batch)
+                except Exception:
+                    # Lost with the steps that made them (they run again on resume); the
+                    # run's next write meets the same lost lease or connection.
+                    log.warning(
+                        "thread %s: could not store %d held write(s)",
+                        thread_id,
+                        len(batch),
+                        exc_info=True,
+                    )

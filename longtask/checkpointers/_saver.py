@@ -118,7 +118,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             OrderedDict()
         )
         self._snapshots: builtins.list[tuple[str, str, str]] = []
-        self._held = HeldWrites()
+        self._held = HeldWrites(self._commit_held)
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -189,8 +189,9 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
     def flush_events(self, thread_id: str) -> None:
         """Store the thread's pending events that no checkpoint carried (the end of a run, a
         pause, a retry's record), fenced like a checkpoint: a writer that lost its lease
-        stores no event either."""
-        self._commit(thread_id, None)
+        stores no event either. Writes still held for the thread go with them (the end of
+        a run leaves none waiting)."""
+        self._commit_held(thread_id, self._held.take(thread_id))
 
     def put(
         self,
@@ -347,26 +348,17 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         # task; ordinary writes are kept as first stored (a retried task writes the same).
         upsert = all(channel in WRITES_IDX_MAP for channel, _ in writes)
         mine = Held(self.backend.UPSERT_WRITE if upsert else self.backend.PUT_WRITE, rows)
-        key = (thread_id, ns, str(checkpoint_id))
-        if upsert:
-            # An error, an interrupt or a resume ends the super-step with no checkpoint
-            # after it: commit now, with any sibling's writes held on this checkpoint.
-            batch = [mine, *self._held.take(thread_id, ns, key[2])]
-        else:
-            other = self._held.hold(key, mine)
-            if other is None:
-                if self._held.wait(key, mine):
-                    mine.result()
-                    return
-                batch = [mine]
-            else:
-                batch = [mine] if other is mine else [other, mine]
-        self._commit_held(thread_id, batch)
+        if not upsert and self._held.hold((thread_id, ns, str(checkpoint_id)), mine):
+            return  # committed by the checkpoint after it, or by the flusher (see _held)
+        # An error, an interrupt or a resume ends the super-step with no checkpoint after
+        # it: commit now, with the writes held on this checkpoint.
+        held = self._held.take(thread_id, ns, str(checkpoint_id)) if upsert else []
+        self._commit_held(thread_id, [*held, mine])
 
     def _commit_held(
         self, thread_id: str, batch: builtins.list[Held], then: Callable[[Any], None] | None = None
     ) -> None:
-        """Commit held writes (and ``then``) in one transaction, and tell their callers."""
+        """Commit held writes (and ``then``) in one transaction."""
 
         def work(tx: Any) -> None:
             for held in batch:
@@ -374,14 +366,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             if then is not None:
                 then(tx)
 
-        try:
-            self._commit(thread_id, work)
-        except BaseException as exc:
-            for held in batch:
-                held.finish(exc)
-            raise
-        for held in batch:
-            held.finish(None)
+        self._commit(thread_id, work)
 
     def _release(self, thread_id: str | None) -> None:
         """Commit what is held for a thread (None: every thread) before it is read."""
@@ -391,6 +376,15 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             batch = self._held.take(tid)
             if batch:
                 self._commit_held(tid, batch)
+
+    def release(self, thread_id: str | None = None) -> None:
+        """Commit the writes held for a thread (None: all), as at the end of a run."""
+        self._release(thread_id)
+
+    def close(self) -> None:
+        """Commit what is held and stop the flusher (the database is closing)."""
+        self._release(None)
+        self._held.close()
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -666,6 +666,9 @@ class Runner(
 
     def _flush_events(self, thread_id: str, *, propagating: bool) -> None:
         try:
+            # writes of the run's last steps still held for a checkpoint (see
+            # checkpointers._held), then the events no checkpoint carried
+            self.db.saver.release(thread_id)
             self.events_writer.flush(thread_id)
         except Exception as exc:
             if lease_lost(exc):
