@@ -122,7 +122,7 @@ def read_usage(
             wall += max(at - since, 0.0)
         rows[step] = {
             "tokens": tokens,
-            "cost": round(cost, 8),
+            "cost": round(cost, 8) if cost else cost,
             "tool_calls": tool_calls,
             "model_calls": model_calls,
             "wall_time": round(wall, 6),
