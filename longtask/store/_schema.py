@@ -59,6 +59,14 @@ USAGE_UPSERT = """INSERT INTO longtask_usage (thread_id, step, wall_time, attemp
                 attempts = {greatest}(longtask_usage.attempts, COALESCE(NEW.attempt, 0)),
                 updated_at = NEW.ts"""
 
+#: the head of SQLite's usage trigger (migrations 13 and 14), up to its body
+_SQLITE_USAGE_TRIGGER = """CREATE TRIGGER longtask_usage_steps AFTER INSERT ON longtask_events
+        WHEN NEW.step IS NOT NULL
+            AND NEW.kind IN ('step.started', 'step.completed', 'step.failed')
+            AND json_extract(NEW.data, '$.item') IS NULL
+        BEGIN
+            """
+
 SQLITE = Dialect("sqlite", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "REAL")
 POSTGRES = Dialect("postgresql", "BIGSERIAL PRIMARY KEY", "BYTEA", "DOUBLE PRECISION")
 
@@ -412,12 +420,8 @@ MIGRATIONS: list[list[str]] = [
             PRIMARY KEY (thread_id, step)
         )""",
         SQLITE_ONLY
-        + """CREATE TRIGGER longtask_usage_steps AFTER INSERT ON longtask_events
-        WHEN NEW.step IS NOT NULL
-            AND NEW.kind IN ('step.started', 'step.completed', 'step.failed')
-            AND json_extract(NEW.data, '$.item') IS NULL
-        BEGIN
-            INSERT INTO longtask_usage (thread_id, step, updated_at)
+        + _SQLITE_USAGE_TRIGGER
+        + """INSERT INTO longtask_usage (thread_id, step, updated_at)
                 VALUES (NEW.thread_id, NEW.step, NEW.ts)
                 ON CONFLICT (thread_id, step) DO NOTHING;
             UPDATE longtask_usage SET """
@@ -447,12 +451,7 @@ MIGRATIONS: list[list[str]] = [
     [
         SQLITE_ONLY + "DROP TRIGGER longtask_usage_steps",
         SQLITE_ONLY
-        + """CREATE TRIGGER longtask_usage_steps AFTER INSERT ON longtask_events
-        WHEN NEW.step IS NOT NULL
-            AND NEW.kind IN ('step.started', 'step.completed', 'step.failed')
-            AND json_extract(NEW.data, '$.item') IS NULL
-        BEGIN
-            """
+        + _SQLITE_USAGE_TRIGGER
         + USAGE_UPSERT.format(greatest="MAX")
         + """;
         END""",
