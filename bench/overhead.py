@@ -795,6 +795,7 @@ def print_storage(runs: list[StorageRun]) -> None:
 
 READ_TARGETS = {
     "status": ("Runner.status", "get_state", 0.010),
+    "status_lean": ("Runner.status(usage=False)", "get_state", 0.010),
     "status_cold": ("Runner.status, new Runner", "get_state, new saver", 0.010),
     "history": ("Runner.history(limit=20)", "get_state_history(limit=20)", 0.020),
     "resume": ("signal + run one step", "Command(resume) + one step", 0.020),
@@ -927,6 +928,11 @@ def reads_run(backend: Backend, steps: int, compile_steps: int, reps: int) -> Re
 
         both("status", lambda: runner.status(tid), lambda: graph.get_state(config))
         floor_of("status", lambda: in_memory.get_state(config))
+        # without the per-step usage rows (what `watch` polls with)
+        both(
+            "status_lean", lambda: runner.status(tid, usage=False), lambda: graph.get_state(config)
+        )
+        floor["status_lean"] = floor["status"]
         # A new process would start cold: a new Runner (and a new raw saver) per read;
         # opening them is not timed.
         both(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from longtask.store._fence import LOST
+from longtask.store._pooled import on_pooled
 from longtask.store._store import _EVENT_INSERT, _EVENT_ROW, EVENTS_CHANNEL
 
 if TYPE_CHECKING:
@@ -408,16 +409,7 @@ class PostgresBackend(Backend):
         idle in the pool (``idle_session_timeout``, a restart) is replaced once. Every
         write is idempotent (conflicts are ignored or replace the same row), so repeating
         one whose COMMIT's answer was lost stores nothing twice."""
-        import psycopg
-
-        for attempt in (1, 2):
-            with self.pool.connection() as conn:
-                try:
-                    return fn(conn)
-                except psycopg.OperationalError:
-                    if attempt == 2 or not conn.broken:
-                        raise
-        raise AssertionError("unreachable")
+        return on_pooled(self.pool, fn)
 
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         from psycopg.rows import tuple_row

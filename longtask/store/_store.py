@@ -26,6 +26,7 @@ from longtask.store._fence import Fence
 from longtask.store._leases import LeaseTables
 from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
+from longtask.store._pooled import on_pooled
 from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
 from longtask.store._usage import THREAD_ORDER, UsageTables
@@ -589,26 +590,18 @@ class PostgresStore(Store):
     def _run(
         self, sql: str, params: Sequence[Any] = (), binary: bool = False
     ) -> list[tuple[Any, ...]]:
-        import psycopg
         from psycopg.rows import tuple_row
 
-        for attempt in (1, 2):
-            with self._pool.connection() as conn:
-                try:
-                    # Tuples straight from the driver: the shared pool's default is dict
-                    # rows (for LangGraph's saver, which reads tables it migrates from).
-                    with conn.cursor(row_factory=tuple_row) as cur:
-                        self.fence.apply(conn, cur)
-                        cur.execute(self._sql(sql), tuple(params), binary=binary or None)
-                        rows = cur.fetchall() if cur.description else []
-                except psycopg.OperationalError:
-                    # A connection the server closed while it sat idle in the pool (an
-                    # idle timeout, a restart) fails on first use: once, take another.
-                    if attempt == 2 or not conn.broken:
-                        raise
-                    continue
-            return rows
-        raise AssertionError("unreachable")
+        def run(conn: Any) -> list[tuple[Any, ...]]:
+            # Tuples straight from the driver: the shared pool's default is dict rows (for
+            # LangGraph's saver, which reads tables it migrates from).
+            with conn.cursor(row_factory=tuple_row) as cur:
+                self.fence.apply(conn, cur)
+                cur.execute(self._sql(sql), tuple(params), binary=binary or None)
+                return cur.fetchall() if cur.description else []
+
+        # a connection the server closed while it sat idle is replaced (see on_pooled)
+        return on_pooled(self._pool, run)
 
     def _run_with_event(
         self,
