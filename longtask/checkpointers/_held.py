@@ -67,10 +67,19 @@ class HeldWrites:
         self._live: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._flusher: threading.Thread | None = None
         self._closed = False
+        #: threads whose held writes the flusher is committing right now
+        self._flushing: dict[str, int] = {}
 
     @property
     def pending(self) -> bool:
-        return bool(self._held)
+        return bool(self._held) or bool(self._flushing)
+
+    def wait_flushed(self, thread_id: str | None) -> None:
+        """Until the flusher's commits of a thread's writes (None: any) are over: a reader
+        that found nothing held must not read before writes already taken are stored."""
+        with self._cond:
+            while self._flushing.get(thread_id, 0) if thread_id else self._flushing:
+                self._cond.wait()
 
     def set_live(self, thread_id: str, ns: str, checkpoint_id: str | None) -> None:
         """The checkpoint a run of (thread, namespace) goes on from (None: none is)."""
@@ -94,7 +103,7 @@ class HeldWrites:
             if group is None:
                 self._held[key] = (time.monotonic() + self.window, [held])
                 self._start()
-                self._cond.notify()
+                self._cond.notify_all()
             else:
                 group[1].append(held)
             return True
@@ -124,7 +133,7 @@ class HeldWrites:
         """Stop the flusher (the caller commits what is still held first)."""
         with self._cond:
             self._closed = True
-            self._cond.notify()
+            self._cond.notify_all()
 
     # -- the flusher -------------------------------------------------------------------------
 
@@ -148,6 +157,8 @@ class HeldWrites:
                 if self._closed:
                     return
                 batches = [(k[0], self._held.pop(k)[1]) for k in due]
+                for thread_id, _ in batches:
+                    self._flushing[thread_id] = self._flushing.get(thread_id, 0) + 1
             for thread_id, batch in batches:
                 try:
                     self._commit(thread_id, batch)
@@ -160,3 +171,11 @@ class HeldWrites:
                         len(batch),
                         exc_info=True,
                     )
+                finally:
+                    with self._cond:
+                        left = self._flushing[thread_id] - 1
+                        if left:
+                            self._flushing[thread_id] = left
+                        else:
+                            del self._flushing[thread_id]
+                        self._cond.notify_all()

@@ -376,6 +376,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             batch = self._held.take(tid)
             if batch:
                 self._commit_held(tid, batch)
+        self._held.wait_flushed(thread_id)
 
     def release(self, thread_id: str | None = None) -> None:
         """Commit the writes held for a thread (None: all), as at the end of a run."""
