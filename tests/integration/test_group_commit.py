@@ -178,3 +178,22 @@ def test_one_worker_thread_is_not_held_up(db: Database) -> None:
     assert finished.wait(25), "the run was held up by its own writes"
     assert calls[0] <= 20 + 5, calls[0]
     assert runner.status("one-1").status == "completed"
+
+
+def test_a_read_waits_for_writes_the_flusher_is_storing(db: Database) -> None:
+    db.saver._held.window = 0.01
+    parent = _put(db, "t", 1, None)
+    write = db.saver.backend.write
+    storing = threading.Event()
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "longtask-held-writes":
+            storing.set()
+            time.sleep(0.5)  # the flusher took the writes and is storing them
+        return write(*args, **kwargs)
+
+    db.saver.backend.write = slow  # type: ignore[method-assign]
+    db.saver.put_writes(_config("t", parent), [("x", 6)], "task-1")
+    assert storing.wait(10)
+    tup = db.saver.get_tuple(_config("t", parent))
+    assert tup is not None and tup.pending_writes == [("task-1", "x", 6)]
