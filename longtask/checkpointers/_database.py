@@ -82,7 +82,9 @@ class Database(ABC):
         from longtask.store._fence import Fence
 
         self.fence = Fence()
-        self.events = EventWriter(lambda thread_id: self.saver.flush_events(thread_id))
+        self.events = EventWriter(
+            lambda thread_id, statements: self.saver.flush_events(thread_id, statements)
+        )
         self.saver = LongTaskSaver(backend, fence=self.fence, outbox=self.events)
 
     def _migrate(self, legacy: Any, legacy_table: str) -> list[str]:

@@ -186,12 +186,19 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self._commit(thread_id, work)
         return changed
 
-    def flush_events(self, thread_id: str) -> None:
+    def flush_events(
+        self, thread_id: str, statements: Sequence[tuple[str, Sequence[Any]]] = ()
+    ) -> None:
         """Store the thread's pending events that no checkpoint carried (the end of a run, a
-        pause, a retry's record), fenced like a checkpoint: a writer that lost its lease
-        stores no event either. Writes still held for the thread go with them (the end of
-        a run leaves none waiting)."""
-        self._commit_held(thread_id, self._held.take(thread_id))
+        pause, a retry's record), with ``statements``, fenced like a checkpoint: a writer
+        that lost its lease stores no event either. Writes still held for the thread go
+        with them (the end of a run leaves none waiting)."""
+
+        def run(tx: Any) -> None:
+            for sql, params in statements:
+                tx.execute(sql, params)
+
+        self._commit_held(thread_id, self._held.take(thread_id), run)
 
     def put(
         self,

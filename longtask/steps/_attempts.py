@@ -239,8 +239,6 @@ def with_retries(
             record = Attempts(
                 failed, window, env.clock().timestamp() + wait if outcome == "retry" else None
             )
-            env.record_attempt(call.thread_id, where, record)
-            env.charge_time(call.thread_id, time.monotonic() - started)
             data: dict[str, Any] = {
                 "error": describe(exc)[:2000],
                 "error_class": verdict.error_class,
@@ -262,11 +260,12 @@ def with_retries(
                 attempt=attempt,
                 data=data,
             )
+            # The record of this attempt, in one transaction with its step.retry (queued
+            # above): stored before the wait, so a process that dies while waiting keeps
+            # both, and never one without the other.
+            env.record_attempt(call.thread_id, where, record)
+            env.charge_time(call.thread_id, time.monotonic() - started)
             if outcome == "retry":
-                if wait > 0:
-                    # The record of this attempt is stored before the wait: a process that
-                    # dies while waiting keeps it (the event writer is otherwise lazy).
-                    env.events.flush()
                 if env.defer_waits and wait > 0:
                     # On a worker the wait is a scheduled job: no process sleeps through it.
                     raise _tagged(RetryLater(record.retry_at or 0.0), info) from exc

@@ -25,7 +25,16 @@ from longtask.steps._attempts import CONTROL, check_limits, describe, error_type
 from longtask.steps._context import _CURRENT, StepContext, result_channel
 from longtask.steps._siblings import Siblings, Snapshot
 from longtask.steps._tracing import set_attributes, write_custom
-from longtask.store import NO_ITEM, Artifact, Attempts, EventWriter, NewEvent, Store, ValueCodec
+from longtask.store import (
+    NO_ITEM,
+    Artifact,
+    Attempts,
+    EventWriter,
+    NewEvent,
+    Store,
+    ValueCodec,
+    attempt_statement,
+)
 
 __all__ = [
     "CONTROL",
@@ -226,7 +235,11 @@ class StepEnv:
         if record is None:
             self.store.attempts_clear(thread_id, *where)
         else:
-            self.store.attempt_failed(thread_id, where[0], where[1], record)
+            # With the thread's pending events (the attempt's step.retry, queued just
+            # before): a crash never keeps the record without the event that tells of it.
+            self.events.commit_with(
+                thread_id, [attempt_statement(thread_id, where[0], where[1], record)]
+            )
         with self._lock:
             cached = self._attempts.setdefault(thread_id, {})
             if record is None:

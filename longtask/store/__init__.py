@@ -3,7 +3,13 @@
 from longtask.store._artifacts import Artifact
 from longtask.store._effects import EFFECT_STATUSES, Effect
 from longtask.store._leases import WorkerRecord
-from longtask.store._limits import BUDGET_LIMITS, NO_ITEM, Attempts, BudgetState
+from longtask.store._limits import (
+    BUDGET_LIMITS,
+    NO_ITEM,
+    Attempts,
+    BudgetState,
+    attempt_statement,
+)
 from longtask.store._maps import MapProgress
 from longtask.store._schedules import ScheduleRecord
 from longtask.store._schema import SCHEMA_VERSION
@@ -51,6 +57,7 @@ __all__ = [
     "ThreadRecord",
     "ValueCodec",
     "WorkerRecord",
+    "attempt_statement",
     "is_skipped",
     "sending_ahead",
     "skipped_value",

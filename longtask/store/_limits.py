@@ -73,6 +73,27 @@ _BUDGET_COLS = (
 )
 
 
+def attempt_statement(
+    thread_id: str, step: str, item: int, record: Attempts
+) -> tuple[str, tuple[Any, ...]]:
+    """The statement recording a step's (or map item's) failed attempts."""
+    return (
+        "INSERT INTO longtask_attempts (thread_id, step, item, failed, window_start, "
+        "retry_at, updated_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT (thread_id, step, item) "
+        "DO UPDATE SET failed = excluded.failed, window_start = excluded.window_start, "
+        "retry_at = excluded.retry_at, updated_at = excluded.updated_at",
+        (
+            thread_id,
+            step,
+            item,
+            record.failed,
+            record.window_start,
+            record.retry_at,
+            time.time(),
+        ),
+    )
+
+
 class LimitTables:
     """Mixed into Store."""
 
@@ -96,21 +117,7 @@ class LimitTables:
         }
 
     def attempt_failed(self, thread_id: str, step: str, item: int, record: Attempts) -> None:
-        self._run(
-            "INSERT INTO longtask_attempts (thread_id, step, item, failed, window_start, "
-            "retry_at, updated_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT (thread_id, step, item) "
-            "DO UPDATE SET failed = excluded.failed, window_start = excluded.window_start, "
-            "retry_at = excluded.retry_at, updated_at = excluded.updated_at",
-            (
-                thread_id,
-                step,
-                item,
-                record.failed,
-                record.window_start,
-                record.retry_at,
-                time.time(),
-            ),
-        )
+        self._run(*attempt_statement(thread_id, step, item, record))
 
     def attempts_clear(self, thread_id: str, step: str, item: int) -> None:
         self._run(

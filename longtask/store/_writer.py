@@ -5,20 +5,23 @@ An event is kept here until the next checkpoint write of its thread (``put`` or
 checkpoint: a checkpoint is never stored without its events, and an event never claims work
 that no checkpoint holds. What no checkpoint carries (a pause, a retry's record before its
 back-off) is written by ``flush``, fenced like a checkpoint; the end of a run commits with its
-status, and an effect's events with its ledger row.
+status, an effect's events with its ledger row, and a failed attempt's record with its
+``step.retry`` (``commit_with``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from longtask.store._store import NewEvent
 
-#: stores a thread's pending events that no checkpoint carried (taking them from here)
-Sink = Callable[[str], None]
+Statement = tuple[str, Sequence[Any]]
+#: stores a thread's pending events that no checkpoint carried (taking them from here), in
+#: one fenced transaction with the given statements
+Sink = Callable[[str, Sequence[Statement]], None]
 
 
 class EventWriter:
@@ -62,7 +65,12 @@ class EventWriter:
             # nothing pending: no transaction (this is called before every ledger write)
             threads = [tid for tid in threads if self._pending.get(tid)]
         for tid in threads:
-            self._sink(tid)
+            self._sink(tid, ())
+
+    def commit_with(self, thread_id: str, statements: Sequence[Statement]) -> None:
+        """Run ``statements`` in one fenced transaction with the thread's pending events: a
+        record and the event that tells of it are stored together or not at all."""
+        self._sink(thread_id, statements)
 
     def close(self) -> None:
         self.flush()

@@ -345,3 +345,31 @@ def test_sys_exit_outside_the_step_function_fails_the_thread(db_url: str) -> Non
         st = runner.status("x1")
         assert st.status == "failed" and st.error is not None
         assert st.error["type"] == "SystemExit"
+
+
+def test_an_attempts_record_is_stored_with_its_retry_event_or_not_at_all(db_url: str) -> None:
+    # A writer whose lease is gone stores neither the record of a failed attempt nor the
+    # step.retry telling of it: they commit in one fenced transaction (apart, a crash
+    # between the two kept a record whose event was lost).
+    from longtask.checkpointers import Database
+    from longtask.steps import StepEnv
+    from longtask.store import Attempts, NewEvent, ValueCodec
+
+    db = Database.open(db_url, upgrade=True)
+    try:
+        env = StepEnv(store=db.store, codec=ValueCodec(db.store), events=db.events)
+        db.fence.hold("t-fenced", 999)  # an epoch no lease row has
+        db.events.put(NewEvent("t-fenced", "step.retry", "t-fenced/retry/1", step="s", attempt=1))
+        with pytest.raises(Exception, match="lease lost"):
+            env.record_attempt("t-fenced", ("s", -1), Attempts(1, 0, 123.0))
+        db.fence.drop("t-fenced")
+        db.events.take("t-fenced")
+        assert db.store.attempts("t-fenced") == {}
+        assert db.store.events("t-fenced") == []
+
+        env.events.put(NewEvent("t-ok", "step.retry", "t-ok/retry/1", step="s", attempt=1))
+        env.record_attempt("t-ok", ("s", -1), Attempts(1, 0, 123.0))
+        assert db.store.attempts("t-ok")[("s", -1)].failed == 1
+        assert [e.kind for e in db.store.events("t-ok")] == ["step.retry"]
+    finally:
+        db.close()
