@@ -8,6 +8,7 @@ for psycopg. Every statement runs in autocommit; the few multi-statement operati
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import threading
 import time
@@ -131,10 +132,39 @@ class NewEvent:
             self.stage,
             self.step,
             self.attempt,
-            json.dumps(self.data or {}, default=str),
+            event_json(self.data),
             self.ts,
             f"{self.thread_id}/{self.key}",
         )
+
+
+# \u0000 and lone surrogates, written by json.dumps (a false match, a backslash written
+# before "u0000", only costs a cleaning pass)
+_UNSTORABLE = re.compile(r"\\u0000|\\ud[89a-f]")
+
+
+def event_json(data: dict[str, Any] | None) -> str:
+    """An event's data as JSON text that PostgreSQL's ``jsonb`` accepts: text from a failing
+    step (its error message, a tool's output) may hold a NUL character or a lone surrogate,
+    which jsonb refuses; stored as is, the event would fail the transaction of the
+    checkpoint it commits with. They become U+FFFD."""
+    text = json.dumps(data or {}, default=str)
+    if "\\u" in text and _UNSTORABLE.search(text):
+        text = json.dumps(_storable(data or {}), default=lambda o: _storable(str(o)))
+    return text
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        if "\x00" in value:
+            value = value.replace("\x00", "\ufffd")
+        # a lone surrogate cannot be encoded; a valid pair survives the round trip
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {_storable(str(k)): _storable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(v) for v in value]
+    return value
 
 
 #: the LISTEN/NOTIFY channel of new events; the payload is the thread id

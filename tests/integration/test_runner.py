@@ -415,3 +415,22 @@ def test_a_result_that_reads_like_a_skip_is_not_one(runner: Runner) -> None:
     assert runner.result("lookalike", "nested") == {
         "inner": {"$longtask": "skipped", "reason": "x"}
     }
+
+
+def test_a_step_error_with_unstorable_text_fails_the_step_cleanly(runner: Runner) -> None:
+    """A NUL character or a lone surrogate in an error message (binary data a step tried to
+    parse) is refused by PostgreSQL's jsonb, which reads every step event's data; stored
+    as is, the step.failed event failed the transaction of its checkpoint and the run died
+    on a database error. The text is stored with U+FFFD in their place."""
+
+    def broken(ctx: StepContext) -> None:
+        raise ValueError("bad bytes \x00 and \ud800 here")
+
+    task = LongTask(name="unstorable", version="1", stages=[Stage("s", [function_step(broken)])])
+    with pytest.raises(StepFailed, match="bad bytes"):
+        runner.start(task, {}, thread_id="t-unstorable")
+    st = runner.status("t-unstorable")
+    assert st.status == "failed" and st.steps[0].state == "failed"
+    (failed,) = runner.events("t-unstorable", kinds=["step.failed"])
+    assert "bad bytes \ufffd and \ufffd here" in failed.data["error"]
+    assert st.steps[0].usage is not None and st.steps[0].usage["attempts"] == 1
