@@ -43,16 +43,14 @@ Key = tuple[str, str, str]  # thread, namespace, checkpoint id
 
 
 class Held:
-    """One ``put_writes`` call's rows, and the statement that stores them."""
+    """One ``put_writes`` call's rows; ``upsert``: special writes, which replace an earlier
+    one of the task (ordinary writes are kept as first stored)."""
 
-    __slots__ = ("rows", "sql")
+    __slots__ = ("rows", "upsert")
 
-    def __init__(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-        self.sql = sql
+    def __init__(self, upsert: bool, rows: Sequence[tuple[Any, ...]]) -> None:
+        self.upsert = upsert
         self.rows = rows
-
-    def store(self, tx: Any) -> None:
-        tx.executemany(self.sql, self.rows)
 
 
 class HeldWrites:

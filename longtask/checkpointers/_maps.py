@@ -33,26 +33,59 @@ def encode_full(cv: Versions, vs: Seen, extra: dict[str, Any]) -> bytes:
     return b"F" + body
 
 
+_MISSING = object()
+
+
 def encode_delta(
-    parent_cv: Versions, parent_vs: Seen, cv: Versions, vs: Seen, extra: dict[str, Any]
-) -> bytes:
-    """What changed from the parent's maps to these (entries added, changed or removed)."""
+    parent_cv: Versions,
+    parent_vs: Seen,
+    cv: Versions,
+    vs: Seen,
+    extra: dict[str, Any],
+    hint: Any = (),
+    ran: Any = (),
+) -> tuple[bytes, Versions, Seen]:
+    """What changed from the parent's maps to these (entries added, changed or removed),
+    and the new maps as a head keeps them: copies, whose inner maps of ``versions_seen``
+    that did not change are the parent's own (no one changes them in place).
+
+    ``hint``: the channels whose version is said to have changed (LangGraph's
+    ``new_versions``); ``ran``: the nodes whose ``versions_seen`` is said to have changed
+    (those the parent's updated channels trigger). Both are checked, not trusted: each
+    map is compared whole with the parent's plus the hinted changes, one comparison in C,
+    and only if that fails is every entry compared here. Without them a long thread's
+    step costs a Python pass over every channel and every node."""
     out: dict[str, Any] = dict(extra)
-    changed = {k: v for k, v in cv.items() if k not in parent_cv or parent_cv[k] != v}
+    new_cv = dict(parent_cv)
+    changed = {k: cv[k] for k in hint if k in cv and parent_cv.get(k, _MISSING) != cv[k]}
+    new_cv.update(changed)
+    if new_cv != cv:
+        changed = {k: v for k, v in cv.items() if parent_cv.get(k, _MISSING) != v}
+        removed = [k for k in parent_cv if k not in cv]
+        if removed:
+            out["cx"] = removed
+        new_cv = dict(cv)
     if changed:
         out["c"] = changed
-    if len(parent_cv) + sum(1 for k in changed if k not in parent_cv) != len(cv):
-        out["cx"] = [k for k in parent_cv if k not in cv]
+    new_vs = dict(parent_vs)
+    nodes = [n for n in ran if n in vs and parent_vs.get(n) != vs[n]]
+    new_vs.update((n, vs[n]) for n in nodes)
+    if new_vs != vs:
+        nodes = [n for n, versions in vs.items() if parent_vs.get(n) != versions]
+        gone = [n for n in parent_vs if n not in vs]
+        for n in gone:
+            del new_vs[n]
+        if gone:
+            out["sx"] = gone
     seen: dict[str, dict[str, Any]] = {}
     gone_keys: dict[str, list[str]] = {}
-    for node, versions in vs.items():
+    for node in nodes:
+        versions = new_vs[node] = dict(vs[node])
         before = parent_vs.get(node)
         if before is None:
             seen[node] = versions
             continue
-        if before == versions:
-            continue
-        diff = {k: v for k, v in versions.items() if k not in before or before[k] != v}
+        diff = {k: v for k, v in versions.items() if before.get(k, _MISSING) != v}
         if diff:
             seen[node] = diff
         if len(before) + sum(1 for k in diff if k not in before) != len(versions):
@@ -61,9 +94,22 @@ def encode_delta(
         out["s"] = seen
     if gone_keys:
         out["sk"] = gone_keys
-    if len(parent_vs) + sum(1 for n in vs if n not in parent_vs) != len(vs):
-        out["sx"] = [n for n in parent_vs if n not in vs]
-    return b"D" + ormsgpack.packb(out)
+    return b"D" + ormsgpack.packb(out), new_cv, new_vs
+
+
+def triggered(channels: Any) -> set[str]:
+    """The nodes LangGraph's channels of these names trigger, read from the names
+    (``branch:to:NODE``, ``join:A+B:NODE``, ``__start__``): a hint for ``encode_delta``,
+    which checks it."""
+    out = set()
+    for ch in channels:
+        if ch.startswith("branch:to:"):
+            out.add(ch[10:])
+        elif ch.startswith("join:"):
+            out.add(ch.rpartition(":")[2])
+        else:
+            out.add(ch)
+    return out
 
 
 def decode(state: bytes) -> dict[str, Any]:

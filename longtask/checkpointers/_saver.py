@@ -28,7 +28,7 @@ import json
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
@@ -46,6 +46,7 @@ from langgraph.checkpoint.base import (
 from longtask.checkpointers import _maps
 from longtask.checkpointers._held import Held, HeldWrites
 from longtask.checkpointers._maps import FULL_EVERY
+from longtask.checkpointers._saver_sql import EVENTS_SQL, Batch
 
 if TYPE_CHECKING:
     from longtask.checkpointers._saver_sql import Backend
@@ -78,16 +79,20 @@ def version_key(version: Any) -> str:
 
 class _Head:
     """The maps of the checkpoint a (thread, namespace) last read or wrote: the next
-    checkpoint's delta is computed against them without a read."""
+    checkpoint's delta is computed against them without a read. ``updated``: the channels
+    it updated, whose nodes are the ones that run next (a hint for the delta)."""
 
-    __slots__ = ("base_id", "checkpoint_id", "cv", "depth", "vs")
+    __slots__ = ("base_id", "checkpoint_id", "cv", "depth", "updated", "vs")
 
-    def __init__(self, checkpoint_id: str, cv: Any, vs: Any, base_id: str, depth: int) -> None:
+    def __init__(
+        self, checkpoint_id: str, cv: Any, vs: Any, base_id: str, depth: int, updated: Any
+    ) -> None:
         self.checkpoint_id = checkpoint_id
         self.cv = cv
         self.vs = vs
         self.base_id = base_id
         self.depth = depth
+        self.updated = updated
 
 
 class LongTaskSaver(BaseCheckpointSaver[str]):
@@ -148,14 +153,15 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         parallel steps write at once."""
         return self._stripes[hash(thread_id) % len(self._stripes)]
 
-    def _commit(self, thread_id: str, work: Any) -> None:
-        """Run ``work(tx)`` in one fenced transaction together with the thread's pending
+    def _commit(self, thread_id: str, batch: Batch) -> None:
+        """Store ``batch`` in one fenced transaction together with the thread's pending
         events and blobs; on failure they go back to the outbox (they are not lost)."""
         with self._ordered(thread_id):
             events = self._events_for(thread_id)
             blobs = self.outbox.take_blobs(thread_id) if self.outbox is not None else {}
+            batch.events, batch.blobs = events, blobs
             try:
-                self.backend.write(thread_id, self._epoch(thread_id), work, events, blobs)
+                self.backend.write(thread_id, self._epoch(thread_id), batch)
             except BaseException:
                 if self.outbox is not None:
                     if events:
@@ -170,7 +176,6 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         """Run one ``UPDATE ... RETURNING`` of the thread's record in a fenced transaction
         with the thread's pending events, and insert ``then`` only if it changed a row: the
         end of a run and the event that tells of it commit together."""
-        from longtask.checkpointers._saver_sql import EVENTS_SQL
         from longtask.store._store import EVENTS_CHANNEL
 
         changed = False
@@ -183,7 +188,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
                 if self.backend.NOTIFY:
                     tx.execute(self.backend.NOTIFY, (EVENTS_CHANNEL, thread_id))
 
-        self._commit(thread_id, work)
+        self._commit(thread_id, Batch(then=work))
         return changed
 
     def flush_events(
@@ -198,7 +203,9 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             for sql, params in statements:
                 tx.execute(sql, params)
 
-        self._commit_held(thread_id, self._held.take(thread_id), run)
+        self._commit_held(
+            thread_id, self._held.take(thread_id), Batch(then=run if statements else None)
+        )
 
     def put(
         self,
@@ -230,10 +237,13 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             and head.checkpoint_id == parent_id
             and head.depth + 1 < FULL_EVERY
         ):
-            state = _maps.encode_delta(head.cv, head.vs, cv, vs, extra)
+            state, *maps = _maps.encode_delta(
+                head.cv, head.vs, cv, vs, extra, new_versions, _maps.triggered(head.updated)
+            )
             base_id, depth = head.base_id, head.depth + 1
         else:
             state = _maps.encode_full(cv, vs, extra)
+            maps = list(_maps.copy_maps(cv, vs))
             base_id, depth = checkpoint_id, 0
 
         values = checkpoint["channel_values"]
@@ -256,18 +266,16 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             str(run_id) if run_id is not None else None,
         )
 
-        def work(tx: Any) -> None:
-            if value_rows:
-                tx.executemany(self.backend.PUT_VALUE, value_rows)
-            tx.execute(self.backend.PUT_CHECKPOINT, row)
-
         # The writes of the super-step this checkpoint applies, if they still wait, commit
         # in its transaction (see _held).
         held = self._held.take(thread_id, ns, parent_id) if parent_id is not None else []
-        self._commit_held(thread_id, held, work)
+        self._commit_held(thread_id, held, Batch(values=value_rows, checkpoint=row))
         live = meta.get("source") in ("input", "loop")
         self._held.set_live(thread_id, ns, checkpoint_id if live else None)
-        self._remember(key, checkpoint_id, _maps.copy_maps(cv, vs), base_id, depth)
+        updated = checkpoint.get("updated_channels")
+        self._remember(
+            key, checkpoint_id, maps, base_id, depth, new_versions if updated is None else updated
+        )
         self._cache_values(((thread_id, ns, r[2], r[3]), (r[4], r[5])) for r in value_rows)
         self._cache_values(
             ((thread_id, ns, channel, version_key(version)), _ABSENT)
@@ -283,10 +291,18 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         }
 
     def _remember(
-        self, key: tuple[str, str], checkpoint_id: str, maps: Any, base_id: str, depth: int
+        self,
+        key: tuple[str, str],
+        checkpoint_id: str,
+        maps: Any,
+        base_id: str,
+        depth: int,
+        updated: Any = (),
     ) -> None:
         with self._heads_lock:
-            self._heads[key] = _Head(checkpoint_id, maps[0], maps[1], base_id, depth)
+            self._heads[key] = _Head(
+                checkpoint_id, maps[0], maps[1], base_id, depth, tuple(updated or ())
+            )
             self._heads.move_to_end(key)
             while len(self._heads) > _CACHE:
                 self._heads.popitem(last=False)
@@ -354,7 +370,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         # Special writes (errors, interrupts, resumes) replace an earlier one of the same
         # task; ordinary writes are kept as first stored (a retried task writes the same).
         upsert = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-        mine = Held(self.backend.UPSERT_WRITE if upsert else self.backend.PUT_WRITE, rows)
+        mine = Held(upsert, rows)
         if not upsert and self._held.hold((thread_id, ns, str(checkpoint_id)), mine):
             return  # committed by the checkpoint after it, or by the flusher (see _held)
         # An error, an interrupt or a resume ends the super-step with no checkpoint after
@@ -363,17 +379,13 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         self._commit_held(thread_id, [*held, mine])
 
     def _commit_held(
-        self, thread_id: str, batch: builtins.list[Held], then: Callable[[Any], None] | None = None
+        self, thread_id: str, held: builtins.list[Held], batch: Batch | None = None
     ) -> None:
-        """Commit held writes (and ``then``) in one transaction."""
-
-        def work(tx: Any) -> None:
-            for held in batch:
-                held.store(tx)
-            if then is not None:
-                then(tx)
-
-        self._commit(thread_id, work)
+        """Commit held writes (with ``batch``) in one transaction."""
+        batch = batch or Batch()
+        for h in held:
+            (batch.upserts if h.upsert else batch.writes).extend(h.rows)
+        self._commit(thread_id, batch)
 
     def _release(self, thread_id: str | None) -> None:
         """Commit what is held for a thread (None: every thread) before it is read."""
@@ -413,6 +425,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             _maps.copy_maps(head["channel_versions"], head["versions_seen"]),
             rows[0][4],
             rows[0][5],
+            head.get("updated_channels"),
         )
         return tup
 

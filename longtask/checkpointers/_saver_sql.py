@@ -1,8 +1,12 @@
 """The SQL of longtask's saver, for SQLite and PostgreSQL.
 
 Statements are written with ``?`` placeholders and rewritten for psycopg. A write is one
-transaction: the lease check, the saver's rows, the thread's events and (PostgreSQL) the
-NOTIFY that wakes followers, sent in one round trip (psycopg's pipeline mode).
+transaction (a ``Batch``): the lease check, the saver's rows, the thread's events and
+(PostgreSQL) the NOTIFY that wakes followers. On PostgreSQL a batch of rows alone is one
+statement, ``longtask_cp_write`` (a function of the schema's, migration 16): its rows as one
+JSON document and their bytes as one ``bytea[]``, one round trip and one implicit
+transaction. A batch with statements of its own (``then``) adds them after it in one
+transaction, in one round trip (psycopg's pipeline mode).
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from longtask.store._fence import LOST
 from longtask.store._pooled import on_pooled
-from longtask.store._store import _EVENT_INSERT, _EVENT_ROW, EVENTS_CHANNEL
+from longtask.store._store import _EVENT_INSERT, _EVENT_ROW
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -44,6 +49,39 @@ def _blob_rows(blobs: Mapping[str, bytes]) -> list[tuple[str, bytes, int, float]
 _WRITE_COLS = (
     "thread_id, checkpoint_ns, checkpoint_id, task_id, idx, channel, type, value, task_path"
 )
+
+
+@dataclass
+class Batch:
+    """What one write transaction stores, in this order: the lease check, ``blobs``,
+    ``events``, ``writes`` (pending writes kept as first stored: a retried task writes the
+    same), ``upserts`` (special writes, an error or interrupt replacing an earlier one of
+    the task), ``values`` (channel values, each stored once) and ``checkpoint``; then the
+    statements of ``then(tx)``. Every row belongs to the batch's thread.
+
+    Row layouts: a write is (thread, ns, checkpoint, task, idx, channel, type, value,
+    task_path), a value (thread, ns, channel, version, type, value), the checkpoint
+    (thread, ns, id, parent, base, depth, state, metadata, run_id).
+    """
+
+    events: Sequence[NewEvent] = ()
+    blobs: Mapping[str, bytes] = field(default_factory=dict)
+    writes: list[Row] = field(default_factory=list)
+    upserts: list[Row] = field(default_factory=list)
+    values: Sequence[Row] = ()
+    checkpoint: Row | None = None
+    then: Work = None
+
+    @property
+    def has_rows(self) -> bool:
+        return bool(
+            self.events
+            or self.blobs
+            or self.writes
+            or self.upserts
+            or self.values
+            or self.checkpoint is not None
+        )
 
 
 class Backend(ABC):
@@ -75,16 +113,8 @@ class Backend(ABC):
     # -- driver ------------------------------------------------------------------------------
 
     @abstractmethod
-    def write(
-        self,
-        thread_id: str,
-        epoch: int | None,
-        work: Work,
-        events: Sequence[NewEvent],
-        blobs: Mapping[str, bytes] | None = None,
-    ) -> None:
-        """One transaction: check ``epoch`` (when held), insert ``blobs`` and ``events``,
-        then ``work(tx)``."""
+    def write(self, thread_id: str, epoch: int | None, batch: Batch) -> None:
+        """One transaction: check ``epoch`` (when held), then store ``batch``."""
 
     @abstractmethod
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Row]: ...
@@ -236,7 +266,7 @@ class Backend(ABC):
             for table in ("longtask_cp_checkpoints", "longtask_cp_values", "longtask_cp_writes"):
                 tx.execute(f"DELETE FROM {table} WHERE thread_id = ?", (thread_id,))
 
-        self.write(thread_id, None, work, ())
+        self.write(thread_id, None, Batch(then=work))
 
     def copy_thread(self, source: str, target: str) -> None:
         def work(tx: Any) -> None:
@@ -261,7 +291,7 @@ class Backend(ABC):
                 (target, source),
             )
 
-        self.write(target, None, work, ())
+        self.write(target, None, Batch(then=work))
 
     def remove(
         self,
@@ -291,7 +321,7 @@ class Backend(ABC):
                     (thread_id, ns, *self._pairs_param(keep_values)),
                 )
 
-        self.write(thread_id, None, work, ())
+        self.write(thread_id, None, Batch(then=work))
 
 
 class LeaseLostError(Exception):
@@ -312,14 +342,7 @@ class SqliteBackend(Backend):
                 self.conn.commit()
             return rows
 
-    def write(
-        self,
-        thread_id: str,
-        epoch: int | None,
-        work: Work,
-        events: Sequence[NewEvent],
-        blobs: Mapping[str, bytes] | None = None,
-    ) -> None:
+    def write(self, thread_id: str, epoch: int | None, batch: Batch) -> None:
         conn = self.conn
         with self.lock:
             if conn.in_transaction:
@@ -335,12 +358,20 @@ class SqliteBackend(Backend):
                             f"{LOST}: thread {thread_id} is at lease epoch "
                             f"{row[0] if row else None}, this writer holds epoch {epoch}"
                         )
-                if blobs:
-                    conn.executemany(_BLOB_SQL, _blob_rows(blobs))
-                if events:
-                    conn.executemany(EVENTS_SQL, [e.params() for e in events])
-                if work is not None:
-                    work(_SqliteTx(conn))
+                if batch.blobs:
+                    conn.executemany(_BLOB_SQL, _blob_rows(batch.blobs))
+                if batch.events:
+                    conn.executemany(EVENTS_SQL, [e.params() for e in batch.events])
+                if batch.writes:
+                    conn.executemany(self.PUT_WRITE, batch.writes)
+                if batch.upserts:
+                    conn.executemany(self.UPSERT_WRITE, batch.upserts)
+                if batch.values:
+                    conn.executemany(self.PUT_VALUE, batch.values)
+                if batch.checkpoint is not None:
+                    conn.execute(self.PUT_CHECKPOINT, batch.checkpoint)
+                if batch.then is not None:
+                    batch.then(_SqliteTx(conn))
             except BaseException:
                 conn.rollback()
                 raise
@@ -392,10 +423,44 @@ def _pg(sql: str) -> str:
     return sql.replace("?", "%s")
 
 
-def _events_sql(rows: int) -> str:
-    return _pg(
-        f"{_EVENT_INSERT}{','.join([_EVENT_ROW] * rows)} ON CONFLICT (dedupe_key) DO NOTHING"
-    )
+#: the schema's function that stores a batch (see ``_cp_write_params``)
+CP_WRITE_SQL = "SELECT longtask_cp_write(%s, %s, %s, %b)"
+
+
+def _cp_write_params(thread_id: str, epoch: int | None, batch: Batch) -> tuple[Any, ...]:
+    """The arguments of ``longtask_cp_write``: the thread, the epoch to check (None: no
+    check), the rows as one JSON document, and every byte string as one ``bytea[]`` that
+    the rows point into (1-based). The document's lists, each present only when not
+    empty: ``b`` blobs [digest, size, created_at, i]; ``e`` events [kind, stage, step,
+    attempt, data, ts, dedupe_key]; ``w`` writes and ``u`` upserts [ns, checkpoint, task,
+    idx, channel, type, task_path, i]; ``v`` values [ns, channel, version, type, i]; ``c``
+    the checkpoint [ns, id, parent, base, depth, metadata, run_id, i]. Text travels in JSON
+    (parsed by the server in C), bytes in binary: no escaping of either."""
+    data: list[bytes | None] = []
+
+    def at(value: bytes | None) -> int:
+        data.append(value)
+        return len(data)
+
+    doc: dict[str, Any] = {}
+    if batch.blobs:
+        now = time.time()
+        doc["b"] = [[d, len(b), now, at(b)] for d, b in batch.blobs.items()]
+    if batch.events:
+        doc["e"] = [e.params()[1:] for e in batch.events]
+    if batch.writes:
+        doc["w"] = [[*r[1:7], r[8], at(r[7])] for r in batch.writes]
+    if batch.upserts:
+        # one row per key (a DO UPDATE may not touch a row twice): the last one wins, as
+        # it would stored one after the other
+        last = {tuple(r[1:5]): r for r in batch.upserts}
+        doc["u"] = [[*r[1:7], r[8], at(r[7])] for r in last.values()]
+    if batch.values:
+        doc["v"] = [[*r[1:5], at(r[5])] for r in batch.values]
+    if batch.checkpoint is not None:
+        c = batch.checkpoint
+        doc["c"] = [c[1], c[2], c[3], c[4], c[5], c[7], c[8], at(c[6])]
+    return (thread_id, epoch, json.dumps(doc, separators=(",", ":")), data)
 
 
 class PostgresBackend(Backend):
@@ -421,30 +486,20 @@ class PostgresBackend(Backend):
 
         return self._on_connection(run)  # type: ignore[no-any-return]
 
-    def write(
-        self,
-        thread_id: str,
-        epoch: int | None,
-        work: Work,
-        events: Sequence[NewEvent],
-        blobs: Mapping[str, bytes] | None = None,
-    ) -> None:
+    def write(self, thread_id: str, epoch: int | None, batch: Batch) -> None:
+        params = _cp_write_params(thread_id, epoch, batch)
+        if batch.then is None:
+            # Autocommit: the one statement is its transaction.
+            self._on_connection(lambda conn: conn.execute(CP_WRITE_SQL, params))
+            return
+
         def run(conn: Any) -> None:
             with conn.pipeline(), conn.transaction():
                 cur = conn.cursor()
-                if epoch is not None:
-                    cur.execute("SELECT longtask_fence_check(%s, %s)", (thread_id, epoch))
-                if blobs:
-                    cur.executemany(_pg(_BLOB_SQL), _blob_rows(blobs))
-                for start in range(0, len(events), 1000):
-                    # one statement for the lot: a step's events are a few rows, and each
-                    # statement of a pipeline costs the server a round of its own
-                    batch = events[start : start + 1000]
-                    cur.execute(_events_sql(len(batch)), [p for e in batch for p in e.params()])
-                if work is not None:
-                    work(_PgTx(cur))
-                if events:
-                    cur.execute(_pg(self.NOTIFY), (EVENTS_CHANNEL, thread_id))
+                if epoch is not None or batch.has_rows:
+                    cur.execute(CP_WRITE_SQL, params)
+                assert batch.then is not None
+                batch.then(_PgTx(cur))
 
         self._on_connection(run)
 

@@ -374,6 +374,7 @@ def import_thread(
 ) -> MoveSummary:
     """Load an export into ``db``, as its own thread id or as ``as_id``, in one transaction:
     a refused or failed import leaves the database as it was."""
+    from longtask.checkpointers._saver_sql import Batch
     from longtask.runtime._renaming import rename
 
     export = read_export(path)
@@ -443,7 +444,7 @@ def import_thread(
                 tx.executemany(table.insert_sql(cols), rows)
 
     try:
-        db.saver.backend.write(new_id, None, work, ())
+        db.saver.backend.write(new_id, None, Batch(then=work))
     except BaseException as exc:
         for created in created_files:
             with contextlib.suppress(OSError):
