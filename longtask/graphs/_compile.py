@@ -65,11 +65,24 @@ def state_schema(task: LongTask) -> type[Any]:
     return schema
 
 
+#: what LangGraph hands every node: the task's inputs. A node reads the rest of the state
+#: when it asks for it (graphs._node.LazyState): with the whole state as every node's input,
+#: LangGraph read every channel for each task it prepared and compiled each node with the
+#: list of all of them, so a step's cost and the compile grew with the task's length.
+NodeInput = TypedDict("NodeInput", {INPUTS_CHANNEL: dict[str, Any]}, total=False)  # type: ignore[misc]
+
+
 def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
     """The (uncompiled) StateGraph of ``task``; nodes share ``env`` (store, codec)."""
-    graph: StateGraph[Any, Any, Any, Any] = StateGraph(state_schema(task))
+    schema = state_schema(task)
+    env.channels = frozenset(schema.__annotations__)
+    graph: StateGraph[Any, Any, Any, Any] = StateGraph(schema)
     layout = task.layout
     has_dependents: set[str] = set()
+
+    def add(name: str, fn: NodeFn, meta: dict[str, Any], **extra: Any) -> None:
+        graph.add_node(name, fn, metadata=meta, input_schema=NodeInput, **extra)
+
     for _stage, step in task.iter_steps():
         info = layout[step.name]
         meta = {"longtask_stage": info.stage, "longtask_kind": info.kind}
@@ -87,45 +100,41 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
                 depends_on=info.depends_on,
                 ancestors=info.ancestors,
             )
-            graph.add_node(
+            add(
                 entry,
                 NodeFn(function_node(step, info, env), env, info),
-                metadata=meta,
+                meta,
                 destinations=(step.name, f"{step.name}.fix"),
             )
-            graph.add_node(
+            add(
                 f"{step.name}.fix",
                 NodeFn(fix_agent_node(fixer, fix_info, env, task.model, step.name), env, fix_info),
-                metadata={**meta, "longtask_kind": "agent"},
+                {**meta, "longtask_kind": "agent"},
                 destinations=(entry,),
             )
-            graph.add_node(step.name, NodeFn(_pass, env), metadata=meta)
+            add(step.name, NodeFn(_pass, env), meta)
         elif isinstance(step, FunctionStep):
-            graph.add_node(
-                step.name, NodeFn(function_node(step, info, env), env, info), metadata=meta
-            )
+            add(step.name, NodeFn(function_node(step, info, env), env, info), meta)
         elif isinstance(step, AgentStep):
             # The agent graph is built when the node runs and invoked with the node's config:
             # LangGraph checkpoints it as this node's subgraph (see longtask.steps._agent).
-            graph.add_node(
-                step.name, NodeFn(agent_node(step, info, env, task.model), env, info), metadata=meta
-            )
+            add(step.name, NodeFn(agent_node(step, info, env, task.model), env, info), meta)
         elif isinstance(step, MapStep):
             # One node whatever the number of items; see longtask.steps._map.
-            graph.add_node(step.name, NodeFn(map_node(step, info, env), env, info), metadata=meta)
+            add(step.name, NodeFn(map_node(step, info, env), env, info), meta)
         elif isinstance(step, PauseStep):
             # Record the request, pause on it, then the step itself (which dependents wait
             # for, so they run only after a real answer); see longtask.steps._pause.
             request, ask, done = pause_nodes(step, info, env)
             entry = request_node_name(step.name)
-            graph.add_node(entry, NodeFn(request, env, info), metadata=meta)
-            graph.add_node(
+            add(entry, NodeFn(request, env, info), meta)
+            add(
                 ask_node_name(step.name),
                 NodeFn(ask, env, info, "longtask.pause"),
-                metadata=meta,
+                meta,
                 destinations=(entry, step.name),
             )
-            graph.add_node(step.name, NodeFn(done, env, info), metadata=meta)
+            add(step.name, NodeFn(done, env, info), meta)
             graph.add_edge(entry, ask_node_name(step.name))
         else:  # pragma: no cover - new kinds register here
             raise TypeError(f"step kind {step.kind!r} cannot be compiled yet")

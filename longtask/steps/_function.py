@@ -85,6 +85,9 @@ class StepEnv:
     snapshot: Snapshot | None = None
     #: the steps of each thread's current super-step running in this process
     siblings: Siblings = field(default_factory=Siblings)
+    #: the compiled graph's state channels, which a node reads when asked (see
+    #: longtask.graphs._node.LazyState)
+    channels: frozenset[str] = frozenset()
     #: ``adopt(thread_id, state)``: makes sure a thread run through the compiled graph
     #: directly (LangGraph's own ``invoke``/``stream``, no Runner) has its thread record
     adopt: Callable[[str, Mapping[str, Any]], None] | None = None

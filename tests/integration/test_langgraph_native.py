@@ -12,6 +12,7 @@ from langgraph.types import Command
 from pydantic import BaseModel
 
 from longtask import InvalidInput, LongTask, Runner, Stage, StepContext, approval, function_step
+from longtask.steps import INPUTS_CHANNEL
 
 ran: Counter[str] = Counter()
 
@@ -92,6 +93,16 @@ def test_channels_hold_plain_values(runner: Runner) -> None:
     }
     assert runner.result(thread, "big") == "x" * 5000
     assert runner.result(thread, "summary") == Summary(title="t", words=5001)
+
+
+def test_every_node_is_handed_the_inputs_only(runner: Runner) -> None:
+    # A node reads the results it needs when it asks (graphs._node.LazyState): LangGraph
+    # reads a node's input channels for every task, so whole-state inputs made each step
+    # cost more the longer the task (and the compile quadratic).
+    graph = runner.graph(task)
+    nodes = {name: node.channels for name, node in graph.nodes.items() if name != "__start__"}
+    assert set(nodes) == {"small", "big", "summary", "total"}
+    assert all(channels == [INPUTS_CHANNEL] for channels in nodes.values()), nodes
 
 
 def test_update_state_applies_a_result(runner: Runner) -> None:

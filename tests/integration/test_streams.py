@@ -385,3 +385,34 @@ def test_help_does_not_import_opentelemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_spans_start_once_a_tracer_provider_is_set(tmp_path: Any) -> None:
+    # With the API installed but no provider (the otel extra, not configured), no span is
+    # made at all; a provider set later, after runs, is followed from its first run.
+    code = f"""
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from longtask import LongTask, Runner, Stage, function_step
+from longtask.steps._tracing import tracer
+task = LongTask("plain", stages=[Stage("s", [function_step(lambda c: 1, name="a")])])
+with Runner("sqlite:///{tmp_path / "spans.db"}") as runner:
+    assert tracer() is None
+    runner.start(task, thread_id="before")
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    assert tracer() is not None
+    runner.start(task, thread_id="after")
+names = sorted({{s.name for s in exporter.get_finished_spans()}})
+threads = {{s.attributes.get("longtask.thread_id") for s in exporter.get_finished_spans()}}
+print(names, sorted(t for t in threads if t))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['longtask.run', 'longtask.step'] ['after']"
