@@ -288,6 +288,9 @@ def time_shape(backend: Backend, shape: Shape, reps: int) -> Timing:
 def _category(sql: str) -> str:
     s = " ".join(sql.split()).lower()
     for needle, cat in (
+        # PostgreSQL: a checkpoint's whole transaction in one statement (the lease check,
+        # events and their NOTIFY, writes, values, the checkpoint row)
+        ("longtask_cp_write(", "cp_tx"),
         ("into longtask_cp_checkpoints", "checkpoints"),
         ("into longtask_cp_values", "cp_values"),
         ("into longtask_cp_writes", "cp_writes"),
@@ -320,7 +323,7 @@ class Profile:
     lt_statements: Counter[str]
     raw_statements: Counter[str]
     # Wall time of the instrumented run and, inside it, time spent in the saver's methods
-    # (put, put_writes, write_events, get_tuple: serialisation and the database round trips),
+    # (put, put_writes, flush_events, get_tuple: serialisation and the database round trips),
     # in the saver's database transactions alone (longtask: ``backend.write``) and in
     # longtask's store (``Store._run``: thread record, blobs, status reads).
     lt_seconds: float
@@ -583,6 +586,7 @@ def print_timings(timings: list[Timing], reps: int) -> None:
 def print_profiles(profiles: list[Profile], timings: list[Timing]) -> None:
     print("\n## 2. Where the time goes (one instrumented run each; statements per step)\n")
     cats = [
+        "cp_tx",
         "checkpoints",
         "cp_values",
         "cp_writes",
@@ -641,12 +645,14 @@ def print_profiles(profiles: list[Profile], timings: list[Timing]) -> None:
     print(
         "\n(Statements: counted with SQLite's trace callback and by wrapping psycopg's "
         "Cursor.execute/executemany, which also counts the statements queued in a pipeline; "
-        "an executemany counts once. checkpoints/cp_values/cp_writes are the savers' inserts "
+        "an executemany counts once. cp_tx is longtask's checkpoint transaction on PostgreSQL, "
+        "one statement (longtask_cp_write: the lease check, events and NOTIFY, writes, values "
+        "and the checkpoint row). checkpoints/cp_values/cp_writes are the savers' inserts "
         "(longtask_cp_* or LangGraph's tables), cp_read their reads, fence the lease check "
         "inside each checkpoint transaction, events and notify the event rows and the "
         "NOTIFY committed with them, tx SQLite's BEGIN/COMMIT. Times, ms per step of the "
         "instrumented run: saver = inside the saver's put, put_writes, get_tuple and "
-        "write_events (serialisation plus the database); saver tx = inside longtask's "
+        "flush_events (serialisation plus the database); saver tx = inside longtask's "
         "transactions (backend.write: the round trips and the commit); saver rest = saver - "
         "saver tx (encoding, deltas); store = longtask's other SQL (Store._run: thread record, "
         "blobs, status). These are wall times summed over the threads that made the calls: "
