@@ -1,6 +1,7 @@
 """Node runtime per step kind, and the StepContext handed to step functions."""
 
 from longtask.steps._agent import agent_node, fix_agent_node, fix_channel
+from longtask.steps._call import RUN_KEY, NodeCall
 from longtask.steps._classify import Classified, classify
 from longtask.steps._context import (
     INPUTS_CHANNEL,
@@ -9,7 +10,7 @@ from longtask.steps._context import (
     current_context,
     result_channel,
 )
-from longtask.steps._function import RUN_KEY, STEP_ATTR, NodeCall, StepEnv, function_node
+from longtask.steps._function import STEP_ATTR, StepEnv, function_node
 from longtask.steps._map import map_node
 from longtask.steps._pause import (
     TIMEOUT,

@@ -38,7 +38,8 @@ from longtask.steps._classify import Classified, classify
 from longtask.store import NO_ITEM, Attempts
 
 if TYPE_CHECKING:
-    from longtask.steps._function import NodeCall, StepEnv
+    from longtask.steps._call import NodeCall
+    from longtask.steps._function import StepEnv
 
 E = TypeVar("E", bound=BaseException)
 

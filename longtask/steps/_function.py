@@ -21,7 +21,16 @@ from pydantic import BaseModel
 from longtask.errors import StepExited, StepTimeout
 from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.model._decision import utcnow
-from longtask.steps._attempts import CONTROL, check_limits, describe, error_type, with_retries
+from longtask.steps._attempts import (
+    CONTROL,
+    check_limits,
+    describe,
+    error_type,
+    gate,
+    gate_request,
+    with_retries,
+)
+from longtask.steps._call import RUN_KEY, NodeCall
 from longtask.steps._context import _CURRENT, StepContext, result_channel
 from longtask.steps._siblings import Siblings, Snapshot
 from longtask.steps._tracing import set_attributes, write_custom
@@ -34,6 +43,7 @@ from longtask.store import (
     Store,
     ValueCodec,
     attempt_statement,
+    skipped_value,
 )
 
 __all__ = [
@@ -51,7 +61,6 @@ __all__ = [
 STEP_ATTR = "__longtask_step__"
 #: seconds between two step.progress events of one step
 PROGRESS_INTERVAL = 0.5
-RUN_KEY = "longtask_run"
 
 
 @dataclass
@@ -348,28 +357,6 @@ class StepRuntime:
         return self.env.artifact(self.call, self.info, name, data, media_type)
 
 
-@dataclass(frozen=True)
-class NodeCall:
-    """Identity of one execution of a node, for idempotent event keys."""
-
-    thread_id: str
-    run: int
-    task_id: str
-
-    @classmethod
-    def from_config(cls, config: RunnableConfig) -> NodeCall:
-        conf = config.get("configurable") or {}
-        ns = str((config.get("metadata") or {}).get("langgraph_checkpoint_ns", ""))
-        return cls(
-            thread_id=str(conf.get("thread_id")),
-            run=int(conf.get(RUN_KEY, 0)),
-            task_id=ns.rsplit(":", 1)[-1],
-        )
-
-    def key(self, *parts: object) -> str:
-        return "/".join(str(p) for p in (self.run, self.task_id, *parts))
-
-
 def call_step(
     fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, what: str
 ) -> Any:
@@ -472,6 +459,23 @@ def fix_round_of(state: Mapping[str, Any], step: str) -> dict[str, Any]:
     return {"fix_round": done} if done else {}
 
 
+def skipped_by(state: Mapping[str, Any], info: StepInfo, pauses: frozenset[str]) -> str | None:
+    """Why this step is skipped: an earlier pause sent execution ahead to a later step
+    that this one is not on the way to (and is not)."""
+    for pause in sorted(info.ancestors & pauses):
+        env = state.get(result_channel(pause))
+        if isinstance(env, dict) and env.get("skip_to"):
+            target = env["skip_to"]
+            if target != info.name and target not in info.ancestors:
+                return f"{pause} {env.get('reason', 'skipped ahead')} (skipping to {target!r})"
+    return None
+
+
+def skip_update(env: StepEnv, call: NodeCall, info: StepInfo, reason: str) -> dict[str, Any]:
+    env.emit(call, "step.skipped", call.key("step.skipped"), info, data={"reason": reason})
+    return {result_channel(info.name): skipped_value(reason)}
+
+
 def function_node(
     step: FunctionStep, info: StepInfo, env: StepEnv
 ) -> Callable[[dict[str, Any], RunnableConfig], Any]:
@@ -487,8 +491,6 @@ def function_node(
     def node(state: dict[str, Any], config: RunnableConfig) -> Any:
         call = NodeCall.from_config(config)
         if after_pause:
-            from longtask.steps._pause import skip_update, skipped_by
-
             reason = skipped_by(state, info, env.pauses)
             if reason:
                 update = skip_update(env, call, info, reason)
@@ -529,8 +531,6 @@ def fix_loop_failure(
     env: StepEnv, call: NodeCall, info: StepInfo, state: dict[str, Any], loop: Any, exc: Exception
 ) -> Command[Any]:
     """Send a failure to the fix agent, or end the loop when its rounds are used up."""
-    from longtask.steps._attempts import gate, gate_request
-
     channel = f"fix.{info.name}"
     current = dict(state.get(channel) or {})
     done = int(current.get("round", 0))

@@ -49,12 +49,13 @@ from longtask.steps._function import (
     call_step,
     check_limits,
     describe,
+    skip_update,
+    skipped_by,
     step_completed,
     step_failed,
     step_started,
     with_retries,
 )
-from longtask.steps._pause import skip_update, skipped_by
 from longtask.store._values import map_envelope, to_json_bytes
 
 Node = Callable[[dict[str, Any], RunnableConfig], Any]

@@ -48,12 +48,14 @@ from longtask.steps._function import (
     NodeCall,
     StepEnv,
     call_step,
+    skip_update,
+    skipped_by,
     step_completed,
     step_failed,
     step_started,
 )
 from longtask.steps._hitl import decision_from_hitl, with_hitl
-from longtask.store import is_skipped, sending_ahead, skipped_value
+from longtask.store import is_skipped, sending_ahead
 
 Node = Callable[[dict[str, Any], RunnableConfig], Any]
 
@@ -180,23 +182,6 @@ def _unwrap_signal(answer: Any) -> tuple[Any, str | None]:
     ):
         return answer["payload"], answer["by"]
     return answer, None
-
-
-def skipped_by(state: dict[str, Any], info: StepInfo, pauses: frozenset[str]) -> str | None:
-    """Why this step is skipped: an earlier pause sent execution ahead to a later step
-    that this one is not on the way to (and is not)."""
-    for pause in sorted(info.ancestors & pauses):
-        env = state.get(result_channel(pause))
-        if isinstance(env, dict) and env.get("skip_to"):
-            target = env["skip_to"]
-            if target != info.name and target not in info.ancestors:
-                return f"{pause} {env.get('reason', 'skipped ahead')} (skipping to {target!r})"
-    return None
-
-
-def skip_update(env: StepEnv, call: NodeCall, info: StepInfo, reason: str) -> dict[str, Any]:
-    env.emit(call, "step.skipped", call.key("step.skipped"), info, data={"reason": reason})
-    return {result_channel(info.name): skipped_value(reason)}
 
 
 def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, Node, Node]:

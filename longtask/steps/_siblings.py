@@ -33,6 +33,8 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import StateSnapshot
 
+from longtask.steps._call import NodeCall
+
 if TYPE_CHECKING:
     from longtask.steps._function import StepEnv
 
@@ -129,8 +131,6 @@ def settled(
     env: StepEnv, fn: Callable[[Any, RunnableConfig], Any]
 ) -> Callable[[Any, RunnableConfig], Any]:
     """``fn`` as a node that, before it raises, lets its siblings' results be saved."""
-    from longtask.steps._function import NodeCall
-
     siblings = env.siblings
 
     def node(state: Any, config: RunnableConfig) -> Any:
