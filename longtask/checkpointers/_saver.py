@@ -159,7 +159,8 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         with self._ordered(thread_id):
             events = self._events_for(thread_id)
             blobs = self.outbox.take_blobs(thread_id) if self.outbox is not None else {}
-            batch.events, batch.blobs = events, blobs
+            batch.events = [*events, *batch.events]
+            batch.blobs = {**blobs, **batch.blobs}
             try:
                 self.backend.write(thread_id, self._epoch(thread_id), batch)
             except BaseException:
