@@ -138,8 +138,8 @@ class NewEvent:
         )
 
 
-# \u0000 and lone surrogates, written by json.dumps (a false match, a backslash written
-# before "u0000", only costs a cleaning pass)
+# \u0000 and surrogates as json.dumps writes them (an astral character's valid pair, or a
+# backslash written before "u0000", matches too: it only costs a cleaning pass)
 _UNSTORABLE = re.compile(r"\\u0000|\\ud[89a-f]")
 
 
