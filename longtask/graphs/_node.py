@@ -52,13 +52,12 @@ class NodeFn:
     ) -> None:
         self._fn = settled(env, fn)
         self._env = env
-        self.channels = env.channels
         self.__name__ = getattr(fn, "__name__", "node")
         self._info = info
         self._span = span_name
 
     def __call__(self, state: Any, config: RunnableConfig) -> Any:
-        state = LazyState(state, config, self.channels)
+        state = LazyState(state, config, self._env.channels)
         self._env.adopt_thread(config, state)
         info = self._info
         if info is None:

@@ -514,6 +514,9 @@ MIGRATIONS: list[list[str]] = [
                     ON CONFLICT DO NOTHING;
             END IF;
             IF d ? 'u' THEN
+                -- special writes (an error, an interrupt) replace an earlier one of the
+                -- task; the writes above are kept as first stored (a retried task's are
+                -- the same): one conflict action per statement
                 INSERT INTO longtask_cp_writes (thread_id, checkpoint_ns, checkpoint_id,
                         task_id, idx, channel, type, value, task_path)
                     SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5,
