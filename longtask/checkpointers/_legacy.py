@@ -2,7 +2,7 @@
 longtask's saver by ``longtask db upgrade`` (and on opening an SQLite file).
 
 They are read with LangGraph's own saver for those tables and written with ours, checkpoint
-by checkpoint (oldest first, so each stores a delta against its parent) with its pending
+by checkpoint (each after its parent, so each stores a delta against it) with its pending
 writes. A thread is marked copied in ``longtask_legacy_copied`` in the transaction that
 stores its last write, so an interrupted upgrade continues where it stopped; the old tables
 are left as they were.
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from longtask.store._order import chain_order
 
 if TYPE_CHECKING:
     from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -55,10 +57,19 @@ def copy_legacy(
 
 
 def _copy_thread(old: BaseCheckpointSaver[Any], new: LongTaskSaver, thread_id: str) -> None:
-    tuples = sorted(
-        old.list({"configurable": {"thread_id": thread_id}}),
-        key=lambda t: (t.config["configurable"]["checkpoint_ns"], t.checkpoint["id"]),
-    )
+    # Each after its parent (its delta is computed against it), in the thread's order (the
+    # new rows' sequence numbers): see store._order.
+    found = {
+        (t.config["configurable"]["checkpoint_ns"], t.checkpoint["id"]): t
+        for t in old.list({"configurable": {"thread_id": thread_id}})
+    }
+    tuples = [
+        found[key]
+        for key in chain_order(
+            (ns, cid, (t.parent_config or {}).get("configurable", {}).get("checkpoint_id"))
+            for (ns, cid), t in found.items()
+        )
+    ]
     stored: dict[tuple[str, str], dict[str, Any]] = {}
     for tup in tuples:
         ns = tup.config["configurable"]["checkpoint_ns"]

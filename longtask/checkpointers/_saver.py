@@ -11,7 +11,10 @@ Tables (``longtask_cp_*``, created by the store's migrations):
 
 - ``longtask_cp_checkpoints``: one row per checkpoint: parent, ``base_id`` (the snapshot
   its delta chain starts from), ``depth`` (0 for a snapshot), ``state`` (the encoded maps),
-  metadata as JSON and the run id (for ``delete_for_runs``).
+  metadata as JSON, the run id (for ``delete_for_runs``) and ``seq``, its place in the
+  thread's order: the latest checkpoint is the one stored last, whatever the clocks of the
+  processes that wrote them said (ids are LangGraph's time-ordered uuid6; see
+  ``store._order``).
 - ``longtask_cp_values``: one row per (channel, version): a value is stored once, when its
   version is new.
 - ``longtask_cp_writes``: pending writes by checkpoint and task.
@@ -595,14 +598,14 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
                         _maps.copy_maps(head.cv, head.vs) if seen else (dict(head.cv), {})
                     )
         known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
-        # a delta's line back to its snapshot: by base, the deepest and newest row asked for
-        # (none when the line is in memory, decoded by an earlier read)
-        lines: dict[tuple[str, str, str], tuple[int, str]] = {}
+        # a delta's line back to its snapshot: by base, the deepest and latest (by sequence
+        # number) row asked for (none when the line is in memory, decoded by an earlier read)
+        lines: dict[tuple[str, str, str], tuple[int, int]] = {}
         for r in rows:
             if r[5] and (r[0], r[1], r[2]) not in cached and not self._line_known(r, known):
                 scope = (r[0], r[1], r[4])
-                depth, upto = lines.get(scope, (0, r[2]))
-                lines[scope] = (max(depth, r[5]), max(upto, r[2]))
+                depth, upto = lines.get(scope, (0, r[8]))
+                lines[scope] = (max(depth, r[5]), max(upto, r[8]))
         decoded: builtins.list[tuple[Key, tuple[str | None, dict[str, Any]]]] = []
         for (thread_id, ns, base_id), (depth, upto) in lines.items():
             for cid, parent, state in self.backend.chain(thread_id, ns, base_id, depth, upto):

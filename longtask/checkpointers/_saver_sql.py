@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 Row = tuple[Any, ...]
 Work = Callable[[Any], None] | None
 
-_CP_COLS = "thread_id, checkpoint_ns, checkpoint_id, parent_id, base_id, depth, state, metadata"
+_CP_COLS = (
+    "thread_id, checkpoint_ns, checkpoint_id, parent_id, base_id, depth, state, metadata, seq"
+)
 EVENTS_SQL = f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING"
 _BLOB_SQL = (
     "INSERT INTO longtask_blobs (digest, data, size, created_at) VALUES (?,?,?,?) "
@@ -91,10 +93,15 @@ class Backend(ABC):
         "INSERT INTO longtask_cp_values (thread_id, checkpoint_ns, channel, version, type, value) "
         "VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING"
     )
+    #: the checkpoint row, numbered one more than the highest of its thread (its place in
+    #: the thread's order: see store._order); a checkpoint stored again keeps its number.
+    #: The thread id is its last parameter again.
     PUT_CHECKPOINT = (
         "INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-        "parent_id, base_id, depth, state, metadata, run_id) "
-        "VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) "
+        "parent_id, base_id, depth, state, metadata, run_id, seq) "
+        "VALUES (?,?,?,?,?,?,?,?,?,(SELECT COALESCE(MAX(seq), 0) + 1 "
+        "FROM longtask_cp_checkpoints WHERE thread_id = ?)) "
+        "ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) "
         "DO UPDATE SET parent_id = excluded.parent_id, base_id = excluded.base_id, "
         "depth = excluded.depth, state = excluded.state, metadata = excluded.metadata, "
         "run_id = excluded.run_id"
@@ -157,37 +164,71 @@ class Backend(ABC):
         before_id: str | None,
         limit: int | None,
     ) -> list[Row]:
+        """Checkpoint rows (columns ``_CP_COLS``), the latest first: in the thread's order,
+        by ``seq``, never by id (ids come from the writers' clocks). ``before_id``: those
+        that came before that checkpoint, of any namespace of the thread (LangGraph's replay
+        asks for a subgraph's checkpoint before its parent's); an id the thread does not
+        have, and a list across threads, compare ids as LangGraph's savers do."""
         where: list[str] = []
         params: list[Any] = []
-        for column, value, op in (
-            ("thread_id", thread_id, "="),
-            ("checkpoint_ns", ns, "="),
-            ("checkpoint_id", checkpoint_id, "="),
-            ("checkpoint_id", before_id, "<"),
+        for column, value in (
+            ("thread_id", thread_id),
+            ("checkpoint_ns", ns),
+            ("checkpoint_id", checkpoint_id),
         ):
             if value is not None:
-                where.append(f"{column} {op} ?")
+                where.append(f"{column} = ?")
                 params.append(value)
+        place = (
+            None
+            if before_id is None or thread_id is None
+            else self._place(thread_id, ns, before_id)
+        )
+        if place is not None:
+            where.append("seq < ?")
+            params.append(place)
+        elif before_id is not None:
+            where.append("checkpoint_id < ?")
+            params.append(before_id)
         sql = f"SELECT {_CP_COLS} FROM longtask_cp_checkpoints"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY checkpoint_id DESC"
+        sql += " ORDER BY seq DESC, checkpoint_id DESC"
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
         return self.read(sql, params)
 
+    def _place(self, thread_id: str, ns: str | None, checkpoint_id: str) -> int | None:
+        """The sequence number of a checkpoint of the thread: of namespace ``ns`` (a key
+        lookup), else of any (a scan of the thread's keys, for a replay's cross-namespace
+        ``before``)."""
+        if ns is not None:
+            rows = self.read(
+                "SELECT seq FROM longtask_cp_checkpoints "
+                "WHERE thread_id = ? AND checkpoint_ns = ? AND checkpoint_id = ?",
+                (thread_id, ns, checkpoint_id),
+            )
+            if rows:
+                return int(rows[0][0])
+        rows = self.read(
+            "SELECT MAX(seq) FROM longtask_cp_checkpoints "
+            "WHERE thread_id = ? AND checkpoint_id = ?",
+            (thread_id, checkpoint_id),
+        )
+        return int(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def chain(
-        self, thread_id: str, ns: str, base_id: str, below_depth: int, upto: str
+        self, thread_id: str, ns: str, base_id: str, below_depth: int, upto: int
     ) -> list[Row]:
         """(id, parent id, state) of the rows stored against snapshot ``base_id`` that can
-        be links of a delta line ending at depth ``below_depth`` (or less) by ``upto``: one
-        indexed read. (Forks of one checkpoint share its base and depth + 1, so they are
-        not read for each other.)"""
+        be links of a delta line ending at depth ``below_depth`` (or less) at sequence
+        number ``upto``: one indexed read. (Forks of one checkpoint share its base and
+        depth + 1, so they are not read for each other.)"""
         return self.read(
             "SELECT checkpoint_id, parent_id, state FROM longtask_cp_checkpoints "
             "WHERE thread_id = ? AND checkpoint_ns = ? AND base_id = ? AND depth < ? "
-            "AND checkpoint_id <= ?",
+            "AND seq <= ?",
             (thread_id, ns, base_id, below_depth, upto),
         )
 
@@ -252,7 +293,7 @@ class Backend(ABC):
     def rows_but_latest(self, thread_id: str) -> list[tuple[str, str, str]]:
         rows = self.read(
             "SELECT thread_id, checkpoint_ns, checkpoint_id FROM longtask_cp_checkpoints c "
-            "WHERE thread_id = ? AND checkpoint_id < (SELECT max(checkpoint_id) FROM "
+            "WHERE thread_id = ? AND seq < (SELECT max(seq) FROM "
             "longtask_cp_checkpoints d WHERE d.thread_id = c.thread_id AND "
             "d.checkpoint_ns = c.checkpoint_ns)",
             (thread_id,),
@@ -272,9 +313,9 @@ class Backend(ABC):
         def work(tx: Any) -> None:
             tx.execute(
                 "INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-                "parent_id, base_id, depth, state, metadata, run_id) "
+                "parent_id, base_id, depth, state, metadata, run_id, seq) "
                 "SELECT ?, checkpoint_ns, checkpoint_id, parent_id, base_id, depth, state, "
-                "metadata, run_id FROM longtask_cp_checkpoints "
+                "metadata, run_id, seq FROM longtask_cp_checkpoints "
                 "WHERE thread_id = ? ON CONFLICT DO NOTHING",
                 (target, source),
             )
@@ -369,7 +410,7 @@ class SqliteBackend(Backend):
                 if batch.values:
                     conn.executemany(self.PUT_VALUE, batch.values)
                 if batch.checkpoint is not None:
-                    conn.execute(self.PUT_CHECKPOINT, batch.checkpoint)
+                    conn.execute(self.PUT_CHECKPOINT, (*batch.checkpoint, thread_id))
                 if batch.then is not None:
                     batch.then(_SqliteTx(conn))
             except BaseException:

@@ -169,13 +169,13 @@ class HistoryMixin(RunnerBase):
         """Every line of the thread's checkpoints, from its first checkpoint (or the fork
         point) to a head; ``current`` is the one ``resume`` continues (the newest head)."""
         self._thread(thread_id)
-        rows = self.db.store.checkpoint_tree(thread_id)
+        rows = self.db.store.checkpoint_tree(thread_id)  # in the thread's order
         parent = dict(rows)
         children: dict[str | None, list[str]] = {}
         for cid, pid in rows:
             children.setdefault(pid, []).append(cid)
-        heads = sorted(c for c in parent if c not in children)
-        newest = max(parent) if parent else None
+        heads = [c for c, _ in rows if c not in children]
+        newest = rows[-1][0] if rows else None
         out = []
         claimed: set[str] = set()
         # Oldest head first: the original line claims its checkpoints before the forks.

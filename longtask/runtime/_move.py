@@ -40,6 +40,7 @@ from longtask.errors import (
     ThreadNotFound,
 )
 from longtask.runtime._threadid import check_thread_id
+from longtask.store._order import chain_order
 from longtask.store._owned import (
     OWNED_BY_NAME,
     carried_tables,
@@ -203,10 +204,10 @@ def _keep_heads(db: Database, tables: dict[str, Rows]) -> None:
 
     cps = tables["longtask_cp_checkpoints"]
     latest: dict[str, tuple[Any, ...]] = {}
-    for r in cps:  # ordered by (ns, id): the last of a namespace is its newest
+    for r in cps:  # ordered by (ns, seq): the last of a namespace is its newest
         latest[r[1]] = r
     heads = list(latest.values())
-    # _maps_of wants the saver's row layout (see checkpoint_rows): the same first 8 columns
+    # _maps_of wants the saver's row layout (see checkpoint_rows): the same first 9 columns
     maps = db.saver._maps_of(heads) if heads else {}
     rewritten = []
     needed: set[tuple[str, str, str]] = set()
@@ -214,7 +215,7 @@ def _keep_heads(db: Database, tables: dict[str, Rows]) -> None:
         cv, vs, state = maps[(r[0], r[1], r[2])]
         extra = {k: v for k, v in state.items() if k in ("t", "v", "u", "x")}
         snapshot = _maps.encode_full(cv, vs, extra)
-        rewritten.append((r[0], r[1], r[2], None, r[2], 0, snapshot, r[7], r[8]))
+        rewritten.append((r[0], r[1], r[2], None, r[2], 0, snapshot, r[7], r[8], r[9]))
         needed |= {(r[1], c, version_key(v)) for c, v in cv.items()}
     tables["longtask_cp_checkpoints"] = rewritten
     kept = {(r[1], r[2]) for r in heads}
@@ -306,6 +307,7 @@ def read_export(path: str | os.PathLike[str]) -> _Export:
                 raise ExportFileInvalid(f"{where}: a row of {table.name} is malformed")
             rows.append(tuple(_uncell(c) for c in cells))
         tables[table.name] = rows
+    _numbered(where, tables, columns)
     unknown_tables = sorted(
         n[len("tables/") : -len(".jsonl")]
         for n in members
@@ -338,6 +340,36 @@ def read_export(path: str | os.PathLike[str]) -> _Export:
             f"{where} lacks the content of {len(missing)} artifact(s); export the thread again"
         )
     return _Export(manifest, tables, columns, blobs, artifacts)
+
+
+def _numbered(where: str, tables: dict[str, Rows], columns: dict[str, list[str]]) -> None:
+    """The checkpoints' sequence numbers (their order in the thread, see store._order):
+    checked when the file has them, derived from the parent links when it was written
+    before they existed."""
+    name = "longtask_cp_checkpoints"
+    cols = columns[name]
+    if "seq" in cols:
+        i = cols.index("seq")
+        if any(type(r[i]) is not int for r in tables[name]):
+            raise ExportFileInvalid(f"{where}: a row of {name} is malformed")
+        return
+    rows = tables[name]
+    keys = ("checkpoint_ns", "checkpoint_id", "parent_id")
+    if rows and any(c not in cols for c in keys):
+        raise ExportFileInvalid(f"{where}: table {name} lacks columns {', '.join(keys)}")
+    ns, cid, parent = (cols.index(c) if c in cols else 0 for c in keys)
+    if any(
+        not isinstance(r[ns], str)
+        or not isinstance(r[cid], str)
+        or not isinstance(r[parent], str | None)
+        for r in rows
+    ):
+        raise ExportFileInvalid(f"{where}: a row of {name} is malformed")
+    place = {
+        key: n for n, key in enumerate(chain_order((r[ns], r[cid], r[parent]) for r in rows), 1)
+    }
+    tables[name] = [(*r, place[(r[ns], r[cid])]) for r in rows]
+    columns[name] = [*cols, "seq"]
 
 
 def _manifest(where: str, raw: bytes) -> dict[str, Any]:

@@ -97,9 +97,10 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
             "depth",
             "state",
             "metadata",
+            "seq",
             "run_id",
         ),
-        f"{_CP}, checkpoint_id",
+        f"{_CP}, seq, checkpoint_id",
         binary=frozenset({"state"}),
     ),
     OwnedTable(

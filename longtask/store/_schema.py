@@ -7,7 +7,10 @@ that has shipped.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from longtask.store._order import Execute, number_stored
 
 
 @dataclass(frozen=True)
@@ -67,10 +70,109 @@ _SQLITE_USAGE_TRIGGER = """CREATE TRIGGER longtask_usage_steps AFTER INSERT ON l
         BEGIN
             """
 
+#: PostgreSQL's function that stores a saver batch in one statement (migration 16; the
+#: checkpoint's own insert is the part migration 17 changed)
+_CP_WRITE_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION longtask_cp_write(t text, wanted bigint, doc text,"
+    + """
+            bin bytea[]) RETURNS void AS $$
+        DECLARE
+            d jsonb := doc::jsonb;
+        BEGIN
+            IF wanted IS NOT NULL THEN
+                PERFORM longtask_fence_check(t, wanted);
+            END IF;
+            IF d ? 'b' THEN
+                -- stored again: a fresh created_at tells a concurrent prune to keep it
+                INSERT INTO longtask_blobs (digest, data, size, created_at)
+                    SELECT r->>0, bin[(r->>3)::int], (r->>1)::bigint, (r->>2)::float8
+                    FROM jsonb_array_elements(d->'b') r
+                    ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at;
+            END IF;
+            IF d ? 'e' THEN
+                -- in emission order: event ids follow it
+                INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data, ts,
+                        dedupe_key)
+                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, (r->>5)::float8, r->>6
+                    FROM jsonb_array_elements(d->'e') WITH ORDINALITY AS x(r, n) ORDER BY n
+                    ON CONFLICT (dedupe_key) DO NOTHING;
+                PERFORM pg_notify('longtask_events', t);
+            END IF;
+            IF d ? 'w' THEN
+                INSERT INTO longtask_cp_writes (thread_id, checkpoint_ns, checkpoint_id,
+                        task_id, idx, channel, type, value, task_path)
+                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5,
+                        bin[(r->>7)::int], r->>6
+                    FROM jsonb_array_elements(d->'w') r
+                    ON CONFLICT DO NOTHING;
+            END IF;
+            IF d ? 'u' THEN
+                -- special writes (an error, an interrupt) replace an earlier one of the
+                -- task; the writes above are kept as first stored (a retried task's are
+                -- the same): one conflict action per statement
+                INSERT INTO longtask_cp_writes (thread_id, checkpoint_ns, checkpoint_id,
+                        task_id, idx, channel, type, value, task_path)
+                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5,
+                        bin[(r->>7)::int], r->>6
+                    FROM jsonb_array_elements(d->'u') r
+                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+                    DO UPDATE SET channel = excluded.channel, type = excluded.type,
+                        value = excluded.value, task_path = excluded.task_path;
+            END IF;
+            IF d ? 'v' THEN
+                INSERT INTO longtask_cp_values (thread_id, checkpoint_ns, channel, version,
+                        type, value)
+                    SELECT t, r->>0, r->>1, r->>2, r->>3, bin[(r->>4)::int]
+                    FROM jsonb_array_elements(d->'v') r
+                    ON CONFLICT DO NOTHING;
+            END IF;
+{checkpoint}        END
+        $$ LANGUAGE plpgsql"""
+)
+
+#: migration 16's insert of the checkpoint row
+_CHECKPOINT_16 = """            IF d ? 'c' THEN
+                INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
+                        parent_id, base_id, depth, state, metadata, run_id)
+                    SELECT t, r->>0, r->>1, r->>2, r->>3, (r->>4)::int, bin[(r->>7)::int],
+                        r->>5, r->>6
+                    FROM (SELECT d->'c' AS r) c
+                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+                        parent_id = excluded.parent_id, base_id = excluded.base_id,
+                        depth = excluded.depth, state = excluded.state,
+                        metadata = excluded.metadata, run_id = excluded.run_id;
+            END IF;
+"""
+
+
+#: migration 17's: its sequence number is the thread's next (a checkpoint stored again
+#: keeps its own)
+_CHECKPOINT_17 = """            IF d ? 'c' THEN
+                INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
+                        parent_id, base_id, depth, state, metadata, run_id, seq)
+                    SELECT t, r->>0, r->>1, r->>2, r->>3, (r->>4)::int, bin[(r->>7)::int],
+                        r->>5, r->>6, (SELECT COALESCE(MAX(seq), 0) + 1
+                            FROM longtask_cp_checkpoints WHERE thread_id = t)
+                    FROM (SELECT d->'c' AS r) c
+                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+                        parent_id = excluded.parent_id, base_id = excluded.base_id,
+                        depth = excluded.depth, state = excluded.state,
+                        metadata = excluded.metadata, run_id = excluded.run_id;
+            END IF;
+"""
+
+
+def _cp_write_function(checkpoint: str) -> str:
+    return _CP_WRITE_FUNCTION.replace("{checkpoint}", checkpoint)
+
+
 SQLITE = Dialect("sqlite", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "REAL")
 POSTGRES = Dialect("postgresql", "BIGSERIAL PRIMARY KEY", "BYTEA", "DOUBLE PRECISION")
 
-MIGRATIONS: list[list[str]] = [
+#: a migration step in Python, run in the migration's transaction
+Step = Callable[[Execute, "Dialect"], None]
+
+MIGRATIONS: list[list[str | Step]] = [
     # 1: threads, events, blobs
     [
         """CREATE TABLE longtask_threads (
@@ -480,82 +582,32 @@ MIGRATIONS: list[list[str]] = [
     # psycopg's pipeline cost the client ~0.5 ms of CPU per step and the server a round of
     # parse, bind and execute for each.
     [
-        POSTGRES_ONLY
-        + """CREATE OR REPLACE FUNCTION longtask_cp_write(t text, wanted bigint, doc text,
-            bin bytea[]) RETURNS void AS $$
-        DECLARE
-            d jsonb := doc::jsonb;
-        BEGIN
-            IF wanted IS NOT NULL THEN
-                PERFORM longtask_fence_check(t, wanted);
-            END IF;
-            IF d ? 'b' THEN
-                -- stored again: a fresh created_at tells a concurrent prune to keep it
-                INSERT INTO longtask_blobs (digest, data, size, created_at)
-                    SELECT r->>0, bin[(r->>3)::int], (r->>1)::bigint, (r->>2)::float8
-                    FROM jsonb_array_elements(d->'b') r
-                    ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at;
-            END IF;
-            IF d ? 'e' THEN
-                -- in emission order: event ids follow it
-                INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data, ts,
-                        dedupe_key)
-                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, (r->>5)::float8, r->>6
-                    FROM jsonb_array_elements(d->'e') WITH ORDINALITY AS x(r, n) ORDER BY n
-                    ON CONFLICT (dedupe_key) DO NOTHING;
-                PERFORM pg_notify('longtask_events', t);
-            END IF;
-            IF d ? 'w' THEN
-                INSERT INTO longtask_cp_writes (thread_id, checkpoint_ns, checkpoint_id,
-                        task_id, idx, channel, type, value, task_path)
-                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5,
-                        bin[(r->>7)::int], r->>6
-                    FROM jsonb_array_elements(d->'w') r
-                    ON CONFLICT DO NOTHING;
-            END IF;
-            IF d ? 'u' THEN
-                -- special writes (an error, an interrupt) replace an earlier one of the
-                -- task; the writes above are kept as first stored (a retried task's are
-                -- the same): one conflict action per statement
-                INSERT INTO longtask_cp_writes (thread_id, checkpoint_ns, checkpoint_id,
-                        task_id, idx, channel, type, value, task_path)
-                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5,
-                        bin[(r->>7)::int], r->>6
-                    FROM jsonb_array_elements(d->'u') r
-                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-                    DO UPDATE SET channel = excluded.channel, type = excluded.type,
-                        value = excluded.value, task_path = excluded.task_path;
-            END IF;
-            IF d ? 'v' THEN
-                INSERT INTO longtask_cp_values (thread_id, checkpoint_ns, channel, version,
-                        type, value)
-                    SELECT t, r->>0, r->>1, r->>2, r->>3, bin[(r->>4)::int]
-                    FROM jsonb_array_elements(d->'v') r
-                    ON CONFLICT DO NOTHING;
-            END IF;
-            IF d ? 'c' THEN
-                INSERT INTO longtask_cp_checkpoints (thread_id, checkpoint_ns, checkpoint_id,
-                        parent_id, base_id, depth, state, metadata, run_id)
-                    SELECT t, r->>0, r->>1, r->>2, r->>3, (r->>4)::int, bin[(r->>7)::int],
-                        r->>5, r->>6
-                    FROM (SELECT d->'c' AS r) c
-                    ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
-                        parent_id = excluded.parent_id, base_id = excluded.base_id,
-                        depth = excluded.depth, state = excluded.state,
-                        metadata = excluded.metadata, run_id = excluded.run_id;
-            END IF;
-        END
-        $$ LANGUAGE plpgsql""",
+        POSTGRES_ONLY + _cp_write_function(_CHECKPOINT_16),
+    ],
+    # 17: the order of a thread's checkpoints by a sequence number, not by their ids (made
+    # from the writer's clock: a clock behind the thread's made a head that sorted below
+    # the old one, and finished steps ran again). Each checkpoint stored gets one more than
+    # the highest of its thread; those stored before are numbered from their parent links
+    # (store._order).
+    [
+        "ALTER TABLE longtask_cp_checkpoints ADD COLUMN seq BIGINT NOT NULL DEFAULT 0",
+        lambda execute, dialect: number_stored(execute, postgres=dialect is POSTGRES),
+        "CREATE INDEX longtask_cp_checkpoints_seq ON longtask_cp_checkpoints "
+        "(thread_id, seq, checkpoint_id)",
+        POSTGRES_ONLY + _cp_write_function(_CHECKPOINT_17),
     ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def statements(dialect: Dialect, version: int) -> list[str]:
-    """SQL of migration ``version`` (1-based) for ``dialect``."""
-    out = []
+def statements(dialect: Dialect, version: int) -> list[str | Step]:
+    """SQL (and Python steps) of migration ``version`` (1-based) for ``dialect``."""
+    out: list[str | Step] = []
     for s in MIGRATIONS[version - 1]:
+        if not isinstance(s, str):
+            out.append(s)
+            continue
         if s.startswith(SQLITE_ONLY):
             if dialect is POSTGRES:
                 continue

@@ -246,7 +246,10 @@ class Store(
                 raise SchemaVersionError(_too_new(current))
             for version in range(current + 1, SCHEMA_VERSION + 1):
                 for sql in statements(self.dialect, version):
-                    execute(sql, ())
+                    if isinstance(sql, str):
+                        execute(sql, ())
+                    else:
+                        sql(execute, self.dialect)
                 applied.append(version)
             if applied:
                 execute("UPDATE longtask_schema SET version = ?", (SCHEMA_VERSION,))
@@ -478,11 +481,12 @@ class Store(
         ]
 
     def checkpoint_tree(self, thread_id: str) -> list[tuple[str, str | None]]:
-        """(checkpoint id, parent id) of every root checkpoint of the thread: ids only,
-        never the state (the saver's ``longtask_cp_checkpoints`` table)."""
+        """(checkpoint id, parent id) of every root checkpoint of the thread, in the order
+        they were stored (``seq``): ids only, never the state (the saver's
+        ``longtask_cp_checkpoints`` table)."""
         rows = self._run(
             "SELECT checkpoint_id, parent_id FROM longtask_cp_checkpoints "
-            "WHERE thread_id = ? AND checkpoint_ns = '' ORDER BY checkpoint_id",
+            "WHERE thread_id = ? AND checkpoint_ns = '' ORDER BY seq, checkpoint_id",
             (thread_id,),
         )
         return [(str(r[0]), None if r[1] is None else str(r[1])) for r in rows]

@@ -92,3 +92,89 @@ def test_postgres_database_of_release_0_1(
         assert "copied" not in again.stdout
     finally:
         _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# -- schema 16: checkpoints ordered by id, numbered by migration 17 ---------------------------
+
+
+def _cp_rows(url: str) -> dict[str, list[tuple[str, str | None, int]]]:
+    """(id, parent, seq) of every root checkpoint, by thread, in sequence order."""
+    with Database.open(url) as db:
+        rows = db.store._run(
+            "SELECT thread_id, checkpoint_id, parent_id, seq FROM longtask_cp_checkpoints "
+            "WHERE checkpoint_ns = '' ORDER BY thread_id, seq"
+        )
+    out: dict[str, list[tuple[str, str | None, int]]] = {}
+    for r in rows:
+        out.setdefault(str(r[0]), []).append((str(r[1]), r[2], int(r[3])))
+    return out
+
+
+def _check_schema_16(url: str, task: object, tmp_path: Path) -> None:
+    """After migration 17: each checkpoint is numbered after its parent; the threads one
+    clock wrote keep their order (the fork stays the newest head); the thread a clock 30 s
+    behind had continued is led by the checkpoint written last, which the id order had put
+    below the old head, and nothing that had finished runs again."""
+    rows = _cp_rows(url)
+    assert set(rows) == {"paused", "failed", "forked", "skewed"}
+    for thread, line in rows.items():
+        seq_of = {cid: seq for cid, _, seq in line}
+        assert sorted(seq_of.values()) == list(range(1, len(line) + 1)), thread
+        assert all(parent is None or seq_of[parent] < seq for _, parent, seq in line), thread
+        if thread != "skewed":
+            assert [cid for cid, _, _ in line] == sorted(seq_of), thread
+    skewed = rows["skewed"]
+    head, parent, _ = skewed[-1]
+    assert parent is not None and head < max(cid for cid, _, _ in skewed)
+    with Runner(url) as runner:
+        assert runner.status("skewed").status == "completed"  # its true head holds finish
+        assert runner.history("skewed")[0].checkpoint_id == head
+        forked = runner.branches("forked")
+        assert len(forked) == 2
+        assert [b.head for b in forked if b.current] == [rows["forked"][-1][0]]
+        runner.approve("paused", "approve", by="upgrade-test", task=task)  # type: ignore[arg-type]
+        runner.resume("failed", task=task)  # type: ignore[arg-type]
+        runner.resume("skewed", task=task)  # type: ignore[arg-type]
+        for thread in ("paused", "failed", "skewed"):
+            assert runner.status(thread).status == "completed"
+            assert runner.result(thread, "finish") == {
+                "sum": 3,
+                "squares": [1, 4, 9],
+                "flaky": "fixed",
+            }
+    # paused and failed ran what was left of them; skewed had nothing left
+    assert sorted(_calls(tmp_path)) == ["finish", "finish", "flaky", "flaky"]
+    # a checkpoint stored after the upgrade is numbered after the head
+    after = _cp_rows(url)
+    for thread in ("paused", "failed"):
+        assert after[thread][: len(rows[thread])] == rows[thread]
+        assert after[thread][-1][2] == len(after[thread])
+
+
+def test_sqlite_database_of_schema_16(upgrade_task: object, tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    shutil.copy(FIXTURES / "schema-16.db", path)
+    _check_schema_16(f"sqlite:///{path}", upgrade_task.task, tmp_path)  # type: ignore[attr-defined]
+
+
+@pytest.mark.postgres
+def test_postgres_database_of_schema_16(
+    pg_template: str, upgrade_task: object, tmp_path: Path
+) -> None:
+    name = f"lt_upgrade_{uuid.uuid4().hex[:12]}"
+    _admin(f'CREATE DATABASE "{name}"')
+    url = _pg_url(name)
+    try:
+        import psycopg
+
+        dump = (FIXTURES / "schema-16.sql").read_text()
+        sql = "\n".join(line for line in dump.splitlines() if not line.startswith("\\"))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql)  # type: ignore[call-overload]
+        with pytest.raises(Exception, match="longtask db upgrade"):
+            Database.open(url)
+        done = run_cli("db", "upgrade", db=url)
+        assert done.returncode == 0, done.stderr
+        _check_schema_16(url, upgrade_task.task, tmp_path)  # type: ignore[attr-defined]
+    finally:
+        _admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
