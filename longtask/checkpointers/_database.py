@@ -83,7 +83,8 @@ class Database(ABC):
 
         self.fence = Fence()
         self.events = EventWriter(
-            lambda thread_id, statements: self.saver.flush_events(thread_id, statements)
+            lambda thread_id, statements: self.saver.flush_events(thread_id, statements),
+            lambda thread_id: self.saver.store_live(thread_id),
         )
         self.saver = LongTaskSaver(backend, fence=self.fence, outbox=self.events)
 
@@ -230,5 +231,6 @@ class SqliteDatabase(Database):
         return False
 
     def close(self) -> None:
+        self.events.stop_live()
         self.saver.close()
         self.store.close()

@@ -192,6 +192,7 @@ class PostgresDatabase(Database):
         return bool(row and row["n"])
 
     def close(self) -> None:
+        self.events.stop_live()
         self.saver.close()
         if self._lock_conn is not None:
             self._lock_conn.close()

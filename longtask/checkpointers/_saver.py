@@ -5,7 +5,8 @@ values of the channels that changed, the checkpoint row (its version maps as a d
 its parent, see ``_maps``), and every event the thread emitted since its last write (the
 ``outbox``). A ``put_writes`` commits a task's writes with the same check and events. So a
 checkpoint is never stored without its events, and a writer that lost its lease stores
-nothing at all.
+nothing at all. Events about work in progress that waited too long for such a write are
+stored on their own (``store_live``), with the same check.
 
 Tables (``longtask_cp_*``, created by the store's migrations):
 
@@ -172,6 +173,24 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
                         self.outbox.restore(thread_id, events)
                     if blobs:
                         self.outbox.restore_blobs(thread_id, blobs)
+                raise
+
+    def store_live(self, thread_id: str) -> None:
+        """Store the thread's pending live events (see EventWriter) in a transaction of
+        their own, fenced: a writer that lost its lease stores none, and drops them (they
+        tell of its own dead work, which another process now redoes)."""
+        from longtask.store._fence import lease_lost
+
+        assert self.outbox is not None
+        with self._ordered(thread_id):
+            events = self.outbox.take_live(thread_id)
+            if not events:
+                return
+            try:
+                self.backend.write(thread_id, self._epoch(thread_id), Batch(events=events))
+            except BaseException as exc:
+                if not lease_lost(exc):
+                    self.outbox.restore(thread_id, events)
                 raise
 
     def settle(

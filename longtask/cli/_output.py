@@ -54,6 +54,17 @@ def status_exit_code(status: str) -> int:
     return _EXIT.get(status, 1)
 
 
+def progress_text(progress: dict[str, Any]) -> str:
+    """A running step's last progress report: ``3/10 crunching`` (or ``3`` with no total)."""
+    done, total = progress.get("done"), progress.get("total")
+    text = f"{done:g}" if isinstance(done, int | float) else str(done)
+    if isinstance(total, int | float):
+        text += f"/{total:g}"
+    if progress.get("message"):
+        text += f" {progress['message']}"
+    return escape(text)
+
+
 def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None:
     """The status tree, the error, and what continues the thread; with ``usage`` also what
     each step used and the totals (``longtask status``)."""
@@ -70,6 +81,8 @@ def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None
         label = f"{MARKS[step.state]} {escape(step.name)}"
         if step.fix_rounds:
             label += f" [yellow](fix round {step.fix_rounds})[/yellow]"
+        if step.progress and step.state == "running":
+            label += f" {progress_text(step.progress)}"
         if step.items_total is not None:
             label += f" {step.items_done}/{step.items_total}"
             if step.items_failed:

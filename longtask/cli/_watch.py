@@ -45,6 +45,11 @@ class WatchState:
         self.last_seen[step] = event.ts
         if event.kind == "step.started":
             self.started.setdefault(step, event.ts)
+            self.progress.pop(step, None)  # a new attempt reports afresh
+        elif event.kind == "step.abandoned":
+            # the attempt died with its process: the next one is timed from its own start
+            self.started.pop(step, None)
+            self.progress.pop(step, None)
         elif event.kind in ("step.completed", "step.skipped", "step.failed"):
             self.finished[step] = event.ts
         elif event.kind == "step.progress":

@@ -20,6 +20,8 @@ COLOURS = {
     "running": "#fdd835",
     "skipped": "#9e9e9e",
     "waiting": "#4fc3f7",
+    # an attempt whose process died (step.abandoned): it ends at its last event
+    "abandoned": "#8d6e63",
 }
 
 
@@ -41,20 +43,30 @@ def spans(events: list[Event]) -> list[tuple[str, datetime, datetime, str]]:
     """(step, start, end, outcome) of every step run and every pause, from the event log."""
     out: list[tuple[str, datetime, datetime, str]] = []
     open_runs: dict[str, datetime] = {}
+    #: when each open run last told of itself (an abandoned one ends there)
+    seen: dict[str, datetime] = {}
     last = events[-1].ts if events else None
     for e in events:
         step = e.step
         if step is None:
             continue
+        if e.kind == "step.abandoned":
+            if step in open_runs:
+                out.append((step, open_runs.pop(step), seen.pop(step), "abandoned"))
+            continue
         if e.kind in ("step.started", "approval.required", "wait.started"):
             open_runs.setdefault(step, e.ts)
-        elif e.kind in ("step.completed", "step.failed", "step.skipped"):
+        if step in open_runs:
+            seen[step] = e.ts
+        if e.kind in ("step.completed", "step.failed", "step.skipped"):
+            seen.pop(step, None)
             start = open_runs.pop(step, e.ts)
             outcome = {"step.completed": "completed", "step.failed": "failed"}.get(
                 e.kind, "skipped"
             )
             out.append((step, start, e.ts, outcome))
         elif e.kind in ("approval.resolved", "wait.resolved"):
+            seen.pop(step, None)
             start = open_runs.pop(step, e.ts)
             out.append((step, start, e.ts, "waiting"))
     for step, start in open_runs.items():

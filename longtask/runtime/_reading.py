@@ -143,6 +143,8 @@ class ReadingMixin(RunnerBase):
                     view.items_failed = progress.failed
             if name in rounds:
                 view.fix_rounds = rounds[name]
+            if state == "running" and active:
+                view.progress = self.db.store.step_progress(thread_id, name)
             steps.append(view)
             if current is None and state != "completed" and state != "skipped":
                 current = stage

@@ -55,6 +55,7 @@ from longtask.runtime._pauses import (
 from longtask.runtime._prune import PruneMixin
 from longtask.runtime._queue import QueueMixin, decode_command, encode_command
 from longtask.runtime._reading import ReadingMixin, _config
+from longtask.runtime._recovery import recover
 from longtask.runtime._schedules import ScheduleMixin
 from longtask.runtime._streams import (
     CALL_CONFIG,
@@ -629,7 +630,12 @@ class Runner(
                 finally:
                     self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
                 return
+            if not first and check is None:
+                rec = self._thread(thread_id)
             run = store.set_status(thread_id, "running", new_run=True)
+            if not first and rec.status == "running":
+                # Running, yet this process got the lock: the run that held it died.
+                recover(store, env, thread_id, run)
             run_config = merge_config(_config(thread_id, run), extra)
             run_config["max_concurrency"] = _concurrency(task)
             if first:

@@ -32,6 +32,8 @@ class StepState(BaseModel):
     items_failed: list[dict[str, Any]] | None = None
     #: steps with a fix loop: fix rounds so far (each one an agent run, then the step again)
     fix_rounds: int | None = None
+    #: a running step's last ``ctx.progress`` report: done, total, message
+    progress: dict[str, Any] | None = None
     #: what the step used and how long it ran (None: it has not started); built by the
     #: Runner from its usage row, so not validated again (``status`` makes one per step of
     #: threads of thousands of steps)
@@ -54,6 +56,7 @@ class StepState(BaseModel):
             "items_total": None,
             "items_failed": None,
             "fix_rounds": None,
+            "progress": None,
             "usage": usage,
         }
         object.__setattr__(view, "__dict__", values)

@@ -205,6 +205,11 @@ function stepLine(s) {
     if (s.items_failed && s.items_failed.length) extra.push(s.items_failed.length + " failed");
   }
   if (s.fix_rounds) extra.push("fix round " + s.fix_rounds);
+  if (s.progress && s.state === "running") {
+    const p = s.progress;
+    extra.push(p.done + (p.total !== null && p.total !== undefined ? "/" + p.total : "") +
+      (p.message ? " " + p.message : ""));
+  }
   if (extra.length) li.append(" ", el("span", "extra", "· " + extra.join(" · ")));
   return li;
 }

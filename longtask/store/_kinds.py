@@ -5,10 +5,13 @@ checks the code writes no other."""
 from __future__ import annotations
 
 EVENT_KINDS: tuple[str, ...] = (
-    *(f"longtask.{k}" for k in ("started", "completed", "failed", "cancelled")),
+    *(f"longtask.{k}" for k in ("started", "completed", "failed", "cancelled", "recovered")),
     "stage.started",
     "stage.completed",
-    *(f"step.{k}" for k in ("started", "progress", "completed", "failed", "retry", "skipped")),
+    *(
+        f"step.{k}"
+        for k in ("started", "progress", "completed", "failed", "retry", "skipped", "abandoned")
+    ),
     "agent.run.started",
     "agent.run.completed",
     "model.call",
@@ -22,4 +25,19 @@ EVENT_KINDS: tuple[str, ...] = (
     "fix.round",
     "fix.exhausted",
     *(f"manual.{k}" for k in ("skip", "retry", "resolve", "fork", "cancel", "budget", "goto")),
+)
+
+#: Events about work in progress: stored within a second of being emitted, in their own small
+#: fenced transactions (see EventWriter), so other processes see a running step. Every other
+#: kind is a fact about committed work and commits with the write it describes.
+LIVE_KINDS: frozenset[str] = frozenset(
+    {
+        "stage.started",
+        "step.started",
+        "step.progress",
+        "artifact.created",
+        "agent.run.started",
+        "model.call",
+        "tool.call",
+    }
 )

@@ -440,6 +440,19 @@ class Store(
         )
         return {r[0] for r in rows}
 
+    def step_progress(self, thread_id: str, step: str) -> dict[str, Any] | None:
+        """The last ``step.progress`` of the running attempt of ``step`` (its data: done,
+        total, message), or None when that attempt has reported none."""
+        rows = self._run(
+            "SELECT kind, data FROM longtask_events WHERE thread_id = ? AND step = ? "
+            "AND kind IN ('step.started', 'step.progress') ORDER BY id DESC LIMIT 1",
+            (thread_id, step),
+        )
+        if not rows or rows[0][0] != "step.progress":
+            return None
+        data = rows[0][1]
+        return dict(json.loads(data) if isinstance(data, str | bytes) else data)
+
     def events(
         self,
         thread_id: str,

@@ -1,35 +1,69 @@
-"""EventWriter: holds a thread's events until they commit with the write they describe.
+"""EventWriter: holds a thread's events until they are stored, each kind when it should be.
 
-An event is kept here until the next checkpoint write of its thread (``put`` or
-``put_writes`` of longtask's saver), which inserts it in the same transaction as the
-checkpoint: a checkpoint is never stored without its events, and an event never claims work
-that no checkpoint holds. What no checkpoint carries (a pause, a retry's record before its
-back-off) is written by ``flush``, fenced like a checkpoint; the end of a run commits with its
-status, an effect's events with its ledger row, and a failed attempt's record with its
+Facts about committed work (a step completed or failed, a pause, a retry's record, an
+effect) are kept here until the write they describe: the next checkpoint write of their
+thread (``put`` or ``put_writes`` of longtask's saver) inserts them in the same transaction.
+A checkpoint is never stored without its events, and such an event never claims work that
+no checkpoint holds. What no checkpoint carries (a pause, a retry's record before its
+back-off) is written by ``flush``, fenced like a checkpoint; the end of a run commits with
+its status, an effect's events with its ledger row, and a failed attempt's record with its
 ``step.retry`` (``commit_with``).
+
+Events about work in progress (``LIVE_KINDS``: a step started, its progress, an artifact, an
+agent's model and tool calls) must be seen while the step runs. They wait in the same queue,
+in emission order, and ride with the thread's next write like the rest when it comes soon;
+one that has waited ``LIVE_DELAY`` seconds is stored by a flusher thread on its own, in a
+small transaction fenced like every write (``live_sink``). So a chain of fast steps pays
+nothing for them, and a long step is visible within a second of starting. A live event
+stored for an attempt that then died stays: the log tells of the dead attempt.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from longtask.store._kinds import LIVE_KINDS
+
 if TYPE_CHECKING:
     from longtask.store._store import NewEvent
+
+log = logging.getLogger("longtask.events")
 
 Statement = tuple[str, Sequence[Any]]
 #: stores a thread's pending events that no checkpoint carried (taking them from here), in
 #: one fenced transaction with the given statements
 Sink = Callable[[str, Sequence[Statement]], None]
+#: stores a thread's live events now (taking them with ``take_live``), fenced
+LiveSink = Callable[[str], None]
+
+#: how long a live event waits for a write of its thread to carry it (seconds)
+LIVE_DELAY = 0.25
+#: after a live write failed (the database unreachable), how long until the next try
+_RETRY = 1.0
 
 
 class EventWriter:
-    def __init__(self, sink: Sink) -> None:
+    def __init__(
+        self, sink: Sink, live_sink: LiveSink | None = None, live_delay: float = LIVE_DELAY
+    ) -> None:
         self._sink = sink
+        self._live_sink = live_sink
+        self.live_delay = live_delay
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._pending: dict[str, list[NewEvent]] = {}
         self._blobs: dict[str, dict[str, bytes]] = {}
+        #: threads with a live event pending: when the oldest one was queued (monotonic)
+        self._live_at: dict[str, float] = {}
+        #: the flusher thread; it stops when it is no longer this (``close``)
+        self._flusher: threading.Thread | None = None
+        #: whether the flusher waits with no deadline (only then does a live event wake it:
+        #: a deadline it waits for is never later than a new event's)
+        self._idle = False
 
     def put_blob(self, thread_id: str, digest: str, data: bytes) -> None:
         """A content-addressed blob a node's writes will refer to (see ValueCodec)."""
@@ -45,18 +79,43 @@ class EventWriter:
             self._blobs.setdefault(thread_id, {}).update(blobs)
 
     def put(self, event: NewEvent) -> None:
+        live = self._live_sink is not None and event.kind in LIVE_KINDS
         with self._lock:
             self._pending.setdefault(event.thread_id, []).append(event)
+            if live and event.thread_id not in self._live_at:
+                self._live_at[event.thread_id] = time.monotonic()
+                self._wake()
 
     def take(self, thread_id: str) -> list[NewEvent]:
         """The thread's pending events, for the transaction about to store its checkpoint."""
         with self._lock:
+            self._live_at.pop(thread_id, None)
             return self._pending.pop(thread_id, [])
+
+    def take_live(self, thread_id: str) -> list[NewEvent]:
+        """The thread's pending live events, in order, for a transaction of their own; its
+        facts stay for the write they describe."""
+        with self._lock:
+            self._live_at.pop(thread_id, None)
+            pending = self._pending.get(thread_id)
+            if not pending:
+                return []
+            live = [e for e in pending if e.kind in LIVE_KINDS]
+            if live:
+                facts = [e for e in pending if e.kind not in LIVE_KINDS]
+                if facts:
+                    self._pending[thread_id] = facts
+                else:
+                    del self._pending[thread_id]
+            return live
 
     def restore(self, thread_id: str, events: list[NewEvent]) -> None:
         """Give back events whose transaction failed (ahead of any queued since)."""
         with self._lock:
             self._pending[thread_id] = events + self._pending.get(thread_id, [])
+            if self._live_sink is not None and any(e.kind in LIVE_KINDS for e in events):
+                self._live_at.setdefault(thread_id, time.monotonic())
+                self._wake()
 
     def flush(self, thread_id: str | None = None) -> None:
         """Store the pending events (of one thread, or all) now."""
@@ -73,4 +132,56 @@ class EventWriter:
         self._sink(thread_id, statements)
 
     def close(self) -> None:
+        self.stop_live()
         self.flush()
+
+    def stop_live(self) -> None:
+        """Stop the live flusher (the database is closing); a later live event starts it
+        again."""
+        with self._lock:
+            flusher, self._flusher = self._flusher, None
+            self._cond.notify_all()
+        if flusher is not None and flusher is not threading.current_thread():
+            flusher.join(5)
+
+    # -- the live flusher ----------------------------------------------------------------
+
+    def _wake(self) -> None:
+        """(Under the lock.) Start the flusher, or tell it a thread has a live event."""
+        if self._flusher is None:
+            self._flusher = threading.Thread(
+                target=self._flush_live, name="longtask-live-events", daemon=True
+            )
+            self._flusher.start()
+        elif self._idle:
+            self._idle = False
+            self._cond.notify()
+
+    def _flush_live(self) -> None:
+        sink = self._live_sink
+        assert sink is not None
+        me = threading.current_thread()
+        while True:
+            with self._lock:
+                while self._flusher is me:
+                    now = time.monotonic()
+                    due = [t for t, at in self._live_at.items() if now - at >= self.live_delay]
+                    if due:
+                        break
+                    oldest = min(self._live_at.values(), default=None)
+                    self._idle = oldest is None
+                    self._cond.wait(None if oldest is None else oldest + self.live_delay - now)
+                    self._idle = False
+                else:
+                    return
+            for thread_id in due:
+                try:
+                    sink(thread_id)
+                except Exception as exc:
+                    # The events went back to the queue (or, for a writer that lost its
+                    # lease, were dropped): the thread's next write carries them, or this
+                    # flusher tries again.
+                    log.debug("live events of %s not stored yet: %s", thread_id, exc)
+                    with self._lock:
+                        if thread_id in self._live_at:
+                            self._live_at[thread_id] = time.monotonic() + _RETRY

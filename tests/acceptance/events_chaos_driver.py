@@ -18,7 +18,8 @@ After every kill, and once more when every thread has completed, the checks (all
 database, the counter and the server's log):
 
 - every step whose result is committed (the latest checkpoint's values or its pending
-  writes) has its ``step.started`` and ``step.completed`` events;
+  writes) has its ``step.started`` and ``step.completed`` events, and every
+  ``step.completed`` stored is of a step whose result is committed;
 - every model response stored in any committed checkpoint value or pending write of the
   thread (the agent's messages) is one the server answered, and has a ``model.call`` event
   with its response id;
@@ -242,6 +243,7 @@ class Driver:
         self.committed: dict[str, dict[str, int]] = {}
         self.model_calls_checked = 0
         self.steps_checked = 0
+        self.facts_checked = 0
         self.started = time.monotonic()
 
     # a run ------------------------------------------------------------------------------------
@@ -349,6 +351,17 @@ class Driver:
                 if step not in kinds.get(kind, set()):
                     self.violations.append(f"{where}: {step} committed without {kind}")
 
+        # (a') and no fact about work that no checkpoint holds: a step.completed commits
+        # with its step's result (events about work in progress, step.started and the
+        # like, are stored while it runs and stay when it dies)
+        for e in events:
+            if e.kind == "step.completed":
+                self.facts_checked += 1
+                if e.step not in results:
+                    self.violations.append(
+                        f"{where}: step.completed of {e.step} with no committed result"
+                    )
+
         # (b) stored model answers were answered by the server and have their model.call
         recorded = {str(e.data.get("response_id")) for e in events if e.kind == "model.call"}
         for rid in sorted(responses):
@@ -433,6 +446,7 @@ class Driver:
             "thread_ids": self.threads,
             "checks": self.checks,
             "steps_checked": self.steps_checked,
+            "completed_events_checked": self.facts_checked,
             "model_responses_checked": self.model_calls_checked,
             "kills_by_phase": dict(sorted(self.phases.items())),
             "errors": self.errors,

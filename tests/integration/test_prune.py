@@ -22,6 +22,7 @@ from conftest import run_cli
 from longtask import InvalidInput, Runner, StepFailed
 from longtask.runtime._taskref import load_task
 from longtask.store import _retention as ret
+from longtask.store._writer import LIVE_DELAY
 
 HERE = Path(__file__).resolve().parent
 REF = f"{HERE / 'prune_task.py'}:task"
@@ -83,6 +84,17 @@ def live(db_url: str, tmp_path: Path) -> Iterator[dict[str, Any]]:
         while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert marker.exists(), proc.communicate(timeout=30)
+        # Events about work in progress (its steps' starts, an artifact) are stored while
+        # the steps run, each within LIVE_DELAY: wait until they all are, so the counts the
+        # test compares do not change under it.
+        with Runner(db_url) as r:
+            seen = -1
+            while (n := len(r.db.store.events("live"))) != seen or not r.db.store.events(
+                "live", kinds=["step.started"]
+            ):
+                assert time.monotonic() < deadline, "the live thread's events never settled"
+                seen = n
+                time.sleep(4 * LIVE_DELAY)
         yield {"proc": proc, "gate": gate}
     finally:
         gate.write_text("go")
