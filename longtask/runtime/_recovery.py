@@ -40,7 +40,8 @@ def open_steps(events: list[Event]) -> dict[str, Event]:
             continue
         if e.kind in ("step.failed", "step.retry") and "item" in e.data:
             # a map item's failure: the map step goes on with its other items
-            running.add(e.step)
+            if e.step in started:
+                running.add(e.step)
             continue
         if e.kind == "step.started":
             started[e.step] = e

@@ -48,6 +48,7 @@ def test_waiting_is_not_running() -> None:
 
 def test_an_item_failure_leaves_the_map_running_and_an_abandoned_attempt_ends() -> None:
     events = _log(
+        ("step.failed", "n", {"item": 0}),  # an item's event with no start seen: not open
         ("step.started", "m"),
         ("step.failed", "m", {"item": 3}),
         ("step.started", "x"),
