@@ -198,6 +198,16 @@ def serve(
             "instead of in this process.",
         ),
     ] = False,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            help="An origin whose browser pages may call the API (e.g. "
+            "http://localhost:3000), * for any, none for no cross-origin page; repeatable "
+            "[env: LONGTASK_CORS_ORIGINS, comma-separated; default: pages on localhost, "
+            "127.0.0.1 and [::1], any port]. Tokens are still required for actions.",
+        ),
+    ] = None,
 ) -> None:
     """The web page, its HTTP API and the LangGraph Server API.
 
@@ -209,7 +219,10 @@ def serve(
     $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...;
     off 127.0.0.1 a token is required."""
     from longtask.serve import run_server
+    from longtask.serve._cors import check_origins
 
+    if cors_origin:
+        check_origins(cors_origin)  # refused before "serving on" is printed
     out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)")
     run_server(
         host=host,
@@ -219,4 +232,5 @@ def serve(
         config=config,
         run_workers=run_workers,
         to_workers=workers,
+        cors_origins=cors_origin or None,
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -33,6 +33,7 @@ from longtask.serve import _lg_assistants as lg_assistants
 from longtask.serve import _lg_runs as lg_runs
 from longtask.serve import _lg_threads as lg_threads
 from longtask.serve._auth import Tokens
+from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
 from longtask.serve._http import (
     LoopbackHostOnly,
@@ -94,6 +95,7 @@ def create_app(
     run_workers: int = 4,
     to_workers: bool = False,
     schedule_poll: float | None = 5.0,
+    cors_origins: Sequence[str] | None = None,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
@@ -105,7 +107,8 @@ def create_app(
     and threads a process that died left unfinished; ``to_workers`` starts them as threads
     served by workers (``longtask worker``, PostgreSQL) instead. Every ``schedule_poll``
     seconds (None: never) due schedules fire; the registered tasks' declared schedules are
-    registered when it starts.
+    registered when it starts. ``cors_origins``: the origins whose pages may call the API
+    from a browser (None: loopback pages; see ``longtask.serve._cors``).
     """
     auth = Tokens(tokens or {})
     tasks = registry or Registry()
@@ -371,7 +374,10 @@ def create_app(
         Route(api + "/signal", actor(signal), methods=["POST"]),
         Route(api + "/cancel", actor(cancel), methods=["POST"]),
     ]
-    middleware = [Middleware(LoopbackHostOnly)] if loopback_hosts_only else []
+    cors = cors_middleware(cors_origins)
+    middleware = [cors] if cors is not None else []
+    if loopback_hosts_only:
+        middleware.append(Middleware(LoopbackHostOnly))
     return Starlette(
         routes=routes,
         middleware=middleware,

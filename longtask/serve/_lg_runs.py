@@ -119,8 +119,14 @@ def routes(api: Api) -> list[Route]:
         if command:
             if rec is None:
                 raise InvalidInput(f"thread {thread_id!r} has not started: send input to start it")
-            if raw_input is not None:
-                raise InvalidInput("send input or command, not both")
+            # An empty input beside a command is what useStream's submit({}, {command})
+            # sends: the command wins, as on LangGraph's server. Input with content would
+            # be dropped, so it is refused.
+            if raw_input not in (None, {}):
+                raise InvalidInput(
+                    "send input or command, not both: a command answers or moves a started "
+                    "thread and ignores input (an empty input, {}, is accepted beside it)"
+                )
             request = plan_command(runner, rec, entry.task, dict(command), actor)
         elif rec is None:
             if raw_input is not None and not isinstance(raw_input, dict):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from longtask.errors import InvalidInput
 from longtask.serve._auth import ENV_TOKEN, ENV_TOKENS, check_tokens, is_loopback, tokens_from_env
@@ -18,6 +18,7 @@ def run_server(
     config: str | None = None,
     run_workers: int = 4,
     to_workers: bool = False,
+    cors_origins: Sequence[str] | None = None,
 ) -> None:
     """Serve the API and the pages on ``host:port`` until interrupted.
 
@@ -26,8 +27,16 @@ def run_server(
     ``tasks`` (references) and ``config`` (a ``longtask.json``; by default the one in the
     working directory, if any) register the tasks the LangGraph Server API offers; with
     ``to_workers`` (PostgreSQL) its runs start threads served by ``longtask worker``.
+    ``cors_origins`` (default ``$LONGTASK_CORS_ORIGINS``, else pages on loopback origins):
+    the origins whose browser pages may call the API (``longtask.serve._cors``).
     """
     configured = check_tokens(tokens) if tokens is not None else tokens_from_env(os.environ)
+    from longtask.serve._cors import check_origins, cors_origins_from_env
+
+    if cors_origins is None:
+        cors_origins = cors_origins_from_env(os.environ)
+    if cors_origins is not None:
+        cors_origins = check_origins(cors_origins)
     loopback = is_loopback(host)
     if not loopback and not configured:
         raise InvalidInput(
@@ -55,6 +64,7 @@ def run_server(
             registry=registry,
             run_workers=run_workers,
             to_workers=to_workers,
+            cors_origins=cors_origins,
         )
         # No access log: a URL may carry an access_token (EventSource cannot send headers).
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

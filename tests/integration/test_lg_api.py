@@ -226,3 +226,29 @@ def test_a_cancel_is_recorded_before_it_is_answered(
     # The step running when the cancel came may finish; no later step runs.
     assert set(runner.results(thread)) <= {"nap1"}
     assert "nap3" not in {e.step for e in runner.events(thread)}
+
+
+def test_a_command_beside_an_empty_input_wins_and_input_with_content_is_refused(
+    runner: Runner, client: TestClient
+) -> None:
+    """useStream's ``submit({}, {command})`` sends ``input: {}`` with the command: it resumes,
+    as on LangGraph's server. Input with content beside a command would be dropped: 409,
+    nothing recorded."""
+    thread = paused(client)
+    url = f"/threads/{thread}/runs"
+    both = client.post(
+        url,
+        json={"assistant_id": "lg_release", "input": {"x": 1}, "command": {"resume": True}},
+        headers=ALICE,
+    )
+    assert both.status_code == 409 and "not both" in both.json()["error"], both.text
+    assert len(client.get(url).json()) == 1
+    assert runner.status(thread, usage=False).status == "waiting_user"
+    ok = client.post(
+        url,
+        json={"assistant_id": "lg_release", "input": {}, "command": {"resume": True}},
+        headers=ALICE,
+    )
+    assert ok.status_code == 200, ok.text
+    assert wait_run(client, thread, ok.json()["run_id"])["status"] in ("success", "interrupted")
+    assert runner.result(thread, "ship_ok")["by"] == "alice"
