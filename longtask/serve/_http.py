@@ -28,7 +28,10 @@ log = logging.getLogger("longtask.serve")
 
 
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status, headers=headers)
+    # A malformed request also carries LangGraph's shape ({"detail": ...}), which its
+    # SDKs show.
+    body = {"error": message, "detail": message} if status == 422 else {"error": message}
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _status_of(exc: LongTaskError) -> int:

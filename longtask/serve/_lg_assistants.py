@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, TaskRefError
+from longtask.serve._lg_body import integer_field, mapping_field, text_field
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -149,14 +150,18 @@ def routes(api: Api) -> list[Route]:
 
     async def search(request: Request) -> Response:
         body = await api.json_body(request)
-        graph_id = body.get("graph_id")
-        name = str(body.get("name") or "").lower()
+        graph_id = text_field(body, "graph_id")
+        name = (text_field(body, "name") or "").lower()
+        metadata = mapping_field(body, "metadata")
+        offset = integer_field(body, "offset", 0, 0, 10**9)
+        limit = integer_field(body, "limit", 10, 1, 100_000)
         found = [
-            e.to_json()
-            for e in registry.by_name.values()
-            if (not graph_id or e.name == graph_id) and name in e.name.lower()
+            a
+            for a in (e.to_json() for e in registry.by_name.values())
+            if (not graph_id or a["graph_id"] == graph_id)
+            and name in a["name"].lower()
+            and all(a["metadata"].get(k) == v for k, v in metadata.items())
         ]
-        offset, limit = int(body.get("offset") or 0), int(body.get("limit") or 10)
         return JSONResponse(found[offset : offset + limit])
 
     async def count(request: Request) -> Response:

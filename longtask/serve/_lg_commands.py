@@ -121,6 +121,11 @@ def plan_command(
         update = command.get("update")
         if update is not None and not isinstance(update, dict):
             raise InvalidInput("command update must be an object of step name to result")
+        if not update and not command.get("goto"):
+            raise InvalidInput(
+                "the command's update is empty and it has no goto: give the results to set "
+                "(step name to result), a goto, or resume"
+            )
         goto = command.get("goto")
         goto = [goto] if isinstance(goto, str) else goto
         if goto is not None and not (

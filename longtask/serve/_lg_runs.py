@@ -116,6 +116,10 @@ def routes(api: Api) -> list[Route]:
             )
         command = body.get("command")
         raw_input = body.get("input")
+        if command is not None and not isinstance(command, dict):
+            raise HTTPException(
+                422, f"command must be an object of resume, update and goto, not {command!r}"
+            )
         if command:
             if rec is None:
                 raise InvalidInput(f"thread {thread_id!r} has not started: send input to start it")

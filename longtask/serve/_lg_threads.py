@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._threadid import check_thread_id
+from longtask.serve._lg_body import integer_field, mapping_field, strings_field, text_field
 from longtask.serve._lg_state import (
     config_of,
     empty_state,
@@ -62,10 +63,11 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         return get_json(thread_id)
 
     def search(body: dict[str, Any]) -> list[dict[str, Any]]:
-        limit, offset = int(body.get("limit") or 10), int(body.get("offset") or 0)
-        ids = body.get("ids")
-        status = body.get("status")
-        metadata = body.get("metadata") or {}
+        limit = integer_field(body, "limit", 10, 1, 100_000)
+        offset = integer_field(body, "offset", 0, 0, 10**9)
+        ids = strings_field(body, "ids")
+        status = text_field(body, "status")
+        metadata = mapping_field(body, "metadata")
         names = [r.thread_id for r in store.list_threads(limit=10000)]
         names += [t for t, _m, _c in store.api_threads() if t not in set(names)]
         out = []
@@ -94,12 +96,17 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         if rec is None:
             get_json(thread_id)
             return []
+        limit = integer_field(body, "limit", 10, 1, 10_000)
         before = body.get("before")
         if isinstance(before, dict):
-            before = before.get("checkpoint_id")
-        return thread_history(
-            runner, api.registry, rec, limit=int(body.get("limit") or 10), before=before
-        )
+            before = before.get("checkpoint_id") or (before.get("configurable") or {}).get(
+                "checkpoint_id"
+            )
+        if before is not None and not isinstance(before, str):
+            raise HTTPException(
+                422, f"before must be a checkpoint id or a checkpoint config, not {before!r}"
+            )
+        return thread_history(runner, api.registry, rec, limit=limit, before=before)
 
     def update_state(thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
         rec = store.get_thread(thread_id)
@@ -200,6 +207,13 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         body = await api.json_body(request) if request.method == "POST" else {}
         if request.method == "GET":
             body = dict(request.query_params)
+            if "limit" in body:
+                try:
+                    body["limit"] = int(body["limit"])
+                except ValueError:
+                    raise HTTPException(
+                        422, f"limit must be an integer, not {body['limit']!r}"
+                    ) from None
         return JSONResponse(await api.call(history, request.path_params["thread_id"], body))
 
     async def update_thread(request: Request, actor: str) -> Response:

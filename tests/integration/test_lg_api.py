@@ -252,3 +252,54 @@ def test_a_command_beside_an_empty_input_wins_and_input_with_content_is_refused(
     assert ok.status_code == 200, ok.text
     assert wait_run(client, thread, ok.json()["run_id"])["status"] in ("success", "interrupted")
     assert runner.result(thread, "ship_ok")["by"] == "alice"
+
+
+MALFORMED = [
+    ("GET", "/threads/{t}/history?limit=-1", None, "limit"),
+    ("GET", "/threads/{t}/history?limit=ten", None, "limit"),
+    ("POST", "/threads/{t}/history", {"limit": -1}, "limit"),
+    ("POST", "/threads/{t}/history", {"before": 109526}, "before"),
+    ("POST", "/threads/search", {"offset": [None]}, "offset"),
+    ("POST", "/threads/search", {"limit": "x"}, "limit"),
+    ("POST", "/threads/search", {"ids": "abc"}, "ids"),
+    ("POST", "/threads/count", {"metadata": 5}, "metadata"),
+    ("POST", "/assistants/search", {"limit": -5}, "limit"),
+    ("POST", "/assistants/search", {"metadata": 5}, "metadata"),
+    ("POST", "/threads/{t}/runs", {"assistant_id": "lg_release", "command": [None]}, "command"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field"), MALFORMED)
+def test_a_malformed_request_is_a_422_naming_the_field(
+    runner: Runner, client: TestClient, method: str, path: str, body: Any, field: str
+) -> None:
+    thread = paused(client)
+    before = runner.status(thread, usage=False).model_dump()
+    url = path.format(t=thread)
+    got = client.request(method, url, json=body, headers=ALICE)
+    assert got.status_code == 422, got.text
+    assert got.json()["detail"].startswith(field), got.json()
+    assert runner.status(thread, usage=False).model_dump() == before
+    assert len(client.get(f"/threads/{thread}/runs").json()) == 1
+    # the server goes on answering
+    assert client.get(f"/threads/{thread}/state").status_code == 200
+
+
+def test_an_empty_update_is_refused_before_a_run_is_recorded(
+    runner: Runner, client: TestClient
+) -> None:
+    thread = paused(client)
+    got = client.post(
+        f"/threads/{thread}/runs",
+        json={"assistant_id": "lg_release", "command": {"update": {}}},
+        headers=ALICE,
+    )
+    assert got.status_code == 409 and "update is empty" in got.json()["error"], got.text
+    assert len(client.get(f"/threads/{thread}/runs").json()) == 1
+
+
+def test_assistants_search_filters_by_metadata(client: TestClient) -> None:
+    found = client.post("/assistants/search", json={"metadata": {"created_by": "system"}})
+    assert sorted(a["graph_id"] for a in found.json()) == ["lg_release", "lg_sleepy"]
+    none = client.post("/assistants/search", json={"metadata": {"created_by": "someone"}})
+    assert none.json() == []
