@@ -32,6 +32,7 @@ from longtask.runtime._costs import report_name
 from longtask.serve import _lg_assistants as lg_assistants
 from longtask.serve import _lg_runs as lg_runs
 from longtask.serve import _lg_threads as lg_threads
+from longtask.serve import _lg_unserved as lg_unserved
 from longtask.serve._auth import Tokens
 from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
@@ -373,6 +374,8 @@ def create_app(
         Route(api + "/reject", actor(reject), methods=["POST"]),
         Route(api + "/signal", actor(signal), methods=["POST"]),
         Route(api + "/cancel", actor(cancel), methods=["POST"]),
+        # last: a path or method above is never answered as unserved
+        *lg_unserved.routes(),
     ]
     cors = cors_middleware(cors_origins)
     middleware = [cors] if cors is not None else []

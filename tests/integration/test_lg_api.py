@@ -303,3 +303,20 @@ def test_assistants_search_filters_by_metadata(client: TestClient) -> None:
     assert sorted(a["graph_id"] for a in found.json()) == ["lg_release", "lg_sleepy"]
     none = client.post("/assistants/search", json={"metadata": {"created_by": "someone"}})
     assert none.json() == []
+
+
+def test_unserved_endpoints_say_what_to_use_instead(runner: Runner, client: TestClient) -> None:
+    from longtask.serve._lg_unserved import UNSERVED
+
+    thread = paused(client)
+    run_id = client.get(f"/threads/{thread}/runs").json()[0]["run_id"]
+    ids = {"thread_id": thread, "run_id": run_id, "cron_id": "c1", "assistant_id": "lg_release"}
+    for path, methods, status, message in UNSERVED:
+        for method in methods:
+            got = client.request(method, path.format(**ids), json={}, headers=ALICE)
+            assert got.status_code == status, (method, path, got.text)
+            assert got.json()["error"] == f"not served by longtask: {message}"
+    # what is served is answered as before
+    assert client.get(f"/threads/{thread}/runs/{run_id}").json()["run_id"] == run_id
+    assert client.get("/assistants/lg_release").json()["graph_id"] == "lg_release"
+    assert runner.status(thread, usage=False).status == "waiting_user"

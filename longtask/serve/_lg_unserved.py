@@ -1,0 +1,84 @@
+"""The LangGraph Server API's endpoints that ``longtask serve`` does not serve, answered
+with what to use instead: 404 for a path it has no counterpart for, 405 for a method it
+does not take on a path it serves (Starlette would answer both with a bare "Not Found")."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from longtask.serve._http import error
+
+_ASSISTANTS = (
+    "assistants are the tasks serve was given (--task REF or longtask.json), one per task "
+    "and version; they cannot be created, changed or versioned through the API"
+)
+_STORE = (
+    "longtask serve has no key-value store (LangGraph's BaseStore); a task keeps what it "
+    "needs in its steps' results, artifacts (ctx.artifact) and effects"
+)
+_CRONS = (
+    "longtask starts tasks on a schedule with its own schedules: declare them on the task "
+    "or run `longtask schedule add TASKREF`; `longtask schedule --help` lists the rest"
+)
+
+#: (path, methods, status, what to use instead)
+UNSERVED: list[tuple[str, list[str], int, str]] = [
+    (
+        "/threads/{thread_id}/copy",
+        ["POST"],
+        404,
+        "threads are not copied; start a branch of one at a past checkpoint with "
+        "`longtask fork THREAD CHECKPOINT` (Runner.fork), then `longtask resume THREAD`",
+    ),
+    (
+        "/threads/{thread_id}/stream",
+        ["GET"],
+        404,
+        "join a run's stream with GET /threads/{thread_id}/runs/{run_id}/stream, or follow "
+        "the thread's events with GET /api/threads/{thread_id}/events/stream (SSE)",
+    ),
+    (
+        "/threads/{thread_id}/runs/{run_id}",
+        ["DELETE"],
+        405,
+        "a run's record is kept with its thread; cancel a run with POST "
+        "/threads/{thread_id}/runs/{run_id}/cancel",
+    ),
+    (
+        "/runs/batch",
+        ["POST"],
+        404,
+        "create runs one at a time: POST /threads/{thread_id}/runs (or /runs)",
+    ),
+    ("/store/items", ["GET", "PUT", "DELETE"], 404, _STORE),
+    ("/store/items/search", ["POST"], 404, _STORE),
+    ("/store/namespaces", ["POST"], 404, _STORE),
+    ("/runs/crons", ["POST"], 404, _CRONS),
+    ("/runs/crons/search", ["POST"], 404, _CRONS),
+    ("/runs/crons/count", ["POST"], 404, _CRONS),
+    ("/runs/crons/{cron_id}", ["DELETE", "PATCH"], 404, _CRONS),
+    ("/threads/{thread_id}/runs/crons", ["POST"], 404, _CRONS),
+    ("/assistants", ["POST"], 405, _ASSISTANTS),
+    ("/assistants/{assistant_id}", ["PATCH", "DELETE"], 405, _ASSISTANTS),
+    ("/assistants/{assistant_id}/versions", ["POST"], 404, _ASSISTANTS),
+    ("/assistants/{assistant_id}/latest", ["POST"], 404, _ASSISTANTS),
+]
+
+
+def _answer(status: int, message: str) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        return error(status, f"not served by longtask: {message}")
+
+    return endpoint
+
+
+def routes() -> list[Route]:
+    """Routes answering each unserved endpoint; listed after the served ones."""
+    return [
+        Route(path, _answer(status, message), methods=methods)
+        for path, methods, status, message in UNSERVED
+    ]
