@@ -46,6 +46,38 @@ def run_json(run: ApiRun) -> dict[str, Any]:
     }
 
 
+def refuse_unsupported(body: dict[str, Any]) -> None:
+    """Options of a run request longtask does not carry out: a 422 naming the option and
+    what longtask does instead, before anything is recorded (never silently ignored)."""
+    strategy = body.get("multitask_strategy")
+    if strategy not in (None, "reject"):
+        raise HTTPException(
+            422,
+            f"multitask_strategy {strategy!r} is not supported: longtask runs one run of a "
+            "thread at a time and refuses another while one is in progress (reject); join "
+            "or cancel that run, then start the next",
+        )
+    for key in ("interrupt_before", "interrupt_after"):
+        if body.get(key):
+            raise HTTPException(
+                422,
+                f"{key} is not supported: a longtask thread pauses where its task says "
+                "(approval and wait steps, gates); add an approval step instead",
+            )
+    if body.get("after_seconds"):
+        raise HTTPException(
+            422,
+            "after_seconds is not supported: start a run later with a schedule "
+            "(`longtask schedule add`), or create it when it is due",
+        )
+    if body.get("checkpoint_id") or body.get("checkpoint"):
+        raise HTTPException(
+            422,
+            "a run from a past checkpoint (checkpoint_id / checkpoint) is not supported: "
+            "branch the thread there with `longtask fork THREAD CHECKPOINT`, then resume it",
+        )
+
+
 def refuse_busy(api: Api, thread_id: str) -> None:
     """One run of a thread at a time (the SDK's ``multitask_strategy="reject"``)."""
     runs = api.runner.db.store.api_runs(thread_id, limit=50)
@@ -101,6 +133,7 @@ def routes(api: Api) -> list[Route]:
     def prepare(
         thread_id: str | None, entry: Registered, body: dict[str, Any], actor: str
     ) -> ApiRun:
+        refuse_unsupported(body)
         if thread_id is None:  # a stateless run: a thread of its own
             thread_id = str(uuid.uuid4())
             store.api_thread_put(thread_id, {"graph_id": entry.name})
@@ -257,6 +290,14 @@ def routes(api: Api) -> list[Route]:
         return stream_response(run)
 
     async def cancel(request: Request, actor: str) -> Response:
+        action = request.query_params.get("action", "interrupt")
+        if action != "interrupt":
+            raise HTTPException(
+                422,
+                f"cancel action {action!r} is not supported: a cancel stops the run at its "
+                "next step and undoes what the task's compensations undo (interrupt); a "
+                "thread's history is never rolled back or deleted by a cancel",
+            )
         run = await one(request)
         if run.status == "pending":
             await api.call(store.api_run_set, run.run_id, "interrupted", None)

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 RESERVED = ("graph_id", "assistant_id", "longtask_status", "longtask_error")
 
 
+#: what threads.search sorts by
+_SORTS = ("thread_id", "status", "created_at", "updated_at")
+
+
 def routes(api: Api) -> tuple[list[Route], Handler]:
     runner = api.runner
     store = runner.db.store
@@ -82,7 +86,18 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             if any(found["metadata"].get(k) != v for k, v in metadata.items()):
                 continue
             out.append(found)
-        return out[offset : offset + limit]
+        sort_by = text_field(body, "sort_by") or "created_at"
+        if sort_by not in _SORTS:
+            raise HTTPException(422, f"sort_by must be one of {', '.join(_SORTS)}, not {sort_by!r}")
+        order = text_field(body, "sort_order") or "desc"
+        if order not in ("asc", "desc"):
+            raise HTTPException(422, f"sort_order must be asc or desc, not {order!r}")
+        out.sort(key=lambda t: str(t.get(sort_by) or ""), reverse=order == "desc")
+        select = strings_field(body, "select")
+        page = out[offset : offset + limit]
+        if select:
+            page = [{k: t.get(k) for k in select} for t in page]
+        return page
 
     def state(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
         rec = store.get_thread(thread_id)

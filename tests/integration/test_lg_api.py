@@ -320,3 +320,58 @@ def test_unserved_endpoints_say_what_to_use_instead(runner: Runner, client: Test
     assert client.get(f"/threads/{thread}/runs/{run_id}").json()["run_id"] == run_id
     assert client.get("/assistants/lg_release").json()["graph_id"] == "lg_release"
     assert runner.status(thread, usage=False).status == "waiting_user"
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [
+        ({"multitask_strategy": "enqueue"}, "multitask_strategy 'enqueue'"),
+        ({"multitask_strategy": "rollback"}, "multitask_strategy 'rollback'"),
+        ({"interrupt_before": ["ship_ok"]}, "interrupt_before"),
+        ({"interrupt_after": "*"}, "interrupt_after"),
+        ({"after_seconds": 30}, "after_seconds"),
+        ({"checkpoint_id": "1f0-abc"}, "checkpoint_id"),
+    ],
+)
+def test_run_options_longtask_does_not_carry_out_are_refused(
+    runner: Runner, client: TestClient, option: dict[str, Any], named: str
+) -> None:
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    got = client.post(
+        f"/threads/{thread}/runs",
+        json={"assistant_id": "lg_release", "input": {}, **option},
+        headers=ALICE,
+    )
+    assert got.status_code == 422, got.text
+    assert named in got.json()["detail"]
+    assert client.get(f"/threads/{thread}/runs").json() == []
+    assert runner.db.store.get_thread(thread) is None  # nothing started
+    # reject is what longtask does: accepted
+    ok = client.post(
+        f"/threads/{thread}/runs",
+        json={"assistant_id": "lg_release", "input": {}, "multitask_strategy": "reject"},
+        headers=ALICE,
+    )
+    assert ok.status_code == 200, ok.text
+
+
+def test_a_rollback_cancel_is_refused(client: TestClient) -> None:
+    thread = paused(client)
+    run_id = client.get(f"/threads/{thread}/runs").json()[0]["run_id"]
+    got = client.post(f"/threads/{thread}/runs/{run_id}/cancel?action=rollback", headers=ALICE)
+    assert got.status_code == 422 and "rollback" in got.json()["detail"], got.text
+
+
+def test_threads_search_sorts_and_selects(client: TestClient) -> None:
+    made = [client.post("/threads", json={}, headers=ALICE).json()["thread_id"] for _ in range(3)]
+    time.sleep(0.01)
+    asc = client.post(
+        "/threads/search", json={"sort_by": "created_at", "sort_order": "asc", "limit": 100}
+    ).json()
+    assert [t["thread_id"] for t in asc if t["thread_id"] in made] == made
+    desc = client.post("/threads/search", json={"limit": 100}).json()  # newest first
+    assert [t["thread_id"] for t in desc if t["thread_id"] in made] == made[::-1]
+    picked = client.post("/threads/search", json={"select": ["thread_id", "status"]}).json()
+    assert picked and all(set(t) == {"thread_id", "status"} for t in picked)
+    bad = client.post("/threads/search", json={"sort_by": "colour"})
+    assert bad.status_code == 422 and "sort_by" in bad.json()["detail"]
