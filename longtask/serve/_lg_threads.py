@@ -51,6 +51,13 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         return found
 
     def make(body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("supersteps"):
+            raise HTTPException(
+                422,
+                "supersteps is not supported: a longtask thread's history is made by running "
+                "its task; create the thread, start a run, and set a step's result with "
+                "update_state (POST /threads/{thread_id}/state) if needed",
+            )
         thread_id = str(body.get("thread_id") or uuid.uuid4())
         check_thread_id(thread_id)
         metadata = body.get("metadata") or {}

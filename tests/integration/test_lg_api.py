@@ -375,3 +375,14 @@ def test_threads_search_sorts_and_selects(client: TestClient) -> None:
     assert picked and all(set(t) == {"thread_id", "status"} for t in picked)
     bad = client.post("/threads/search", json={"sort_by": "colour"})
     assert bad.status_code == 422 and "sort_by" in bad.json()["detail"]
+
+
+def test_a_thread_made_of_supersteps_is_refused(runner: Runner, client: TestClient) -> None:
+    before = len(client.post("/threads/search", json={"limit": 1000}).json())
+    got = client.post(
+        "/threads",
+        json={"supersteps": [{"updates": [{"values": {}, "as_node": "fetch_a"}]}]},
+        headers=ALICE,
+    )
+    assert got.status_code == 422 and "supersteps" in got.json()["detail"], got.text
+    assert len(client.post("/threads/search", json={"limit": 1000}).json()) == before
