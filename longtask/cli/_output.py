@@ -54,15 +54,14 @@ def status_exit_code(status: str) -> int:
     return _EXIT.get(status, 1)
 
 
-def progress_text(progress: dict[str, Any]) -> str:
-    """A running step's last progress report: ``3/10 crunching`` (or ``3`` with no total)."""
+def progress_text(progress: Mapping[str, Any]) -> str:
+    """A step's progress report (a ``step.progress`` event's data) as ``3/10 crunching``
+    (``3`` with no total), not escaped."""
     done, total = progress.get("done"), progress.get("total")
-    text = f"{done:g}" if isinstance(done, int | float) else str(done)
-    if isinstance(total, int | float):
-        text += f"/{total:g}"
+    text = f"{done:g}/{total:g}" if isinstance(total, int | float) else f"{done}"
     if progress.get("message"):
         text += f" {progress['message']}"
-    return escape(text)
+    return text
 
 
 def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None:
@@ -82,7 +81,7 @@ def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None
         if step.fix_rounds:
             label += f" [yellow](fix round {step.fix_rounds})[/yellow]"
         if step.progress and step.state == "running":
-            label += f" {progress_text(step.progress)}"
+            label += f" {escape(progress_text(step.progress))}"
         if step.items_total is not None:
             label += f" {step.items_done}/{step.items_total}"
             if step.items_failed:

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.text import Text
 
-from longtask.cli._output import MARKS, continue_commands, stage_state
+from longtask.cli._output import MARKS, continue_commands, progress_text, stage_state
 
 if TYPE_CHECKING:
     from longtask.runtime import ThreadStatus
@@ -53,11 +53,7 @@ class WatchState:
         elif event.kind in ("step.completed", "step.skipped", "step.failed"):
             self.finished[step] = event.ts
         elif event.kind == "step.progress":
-            done, total = event.data.get("done"), event.data.get("total")
-            text = f"{done:g}/{total:g}" if isinstance(total, (int, float)) else f"{done}"
-            if event.data.get("message"):
-                text += f" {event.data['message']}"
-            self.progress[step] = text
+            self.progress[step] = progress_text(event.data)
         elif event.kind == "step.retry" and event.data.get("outcome") == "retry":
             self.retries[step] = self.retries.get(step, 0) + 1
 

@@ -57,6 +57,17 @@ def _resume_both(url: str, task: object, tmp_path: Path) -> None:
         assert kinds[0] == "longtask.started" and kinds[-1] == "longtask.completed"
 
 
+def _restore(url: str, dump_name: str) -> None:
+    """Load a pg_dump of a fixture database into the (empty) database at ``url``."""
+    import psycopg
+
+    dump = (FIXTURES / dump_name).read_text()
+    # pg_dump's psql meta-commands (\restrict) are not SQL
+    sql = "\n".join(line for line in dump.splitlines() if not line.startswith("\\"))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql)  # type: ignore[call-overload]
+
+
 def test_sqlite_database_of_release_0_1(upgrade_task: object, tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     shutil.copy(FIXTURES / "release-0.1.db", path)
@@ -75,13 +86,7 @@ def test_postgres_database_of_release_0_1(
     _admin(f'CREATE DATABASE "{name}"')
     url = _pg_url(name)
     try:
-        import psycopg
-
-        dump = (FIXTURES / "release-0.1.sql").read_text()
-        # pg_dump's psql meta-commands (\restrict) are not SQL
-        sql = "\n".join(line for line in dump.splitlines() if not line.startswith("\\"))
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[call-overload]
+        _restore(url, "release-0.1.sql")
         with pytest.raises(Exception, match="longtask db upgrade"):
             Database.open(url)  # an old schema is refused until upgraded
         done = run_cli("db", "upgrade", db=url)
@@ -165,12 +170,7 @@ def test_postgres_database_of_schema_16(
     _admin(f'CREATE DATABASE "{name}"')
     url = _pg_url(name)
     try:
-        import psycopg
-
-        dump = (FIXTURES / "schema-16.sql").read_text()
-        sql = "\n".join(line for line in dump.splitlines() if not line.startswith("\\"))
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[call-overload]
+        _restore(url, "schema-16.sql")
         with pytest.raises(Exception, match="longtask db upgrade"):
             Database.open(url)
         done = run_cli("db", "upgrade", db=url)
