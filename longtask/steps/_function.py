@@ -477,6 +477,24 @@ def unanswered(state: Mapping[str, Any], info: StepInfo, pauses: frozenset[str])
     return sorted(p for p in info.ancestors & pauses if result_channel(p) not in state)
 
 
+def waits_on_a_pause(
+    env: StepEnv, thread_id: str, state: Mapping[str, Any], info: StepInfo, missing: Any
+) -> bool:
+    """Whether the result ``missing`` that this step read is not there because of a goto past
+    a pause: it is that pause's answer, or the result of a step that waited for it (whose
+    last word is a deferral, below), which runs again when the pause is answered."""
+    if not isinstance(missing, str) or missing not in info.ancestors:
+        return False
+    if missing in unanswered(state, info, env.pauses):
+        return True
+    last = [
+        e
+        for e in env.store.events(thread_id, kinds=["step.completed", "step.skipped"])
+        if e.step == missing
+    ]
+    return bool(last) and last[-1].kind == "step.skipped" and bool(last[-1].data.get("deferred"))
+
+
 #: what a step's attempt returns when it read the result of a pause not answered yet
 _DEFERRED = object()
 
@@ -514,11 +532,12 @@ def function_node(
             token = _CURRENT.set(ctx)
             try:
                 value = call_step(step.fn, (ctx,), step.timeout, f"step {step.name!r}")
-            except ResultNotAvailable:
+            except ResultNotAvailable as exc:
                 # Run early by a goto past a pause, it needs what the pause is waiting for
                 # (issue 28, item 5): not a failure of the step. It stores no result and
                 # runs again once the pause is answered, as its dependencies then say.
-                if after_pause and unanswered(state, info, env.pauses):
+                missing = getattr(exc, "missing", None)
+                if after_pause and waits_on_a_pause(env, call.thread_id, state, info, missing):
                     return _DEFERRED
                 raise
             finally:
@@ -535,7 +554,7 @@ def function_node(
                 return fix_loop_failure(env, call, info, state, loop, exc)
             raise
         if encoded is _DEFERRED:
-            waiting = unanswered(state, info, env.pauses)
+            waiting = unanswered(state, info, env.pauses) or sorted(info.ancestors & env.pauses)
             reason = f"needs the answer to {', '.join(map(repr, waiting))}; runs once it is given"
             env.emit(
                 call,

@@ -228,13 +228,20 @@ def _publish_approved(ctx: Any) -> dict[str, Any]:
     return {"published": True, "approved_by": ctx.result("gate")["by"]}
 
 
-#: build -> gate (an approval) -> publish, which reads the approval
+def _notify(ctx: Any) -> dict[str, Any]:
+    ran["notify"] += 1
+    return {"told": ctx.result("publish")}
+
+
+#: build -> gate (an approval) -> publish, which reads the approval -> notify, which reads
+#: publish
 READS_GATE = LongTask(
     "recovery_reads_gate",
     stages=[
         Stage("prepare", [function_step(_build, name="build")]),
         Stage("approve", [approval("gate", plan=_plan, approvers=["carol", "dave"], timeout=3600)]),
         Stage("ship", [function_step(_publish_approved, name="publish")]),
+        Stage("tell", [function_step(_notify, name="notify")]),
     ],
 )
 
@@ -255,9 +262,13 @@ def test_goto_past_a_pause_to_a_step_that_needs_its_answer_keeps_the_thread_answ
 
     runner.approve(thread, "gate", by="dave")
     assert runner.status(thread).status == "completed"
-    assert runner.result(thread, "publish") == {"published": True, "approved_by": "dave"}
+    published = {"published": True, "approved_by": "dave"}
+    assert runner.result(thread, "publish") == published
+    # notify, set off by the early publish, waited for its result too
+    assert runner.result(thread, "notify") == {"told": published}
     assert [e.step for e in runner.events(thread, kinds=["step.completed"])] == [
         "build",
         "gate",
         "publish",
+        "notify",
     ]
