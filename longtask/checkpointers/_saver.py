@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import logging
 import random
 import threading
 from collections import OrderedDict
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     from longtask.checkpointers._saver_sql import Backend
     from longtask.store import EventWriter, NewEvent
     from longtask.store._fence import Fence
+
+log = logging.getLogger("longtask.checkpointers")
 
 _BASE_KEYS = frozenset(
     {"v", "id", "ts", "channel_values", "channel_versions", "versions_seen", "updated_channels"}
@@ -393,7 +396,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         # Special writes (errors, interrupts, resumes) replace an earlier one of the same
         # task; ordinary writes are kept as first stored (a retried task writes the same).
         upsert = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-        mine = Held(upsert, rows)
+        mine = Held(upsert, rows, (thread_id, ns, str(checkpoint_id)))
         if not upsert and self._held.hold((thread_id, ns, str(checkpoint_id)), mine):
             return  # committed by the checkpoint after it, or by the flusher (see _held)
         # An error, an interrupt or a resume ends the super-step with no checkpoint after
@@ -404,11 +407,21 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
     def _commit_held(
         self, thread_id: str, held: builtins.list[Held], batch: Batch | None = None
     ) -> None:
-        """Commit held writes (with ``batch``) in one transaction."""
+        """Commit held writes (with ``batch``) in one transaction. If it fails for anything
+        but a lost lease they are held again, as its events go back to the outbox: a later
+        transaction that stores those events (a flush before an effect, the end of the run)
+        stores the results they tell of with them."""
+        from longtask.store._fence import lease_lost
+
         batch = batch or Batch()
         for h in held:
             (batch.upserts if h.upsert else batch.writes).extend(h.rows)
-        self._commit(thread_id, batch)
+        try:
+            self._commit(thread_id, batch)
+        except BaseException as exc:
+            if held and not lease_lost(exc):
+                self._held.restore(held)
+            raise
 
     def _release(self, thread_id: str | None) -> None:
         """Commit what is held for a thread (None: every thread) before it is read."""
@@ -426,8 +439,14 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
 
     def close(self) -> None:
         """Commit what is held and stop the flusher (the database is closing)."""
-        self._release(None)
-        self._held.close()
+        try:
+            self._release(None)
+        except Exception:
+            # The database is unreachable (the command is failing for it already): what is
+            # held is lost with this process, as in a crash, and its steps run again.
+            log.warning("could not store the held writes while closing", exc_info=True)
+        finally:
+            self._held.close()
 
     # -- reading -----------------------------------------------------------------------------
 
