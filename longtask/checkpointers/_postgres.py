@@ -193,7 +193,7 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         self.events.stop_live()
-        self.saver.close()
+        self._close_saver()
         if self._lock_conn is not None:
             self._lock_conn.close()
         self.pool.close()
