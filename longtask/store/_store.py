@@ -45,6 +45,9 @@ THREAD_STATUSES = (
     "cancelling",
     "cancelled",
 )
+#: the statuses a thread ends in: nothing advances it by itself any more (the event stream
+#: ends, the web page stops listening and shows the artifacts); one list for server and page
+FINAL_STATUSES = ("completed", "failed", "cancelled")
 
 
 def _ts(value: float | None) -> datetime | None:
