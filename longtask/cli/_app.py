@@ -20,8 +20,10 @@ from longtask.cli._errors import (
     continue_hint,
     lost_message,
     one_line_warnings,
+    reported,
     scrub_env,
     session,
+    stop_on_ctrl_c,
 )
 from longtask.cli._hints import cmd, in_text, remember_db
 from longtask.cli._output import (
@@ -630,7 +632,11 @@ def _main(
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place that turns exceptions into messages and exit codes."""
-    sys.exit(_dispatch(argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not {"serve", "worker"} & set(args[:1]):
+        # (serve and worker stop on Ctrl-C their own way: requests, running threads)
+        stop_on_ctrl_c(lambda: continue_hint(args))
+    sys.exit(_dispatch(args))
 
 
 def _only(args: list[str]) -> typer.Typer:
@@ -705,6 +711,7 @@ def _dispatch(argv: list[str] | None) -> int:
         err.print(f"error: {escape(in_text(str(exc)))}")
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
+        reported.set()
         err.print(f"interrupted; {continue_hint(args)}")
         return 130
     except Exception as exc:
