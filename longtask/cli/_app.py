@@ -381,8 +381,15 @@ def result(
 def list_threads(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     status_filter: Annotated[
-        str | None, typer.Option("--status", help="Only threads with this status.")
+        str | None,
+        typer.Option("--status", metavar="STATUS", help="Only threads with this status."),
     ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", metavar="NAME", help="Only threads of this task.")
+    ] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Also the version, tokens and last update.")
+    ] = False,
     sort: Annotated[
         str,
         typer.Option(
@@ -398,7 +405,8 @@ def list_threads(
     """List threads: status, cost and age.
 
     Most recently updated first; --sort cost puts the most expensive first, --sort age the
-    oldest. --json adds cost, tokens, tool_calls and age (seconds) to each thread."""
+    oldest. Thread ids are never cut; --wide adds the version, tokens and last update.
+    --json adds cost, tokens, tool_calls and age (seconds) to each thread."""
     from longtask.store import THREAD_SORTS, THREAD_STATUSES
 
     if status_filter is not None and status_filter not in THREAD_STATUSES:
@@ -408,11 +416,11 @@ def list_threads(
     if sort not in THREAD_SORTS:
         raise typer.BadParameter(f"must be one of {', '.join(THREAD_SORTS)}", param_hint="--sort")
     with _reader(db) as runner:
-        threads = runner.threads_with_cost(limit=limit, status=status_filter, sort=sort)
+        threads = runner.threads_with_cost(limit=limit, status=status_filter, sort=sort, task=task)
     if json_:
         print(json.dumps([t.to_json() for t in threads], indent=2))
     else:
-        print_threads(out, threads)
+        print_threads(out, threads, wide=wide)
 
 
 @app.command()
