@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -34,6 +35,7 @@ from _common import DEFAULT_PG, machine_info, ms, table
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"--version": 0.150, "--help": 0.150}
 READ_TARGET = 0.300
+RELEASE_ARGS = ["--thread", "rel", "--input", '{"version": "1.4.0"}']
 READS_WITH_TARGET = {"status", "ls", "events", "pending", "result"}
 
 
@@ -57,6 +59,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--pg", default=DEFAULT_PG, help="PostgreSQL admin URL")
+    parser.add_argument(
+        "--command",
+        default=None,
+        help="how to run longtask, e.g. to time another checkout: "
+        "'python /path/to/launcher.py' [default: this venv's longtask]",
+    )
     args = parser.parse_args()
     print("command: python " + " ".join(sys.argv))
     for line in machine_info(args.pg, [args.backend]):
@@ -74,9 +82,10 @@ def main() -> None:
             conn.execute(f"CREATE DATABASE {name}")
         db = args.pg.rsplit("/", 1)[0] + f"/{name}"
         dropped = name
-        subprocess.run([*_longtask(), "db", "upgrade", "--db", db], check=True)
+        subprocess.run([*_longtask(), "db", "upgrade", "--db", db], check=True, capture_output=True)
     env = {**os.environ, "LONGTASK_DB": db}
-    lt = _longtask()
+    lt = shlex.split(args.command) if args.command else _longtask()
+    print("timed: " + shlex.join(lt))
     try:
         subprocess.run(
             [*lt, "run", str(ROOT / "examples/quickstart.py:task"), "--thread", "qs"],
@@ -86,8 +95,7 @@ def main() -> None:
             capture_output=True,
         )
         made = subprocess.run(
-            [*lt, "run", str(ROOT / "examples/release.py:task"), "--thread", "rel"]
-            + ["--input", '{"version": "1.4.0"}'],
+            [*lt, "run", str(ROOT / "examples/release.py:task"), *RELEASE_ARGS],
             env=env,
             cwd=work,
             capture_output=True,
@@ -105,6 +113,16 @@ def main() -> None:
             ["history", "qs"],
         ]
         rows = []
+        # the floor: the interpreter alone, started the way the commands are
+        floor = [[sys.executable, "-c", "pass"], [sys.executable, "-c", "import typer, rich"]]
+        for argv in floor:
+            _timed(argv, env, work)
+            runs = [_timed(argv, env, work) for _ in range(args.runs)]
+            walls = [r[0] for r in runs]
+            name = "python -c " + shlex.quote(argv[-1])
+            spread = f"{ms(min(walls))}–{ms(max(walls))}"
+            cpu = ms(statistics.median(r[1] for r in runs))
+            rows.append([name, ms(statistics.median(walls)), spread, cpu, "", "", "0"])
         for command in commands:
             argv = [*lt, *command]
             _timed(argv, env, work)  # warm the disk cache
@@ -112,7 +130,9 @@ def main() -> None:
             codes = {r[2] for r in runs}
             walls = [r[0] for r in runs]
             med = statistics.median(walls)
-            target = TARGETS.get(command[0], READ_TARGET if command[0] in READS_WITH_TARGET else None)
+            target = TARGETS.get(
+                command[0], READ_TARGET if command[0] in READS_WITH_TARGET else None
+            )
             verdict = "" if target is None else ("met" if med <= target else "missed")
             rows.append(
                 [
@@ -125,9 +145,7 @@ def main() -> None:
                     ",".join(map(str, sorted(codes))),
                 ]
             )
-        print(
-            f"\n## {args.backend}: cold process per command (median of {args.runs}; ms)\n"
-        )
+        print(f"\n## {args.backend}: cold process per command (median of {args.runs}; ms)\n")
         print(
             table(
                 ["command", "wall", "range", "CPU", "target", "", "exit"],
