@@ -220,7 +220,7 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         self.events.stop_live()
-        self.saver.close()
+        self._close_saver()
         if self._lock_conn is not None:
             self._lock_conn.close()
         # The pool's workers may be connecting to a database that does not answer: wait
