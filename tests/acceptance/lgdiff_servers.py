@@ -117,8 +117,10 @@ def free_port() -> int:
 class Server:
     """A server process on 127.0.0.1 that answers ``GET /ok``."""
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], port: int) -> None:
-        self.name, self.args, self.env, self.port = name, args, env, port
+    def __init__(
+        self, name: str, args: list[str], env: dict[str, str], port: int, cwd: Path = HERE
+    ) -> None:
+        self.name, self.args, self.env, self.port, self.cwd = name, args, env, port, cwd
         self.url = f"http://127.0.0.1:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
         # a file, not a pipe: a chatty server would block on a full pipe nobody reads
@@ -126,7 +128,7 @@ class Server:
 
     def start(self, timeout: float = 120) -> Server:
         self.proc = subprocess.Popen(
-            self.args, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, cwd=HERE
+            self.args, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, cwd=self.cwd
         )
         deadline = time.monotonic() + timeout
         while True:
@@ -159,6 +161,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.cwd != HERE:
+            shutil.rmtree(self.cwd, ignore_errors=True)
         return self.output()
 
 
@@ -187,8 +191,14 @@ def reference_server(llm_url: str) -> Server:
         f"           graphs={{'chat': {str(HERE / 'lgdiff_graph.py') + ':graph'!r}}},\n"
         "           disable_persistence=True)\n"
     )
+    # its working directory gets a .langgraph_api folder: keep it out of the repository
+    where = Path(tempfile.mkdtemp(prefix="lgdiff-ref-"))
     return Server(
-        "LangGraph's server (langgraph-api)", [str(python), "-c", code], _quiet_env(llm_url), port
+        "LangGraph's server (langgraph-api)",
+        [str(python), "-c", code],
+        _quiet_env(llm_url),
+        port,
+        cwd=where,
     )
 
 
