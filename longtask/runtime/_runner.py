@@ -36,7 +36,13 @@ from longtask.errors import (
     connection_error,
     describe_validation,
 )
-from longtask.graphs import UpdateCheck, compile_graph, entry_node, install_update_check
+from longtask.graphs import (
+    UpdateCheck,
+    compile_graph,
+    entry_node,
+    install_update_check,
+    pause_write,
+)
 from longtask.model import FunctionStep, LongTask, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
@@ -59,6 +65,8 @@ from longtask.runtime._recovery import recover
 from longtask.runtime._schedules import ScheduleMixin
 from longtask.runtime._streams import (
     CALL_CONFIG,
+    CALL_TAP,
+    TAP_MODES,
     StreamMixin,
     StreamSpec,
     check_config,
@@ -556,6 +564,10 @@ class Runner(
                     f"cannot update {', '.join(map(repr, unknown))}: not a step of "
                     f"{task.name!r} (steps: {', '.join(task.steps)}; or 'inputs')"
                 )
+            for key in update:
+                refused = pause_write(task, key)
+                if refused is not None:
+                    raise refused
             update = {
                 (INPUTS_CHANNEL if k == "inputs" else result_channel(k)): self.codec.encode(
                     self._validate_inputs(task, v) if k == "inputs" else v, f"update of {k!r}"
@@ -706,17 +718,26 @@ class Runner(
         done = self._done_steps(thread_id)
         stages = StageTracker(task, done)
         started: list[str] = []  # steps this run started by hand (see below)
+        tap = CALL_TAP.get()
+        modes = spec.graph_modes()
+        if tap is not None:
+            modes = sorted({*modes, *TAP_MODES})  # type: ignore[arg-type]
+        subgraphs = spec.subgraphs or tap is not None
         while True:
             try:
                 parts = graph.stream(
                     graph_input,
                     config,
                     durability="sync",
-                    stream_mode=spec.graph_modes(),
-                    subgraphs=spec.subgraphs,
+                    stream_mode=modes,
+                    subgraphs=subgraphs,
                 )
                 for part in traced(parts, root):
-                    ns, mode, chunk = part if spec.subgraphs else ((), *part)
+                    ns, mode, chunk = part if subgraphs else ((), *part)
+                    if tap is not None:
+                        tap(ns, mode, chunk)
+                        if ns and not spec.subgraphs:
+                            continue  # asked for by the tap only
                     if mode == "updates" and not ns:
                         finished = [n for n, u in chunk.items() if _finished(task, n, u)]
                         done.update(finished)

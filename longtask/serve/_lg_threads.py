@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, ThreadNotFound
+from longtask.graphs import pause_write
 from longtask.runtime._threadid import check_thread_id
 from longtask.serve._lg_body import integer_field, mapping_field, strings_field, text_field
 from longtask.serve._lg_state import (
@@ -106,12 +107,14 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             page = [{k: t.get(k) for k in select} for t in page]
         return page
 
-    def state(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    def state(
+        thread_id: str, checkpoint_id: str | None = None, subgraphs: bool = False
+    ) -> dict[str, Any]:
         rec = store.get_thread(thread_id)
         if rec is None:
             get_json(thread_id)  # 404 unless the API created it
             return empty_state(thread_id)
-        return thread_state(runner, api.registry, rec, checkpoint_id)
+        return thread_state(runner, api.registry, rec, checkpoint_id, subgraphs=subgraphs)
 
     def history(thread_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
         rec = store.get_thread(thread_id)
@@ -148,6 +151,10 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
                 f"cannot update {', '.join(map(repr, unknown))}: not a step of {task.name!r} "
                 f"(steps: {', '.join(task.steps)})"
             )
+        for key in values:
+            refused = pause_write(task, key, thread_id)
+            if refused is not None:
+                raise refused
         as_node = body.get("as_node")
         if as_node is None and len(values) == 1:
             as_node = next(iter(values))
@@ -160,6 +167,13 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             config = runner.graph(task).update_state(
                 config_of(thread_id, body.get("checkpoint_id")), update, as_node=as_node
             )
+            if rec.status in ("waiting_user", "waiting_external") and not runner.pending(
+                thread_id, task=task
+            ):
+                # The update restarted the steps after it (a pause asks again, with a plan
+                # from the new results): nothing waits for an answer until a run continues
+                # the thread, as on LangGraph's server (idle, with next steps).
+                store.set_status(thread_id, "pending")
         conf = config["configurable"]
         return {
             "checkpoint": {
@@ -211,13 +225,19 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
 
     async def get_state(request: Request) -> Response:
         p = request.path_params
-        return JSONResponse(await api.call(state, p["thread_id"], p.get("checkpoint_id")))
+        subgraphs = request.query_params.get("subgraphs", "").lower() in ("1", "true", "yes")
+        return JSONResponse(
+            await api.call(state, p["thread_id"], p.get("checkpoint_id"), subgraphs)
+        )
 
     async def post_state_checkpoint(request: Request) -> Response:
         body = await api.json_body(request)
         checkpoint = body.get("checkpoint") or {}
         found = await api.call(
-            state, request.path_params["thread_id"], checkpoint.get("checkpoint_id")
+            state,
+            request.path_params["thread_id"],
+            checkpoint.get("checkpoint_id"),
+            bool(body.get("subgraphs")),
         )
         return JSONResponse(found)
 
