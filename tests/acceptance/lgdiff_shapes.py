@@ -297,10 +297,12 @@ INTENDED: list[Intended] = [
         text="extra part from longtask.*",
     ),
     Intended(
-        "runs.stream*",
-        _MSG + r"\[0\]\.(usage_metadata|response_metadata\..*|additional_kwargs\..*)",
-        "messages-tuple sends whole messages as each model call completes, not token chunks, "
-        "so a message carries its usage and response metadata.",
+        "*",
+        r".*(messages(\|[^\]]*)?\]\[\d+\]\[0\]|messages\[\d+\]|chunk|output)"
+        r"\.(usage_metadata|response_metadata\..+|additional_kwargs\.refusal)",
+        "longtask's agent asks the model for whole answers, not token streams, so its AI "
+        "messages carry the usage and response metadata (token_usage, id, logprobs) that "
+        "LangGraph's streamed chunks lack; messages-tuple sends each whole message once.",
     ),
     Intended(
         "runs.stream*",
