@@ -256,6 +256,20 @@ def diff_traces(ref: Sequence[tuple[str, Any]], got: Sequence[tuple[str, Any]]) 
     return out
 
 
+def grouped(diffs: Sequence[Difference]) -> list[str]:
+    """The differences by where and what, list indices aside: one line each, with how many
+    calls or items show it and the first call that does (most frequent first)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for d in diffs:
+        key = (re.sub(r"\[\+?\d+\]", "[i]", d.path), d.text)
+        groups.setdefault(key, []).append(d.label)
+    ordered = sorted(groups.items(), key=lambda kv: -len(kv[1]))
+    return [
+        f"{len(labels)}x {path or '(answer)'}: {text}  (e.g. {labels[0]})"
+        for (path, text), labels in ordered
+    ]
+
+
 def split(
     diffs: Sequence[Difference], intended: Sequence[Intended]
 ) -> tuple[list[Difference], dict[Intended, list[Difference]]]:

@@ -146,7 +146,10 @@ def _judge(sdk: str, ref: list[tuple[str, Any]], got: list[tuple[str, Any]]) -> 
         print(f"  intended ({len(found)}): {intended.reason}")
     assert not left, (
         f"{len(left)} differences from LangGraph's server through the {sdk} "
-        "(reference first; add one to lgdiff_shapes.INTENDED only with its reason):\n"
+        "(reference first; add one to lgdiff_shapes.INTENDED only with its reason).\n"
+        "By where and what:\n"
+        + "\n".join(f"  {line}" for line in lgdiff_shapes.grouped(left))
+        + "\nEach one:\n"
         + "\n".join(f"  {d}" for d in left)
     )
 
@@ -199,6 +202,16 @@ def test_streams_are_compared_by_part_kind_and_order() -> None:
     missing = diff_answer("s", ref, ref[:2])
     assert [d.path for d in missing] == ["[updates]"]
     assert diff_answer("s", ref, ref) == []
+
+
+def test_differences_are_grouped_by_where_and_what() -> None:
+    a = Difference("one", ".tasks[0].path", "missing in longtask")
+    b = Difference("two", ".tasks[3].path", "missing in longtask")
+    c = Difference("two", ".next", "other")
+    assert lgdiff_shapes.grouped([c, a, b]) == [
+        "2x .tasks[i].path: missing in longtask  (e.g. one)",
+        "1x .next: other  (e.g. two)",
+    ]
 
 
 def test_intended_differences_allow_only_what_they_name() -> None:
