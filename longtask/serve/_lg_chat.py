@@ -93,7 +93,7 @@ class Conversation:
         name), the thread started with ``inputs``; ``live``: the running or paused agent's
         messages (plain dicts)."""
         given = list((inputs or {}).get(KEY) or []) if isinstance(inputs, Mapping) else []
-        out = [m for m in given if isinstance(m, dict)]
+        out = [full(m) for m in given if isinstance(m, dict)]
         for name in self.agents:
             if name in results:
                 out.extend(self._said(self._transcript(name), chat=bool(given)))
@@ -103,12 +103,9 @@ class Conversation:
             last = out[-1] if out else None
             if last is None or last.get("type") != "ai" or last.get("content") != closing:
                 out.append(
-                    {
-                        "type": "ai",
-                        "id": f"longtask-done-{self.thread_id}",
-                        "content": closing,
-                        "tool_calls": [],
-                    }
+                    full(
+                        {"type": "ai", "id": f"longtask-done-{self.thread_id}", "content": closing}
+                    )
                 )
         return out
 
@@ -137,6 +134,15 @@ class Conversation:
         if len(parts) == 1:
             return parts[0]
         return "\n".join(f"{n}: {p}" for n, p in zip(final, parts, strict=True))
+
+
+def full(message: dict[str, Any]) -> dict[str, Any]:
+    """A message dict with every field a LangChain message of its type dumps (as a client
+    reading LangGraph's server finds them), keeping what it has."""
+    out = {"additional_kwargs": {}, "response_metadata": {}, "name": None, **message}
+    if out.get("type") == "ai":
+        out = {"tool_calls": [], "invalid_tool_calls": [], "usage_metadata": None, **out}
+    return out
 
 
 def _text(value: Any) -> str:

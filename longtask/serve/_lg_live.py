@@ -97,7 +97,17 @@ class Feeds:
 
 
 def _interrupts(raw: Any) -> list[dict[str, Any]]:
-    return [interrupt_json(i) for i in raw or ()]
+    return [interrupt_json(i, schema=True) for i in raw or ()]
+
+
+def _where(config: Any) -> dict[str, Any] | None:
+    if not isinstance(config, dict):
+        return None
+    conf = config.get("configurable") or {}
+    out = {k: conf.get(k) for k in ("thread_id", "checkpoint_ns", "checkpoint_id")}
+    if conf.get("checkpoint_map"):
+        out["checkpoint_map"] = conf["checkpoint_map"]
+    return out
 
 
 class LiveParts:
@@ -131,6 +141,10 @@ class LiveParts:
         self.live: dict[str, list[dict[str, Any]]] = {}
         self._last_values: Any = None
         self._updated: dict[str, Any] = {}
+        #: the task graph's step (super-step) now, and each node's triggers
+        self._step: int = 0
+        self._triggers: dict[str, list[str]] = {}
+        self._steps: dict[tuple[str, ...], int] = {}
         self._handlers: dict[str, Callable[[tuple[str, ...], Any], list[bytes]]] = {
             "values": self._values,
             "updates": self._updates,
@@ -190,8 +204,6 @@ class LiveParts:
             messages = messages_json(chunk.get("messages") or [])
             self.live[agent] = messages
             out += self._said(ns, agent, messages)
-            if self.channels is not None:
-                out += self._emit_values(self._state_values(self.channels))
         if self.subgraphs:
             out.append(sse(self._event("values", ns), self._sub(chunk)))
         return out
@@ -218,7 +230,10 @@ class LiveParts:
                 **self.metadata,
                 "run_id": self.run_id,
                 "thread_id": self.thread_id,
+                "langgraph_step": self._step,
                 "langgraph_node": step,
+                "langgraph_triggers": self._triggers.get(ns[0].split(":", 1)[0], []),
+                "langgraph_path": ["__pregel_pull", step],
                 "langgraph_checkpoint_ns": "|".join(ns),
             }
             if "messages-tuple" in self.modes:
@@ -290,12 +305,15 @@ class LiveParts:
             return []
         payload = plain(self._task_payload(chunk))
         started = "result" not in chunk
+        if started and not ns and isinstance(chunk.get("triggers"), list | tuple):
+            self._triggers[str(chunk.get("name"))] = [str(t) for t in chunk["triggers"]]
         out = []
         if "tasks" in self.modes:
             out.append(sse(self._event("tasks", ns), payload))
         if "debug" in self.modes:
             kind = "task" if started else "task_result"
-            out.append(sse(self._event("debug", ns), self._debug(kind, payload)))
+            step = self._steps.get(ns, -1) + 1
+            out.append(sse(self._event("debug", ns), self._debug(kind, payload, step)))
         if "events" in self.modes and not ns:
             name = str(chunk.get("name"))
             if started:
@@ -331,21 +349,26 @@ class LiveParts:
             item = dict(t) if isinstance(t, dict) else {"value": t}
             if "interrupts" in item:
                 item["interrupts"] = _interrupts(item["interrupts"])
-            item.pop("state", None)
+            item["state"] = None  # a subgraph's state: its own checkpoints parts say it
             tasks.append(item)
         payload["tasks"] = tasks
+        # The checkpoint and its parent as the API names them (beside LangGraph's configs).
+        payload["checkpoint"] = _where(chunk.get("config"))
+        payload["parent_checkpoint"] = _where(chunk.get("parent_config"))
+        step = (chunk.get("metadata") or {}).get("step")
+        if isinstance(step, int):
+            self._steps[ns] = step
+            if not ns:
+                self._step = step
         payload = plain(payload)
         out = []
         if "checkpoints" in self.modes:
             out.append(sse(self._event("checkpoints", ns), payload))
         if "debug" in self.modes:
-            out.append(sse(self._event("debug", ns), self._debug("checkpoint", payload)))
+            out.append(sse(self._event("debug", ns), self._debug("checkpoint", payload, step)))
         return out
 
-    def _debug(self, kind: str, payload: Any) -> dict[str, Any]:
-        step = None
-        if kind == "checkpoint" and isinstance(payload, dict):
-            step = (payload.get("metadata") or {}).get("step")
+    def _debug(self, kind: str, payload: Any, step: Any) -> dict[str, Any]:
         return {
             "type": kind,
             "timestamp": datetime.now(UTC).isoformat(),

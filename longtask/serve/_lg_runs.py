@@ -234,7 +234,7 @@ def routes(api: Api) -> list[Route]:
         if run.status == "error":
             return {"__error__": {"error": "RunError", "message": run.error or "run failed"}}
         if state is not None and state["interrupts"]:
-            values["__interrupt__"] = state["interrupts"]
+            values["__interrupt__"] = [{**i, "response_schema": None} for i in state["interrupts"]]
         return values
 
     def stream_response(run: ApiRun) -> Response:

@@ -68,13 +68,14 @@ def api_values(
     return values
 
 
-def interrupt_json(intr: Any) -> dict[str, Any]:
-    """An Interrupt as the API shows it."""
-    return {
-        "value": plain(getattr(intr, "value", intr)),
-        "id": getattr(intr, "id", None),
-        "response_schema": plain(getattr(intr, "response_schema", None)),
-    }
+def interrupt_json(intr: Any, *, schema: bool = False) -> dict[str, Any]:
+    """An Interrupt as the API shows it: in a thread's state ``{value, id}``; in a run's
+    stream and outcome (``schema``) with its ``response_schema`` too, as LangGraph's
+    server serialises the Interrupt object there."""
+    out = {"value": plain(getattr(intr, "value", intr)), "id": getattr(intr, "id", None)}
+    if schema:
+        out["response_schema"] = plain(getattr(intr, "response_schema", None))
+    return out
 
 
 def step_name(node: str) -> str:
@@ -102,7 +103,7 @@ def _checkpoint(config: Any) -> dict[str, Any] | None:
         "thread_id": conf.get("thread_id"),
         "checkpoint_ns": conf.get("checkpoint_ns", ""),
         "checkpoint_id": conf.get("checkpoint_id"),
-        "checkpoint_map": conf.get("checkpoint_map"),
+        **({"checkpoint_map": conf["checkpoint_map"]} if conf.get("checkpoint_map") else {}),
     }
 
 
@@ -322,19 +323,19 @@ def thread_json(
             for task in state["tasks"]:
                 if task["interrupts"]:
                     interrupts[task["id"]] = task["interrupts"]
-    error = None
-    if rec is not None and rec.status == "failed":
-        error = (rec.error or {}).get("message")
-    return {
+    out: dict[str, Any] = {
         "thread_id": thread_id,
         "created_at": created,
         "updated_at": updated,
         "state_updated_at": updated,
         "metadata": metadata,
         "status": status,
-        "config": {},
+        "config": {"configurable": {}} if rec is not None else {},
         # LangGraph's server: null until a run has written state
         "values": values if rec is not None else None,
-        "interrupts": interrupts,
-        "error": error,
     }
+    if rec is not None:
+        out["interrupts"] = interrupts
+        if rec.status == "failed":
+            out["error"] = (rec.error or {}).get("message")
+    return out
