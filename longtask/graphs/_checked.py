@@ -11,14 +11,20 @@ nothing. So the compiled graph checks every update first (``update_state``,
 - a step's result is encoded as a step's own return value is (a large one goes to the blob
   table, a pydantic model keeps its class), after the same JSON check;
 - the task's inputs are validated against its inputs model;
-- a stored object of longtask's (``{"$longtask": "blob", ...}``) must exist.
+- a stored object of longtask's (``{"$longtask": "blob", ...}``) must exist;
+- the result (or request) of an approval or a wait is never set: a decision is made by
+  ``approve``/``reject`` and an event delivered by ``signal``, which check the approvers,
+  the plan hash, the deadline and the schema, and record who answered. A state update
+  that set it would let anybody who may write state run the gated step (``pause_write``).
 
 Anything else raises :class:`InvalidInput` before LangGraph writes anything.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from langgraph.types import StateUpdate
@@ -28,6 +34,52 @@ from longtask.model import LongTask, PauseStep
 from longtask.steps import INPUTS_CHANNEL, fix_channel, request_channel, result_channel
 from longtask.store import Store, ValueCodec
 from longtask.store._values import TAG, is_reference, to_json_bytes
+
+#: pause channels longtask's own code may write back unchanged (a fork rewrites the stored
+#: decision of a join's other dependency so the join runs again; see ``Runner.fork``)
+_REWRITES: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "longtask_pause_rewrites", default=frozenset()
+)
+
+
+@contextlib.contextmanager
+def rewriting(channels: Iterable[str]) -> Iterator[None]:
+    """Let the update in this block write ``channels`` (stored pause values, unchanged)."""
+    token = _REWRITES.set(frozenset(channels))
+    try:
+        yield
+    finally:
+        _REWRITES.reset(token)
+
+
+def pause_write(task: LongTask, key: str, thread_id: str | None = None) -> InvalidInput | None:
+    """The error for a state write of ``key`` (a step name or a channel) that would answer
+    an approval or a wait without its checks, or None if ``key`` is no such thing."""
+    for name, step in task.steps.items():
+        if not isinstance(step, PauseStep) or key not in (
+            name,
+            result_channel(name),
+            request_channel(name),
+        ):
+            continue
+        thread = thread_id or "THREAD"
+        if step.kind == "approval":
+            how = (
+                f"decide it with `longtask approve {thread} {name} --by NAME` (or reject), or "
+                'a run with command={"resume": ...}'
+            )
+            what = "an approval: its result is a decision"
+        else:
+            how = (
+                f"deliver it with `longtask signal {thread} {name} --payload JSON`, or a run "
+                'with command={"resume": ...}'
+            )
+            what = "a wait: its result is the event it waits for"
+        return InvalidInput(
+            f"step {name!r} is {what}, which a state update cannot set (that would skip its "
+            f"checks and leave no record of who answered); {how}"
+        )
+    return None
 
 
 def channels_of(task: LongTask) -> dict[str, str]:
@@ -78,6 +130,9 @@ class UpdateCheck:
                 )
             if channel in checked:
                 raise InvalidInput(f"the update sets {channel!r} twice (as {key!r} too)")
+            refused = pause_write(self._task, channel)
+            if refused is not None and channel not in _REWRITES.get():
+                raise refused
             checked[channel] = self._value(channel, value)
         return checked
 

@@ -14,6 +14,7 @@ from langgraph.types import StateUpdate
 from pydantic import BaseModel
 
 from longtask.errors import InvalidInput
+from longtask.graphs import pause_write, rewriting
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._views import CheckpointState, CheckpointView, HistoryList
 from longtask.steps import INPUTS_CHANNEL, result_channel
@@ -219,6 +220,10 @@ class HistoryMixin(RunnerBase):
                 f"cannot fork with {', '.join(map(repr, unknown))}: not a step of "
                 f"{task.name!r} (steps: {', '.join(task.steps)})"
             )
+        for key in update or {}:
+            refused = pause_write(task, key, thread_id)
+            if refused is not None:
+                raise refused
         tup = self.db.saver.get_tuple(_cfg(thread_id, checkpoint_id))
         if tup is None:
             raise InvalidInput(
@@ -261,7 +266,10 @@ class HistoryMixin(RunnerBase):
                 },
             )
             try:
-                new = graph.bulk_update_state(_cfg(thread_id, checkpoint_id), [updates])
+                # The stored decisions of a join's other dependencies, written back as they
+                # are: the only pause values a state update may write.
+                with rewriting(result_channel(d) for d in again):
+                    new = graph.bulk_update_state(_cfg(thread_id, checkpoint_id), [updates])
             except Exception as exc:
                 if type(exc).__name__ == "InvalidUpdateError":
                     raise InvalidInput(f"cannot fork there: {exc}") from exc

@@ -23,7 +23,7 @@ from longtask.errors import (
     ThreadBusy,
     describe_validation,
 )
-from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
+from longtask.model import ApprovalRequest, Decision, LongTask, PauseStep, WaitStep
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._control import whoami
 from longtask.runtime._streams import check_config, using_config
@@ -179,7 +179,11 @@ class PauseMixin(RunnerBase):
         before a target): the gated step would run before any decision, and again after it.
         With ``skip_pending`` it goes on, and (``record``) a ``manual.goto`` event says who
         skipped what."""
-        if not goto or rec.status in ("failed", "completed", "cancelled"):
+        if not goto:
+            return
+        if not skip_pending:
+            self._refuse_unanswered(rec, task, goto)
+        if rec.status in ("failed", "completed", "cancelled"):
             return
         skipped = [
             p
@@ -214,6 +218,28 @@ class PauseMixin(RunnerBase):
                     "skipped_pending": [p.step for p in skipped],
                 },
             )
+
+    def _refuse_unanswered(self, rec: ThreadRecord, task: LongTask, goto: list[str]) -> None:
+        """Refuse a ``goto`` to a step after an approval or a wait that has no answer and is
+        not pending now (not reached yet, or it failed the thread): the gated step would run
+        with no decision at all. (A pending one is refused by ``_goto_skips``, with the
+        command that answers it.)"""
+        pending = {p.step for p in open_interrupts(self.db.saver.head(rec.thread_id))}
+        done = self._done_steps(rec.thread_id)
+        for target in goto:
+            info = task.layout.get(target)
+            if info is None:
+                continue
+            for name in sorted(info.ancestors):
+                step = task.steps.get(name)
+                if isinstance(step, PauseStep) and name not in done and name not in pending:
+                    what = "approval" if step.kind == "approval" else "wait"
+                    raise InvalidInput(
+                        f"cannot go to {target!r}: it comes after the {what} {name!r}, which "
+                        "has no answer, so the step would run without it; go to "
+                        f"{name!r} instead (it asks again), or go anyway with --skip-pending "
+                        "(skip_pending=True, recorded with --by)"
+                    )
 
     def _answer(
         self, thread_id: str, task: LongTask, item: Pending, value: Any, by: str | None = None

@@ -36,7 +36,13 @@ from longtask.errors import (
     connection_error,
     describe_validation,
 )
-from longtask.graphs import UpdateCheck, compile_graph, entry_node, install_update_check
+from longtask.graphs import (
+    UpdateCheck,
+    compile_graph,
+    entry_node,
+    install_update_check,
+    pause_write,
+)
 from longtask.model import FunctionStep, LongTask, PauseStep
 from longtask.model._decision import utcnow
 from longtask.runtime._control import CancelWatch, ControlMixin
@@ -556,6 +562,10 @@ class Runner(
                     f"cannot update {', '.join(map(repr, unknown))}: not a step of "
                     f"{task.name!r} (steps: {', '.join(task.steps)}; or 'inputs')"
                 )
+            for key in update:
+                refused = pause_write(task, key)
+                if refused is not None:
+                    raise refused
             update = {
                 (INPUTS_CHANNEL if k == "inputs" else result_channel(k)): self.codec.encode(
                     self._validate_inputs(task, v) if k == "inputs" else v, f"update of {k!r}"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from longtask.errors import InvalidInput, NothingToResume, describe_validation
+from longtask.graphs import pause_write
 from longtask.model import Decision
 
 if TYPE_CHECKING:
@@ -132,6 +133,13 @@ def plan_command(
             isinstance(goto, list) and all(isinstance(g, str) for g in goto)
         ):
             raise InvalidInput("command goto must be a step name or a list of them")
+        if goto and "__end__" in goto:
+            raise InvalidInput(
+                'goto "__end__" is not supported: a longtask thread ends when its steps are '
+                "done; to stop it, cancel the run (runs.cancel) or the thread "
+                f"(`longtask cancel {rec.thread_id} --by NAME`); to answer what it waits for, "
+                'send command={"resume": ...}'
+            )
         bad = [k for k in (update or {}) if k != "inputs" and k not in task.steps]
         bad += [g for g in goto or [] if g not in task.steps]
         if bad:
@@ -139,6 +147,13 @@ def plan_command(
                 f"{', '.join(map(repr, bad))}: not a step of {task.name!r} "
                 f"(steps: {', '.join(task.steps)})"
             )
+        for key in update or {}:
+            refused = pause_write(task, key, rec.thread_id)
+            if refused is not None:
+                raise refused
+        # Refused here, in the request, as the run would refuse it: a goto past a pending
+        # (or unanswered) approval or wait. The API never skips one.
+        runner._goto_skips(rec, task, goto or [], skip_pending=False, by=actor, record=False)
         return {"kind": "command", "update": update, "goto": goto}
     raise InvalidInput("the command is empty: give resume, update or goto")
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import TaskRefError
-from longtask.graphs import agent_conversation
+from longtask.graphs import agent_conversation, entry_node
 
 if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 #: longtask thread status -> LangGraph thread status
 THREAD_STATUS = {
-    "pending": "busy",
+    # recorded but not advancing (a fork, a state update): a run continues it
+    "pending": "idle",
     "running": "busy",
     "cancelling": "busy",
     "waiting_user": "interrupted",
@@ -159,6 +160,15 @@ def current_state(
     if not snapshot.config or (not snapshot.values and not snapshot.next):
         return empty_state(rec.thread_id), None
     state = state_json(runner, snapshot, finished=finished)
+    if checkpoint_id is None and rec.status == "pending" and not state["next"]:
+        # A state update or a fork left the steps after it untriggered: a run continuing
+        # the thread starts those whose dependencies are done (see Runner._stream).
+        done = set(state["values"])
+        state["next"] = [
+            entry_node(task, name)
+            for name, info in task.layout.items()
+            if name not in done and all(d in done for d in info.depends_on)
+        ]
     if checkpoint_id is None and not finished and "messages" not in task.steps:
         # The running or paused agent step's conversation, as Agent Chat UI reads it; a
         # past checkpoint has none (the agent's checkpoints are not kept per parent step).

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, ThreadNotFound
+from longtask.graphs import pause_write
 from longtask.runtime._threadid import check_thread_id
 from longtask.serve._lg_body import integer_field, mapping_field, strings_field, text_field
 from longtask.serve._lg_state import (
@@ -148,6 +149,10 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
                 f"cannot update {', '.join(map(repr, unknown))}: not a step of {task.name!r} "
                 f"(steps: {', '.join(task.steps)})"
             )
+        for key in values:
+            refused = pause_write(task, key, thread_id)
+            if refused is not None:
+                raise refused
         as_node = body.get("as_node")
         if as_node is None and len(values) == 1:
             as_node = next(iter(values))
@@ -160,6 +165,13 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             config = runner.graph(task).update_state(
                 config_of(thread_id, body.get("checkpoint_id")), update, as_node=as_node
             )
+            if rec.status in ("waiting_user", "waiting_external") and not runner.pending(
+                thread_id, task=task
+            ):
+                # The update restarted the steps after it (a pause asks again, with a plan
+                # from the new results): nothing waits for an answer until a run continues
+                # the thread, as on LangGraph's server (idle, with next steps).
+                store.set_status(thread_id, "pending")
         conf = config["configurable"]
         return {
             "checkpoint": {
