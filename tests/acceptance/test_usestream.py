@@ -9,7 +9,8 @@ rerun installs nothing), and served from its own port on 127.0.0.1 (a cross-orig
 Agent Chat UI is). The assistant's task has an agent step (the real ``ChatOpenAI`` client to
 the scripted OpenAI-compatible server) and an approval:
 
-- a chat message sent from the page starts the thread; the agent's messages stream into
+- a chat message sent from the page (with an id of its own, as Agent Chat UI sends) starts
+  the thread and stays in the thread's messages as sent; the agent's messages stream into
   ``stream.messages`` while the run goes on (the agent's second model call is held until the
   page has shown its first message and the tool's answer);
 - the approval shows in ``stream.interrupt``; a reload of the paused thread (its id in the
@@ -398,6 +399,9 @@ def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
     problems = []
     if _conversation(paused) != EXPECTED:
         problems.append(f"stream.messages at the pause: {_conversation(paused)}")
+    sent = page.evaluate("window.__sent")
+    if [m["id"] for m in paused["messages"][:1]] != sent:
+        problems.append(f"the chat message is not kept as sent (id {sent}): {paused['messages']}")
     # As from LangGraph's server, the run's values stream ends with the interrupt, and the
     # hook takes stream.interrupt from it (not only from the history it reads afterwards).
     if [i.get("id") for i in values.get("__interrupt__") or []] != [paused["interrupt_id"]]:

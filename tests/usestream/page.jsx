@@ -50,7 +50,10 @@ function App() {
 
   const send = (event) => {
     event.preventDefault();
-    stream.submit({ messages: [{ type: "human", content: text }] });
+    // An id of the client's own, as Agent Chat UI sends: the thread keeps the message as sent.
+    const id = crypto.randomUUID();
+    window.__sent = [...(window.__sent ?? []), id];
+    stream.submit({ messages: [{ id, type: "human", content: text }] });
     setText("");
   };
   const approve = () =>
