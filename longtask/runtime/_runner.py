@@ -65,6 +65,8 @@ from longtask.runtime._recovery import recover
 from longtask.runtime._schedules import ScheduleMixin
 from longtask.runtime._streams import (
     CALL_CONFIG,
+    CALL_TAP,
+    TAP_MODES,
     StreamMixin,
     StreamSpec,
     check_config,
@@ -716,17 +718,26 @@ class Runner(
         done = self._done_steps(thread_id)
         stages = StageTracker(task, done)
         started: list[str] = []  # steps this run started by hand (see below)
+        tap = CALL_TAP.get()
+        modes = spec.graph_modes()
+        if tap is not None:
+            modes = sorted({*modes, *TAP_MODES})  # type: ignore[arg-type]
+        subgraphs = spec.subgraphs or tap is not None
         while True:
             try:
                 parts = graph.stream(
                     graph_input,
                     config,
                     durability="sync",
-                    stream_mode=spec.graph_modes(),
-                    subgraphs=spec.subgraphs,
+                    stream_mode=modes,
+                    subgraphs=subgraphs,
                 )
                 for part in traced(parts, root):
-                    ns, mode, chunk = part if spec.subgraphs else ((), *part)
+                    ns, mode, chunk = part if subgraphs else ((), *part)
+                    if tap is not None:
+                        tap(ns, mode, chunk)
+                        if ns and not spec.subgraphs:
+                            continue  # asked for by the tap only
                     if mode == "updates" and not ns:
                         finished = [n for n, u in chunk.items() if _finished(task, n, u)]
                         done.update(finished)

@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import threading
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, get_args
 
@@ -31,6 +31,14 @@ from longtask.steps._tracing import activate
 CALL_CONFIG: contextvars.ContextVar[RunnableConfig | None] = contextvars.ContextVar(
     "longtask_call_config", default=None
 )
+
+#: a listener of every stream part of the runs made on this thread while it is set (see
+#: ``tapping``): ``serve`` streams a run's parts to its clients from the run itself
+CALL_TAP: contextvars.ContextVar[Callable[[tuple[str, ...], str, Any], None] | None] = (
+    contextvars.ContextVar("longtask_call_tap", default=None)
+)
+#: the modes a tap receives, from the task graph and its subgraphs (an agent's conversation)
+TAP_MODES: tuple[str, ...] = ("custom", "tasks", "checkpoints", "updates", "values")
 
 _MODES: tuple[str, ...] = get_args(StreamMode)
 _CONFIG_KEYS = ("callbacks", "tags", "metadata", "run_name", "configurable", "recursion_limit")
@@ -106,6 +114,18 @@ class StreamSpec:
         if not self.subgraphs:
             return body
         return (ns, body) if self.single else (ns, mode, chunk)
+
+
+@contextlib.contextmanager
+def tapping(listener: Callable[[tuple[str, ...], str, Any], None]) -> Iterator[None]:
+    """Runs made on this thread inside the block send every part of ``TAP_MODES`` to
+    ``listener(namespace, mode, chunk)`` as LangGraph yields it, in order: the run's own
+    stream, whatever the caller streams. The listener must not raise."""
+    token = CALL_TAP.set(listener)
+    try:
+        yield
+    finally:
+        CALL_TAP.reset(token)
 
 
 def traced(parts: Iterator[Any], root: Any) -> Iterator[Any]:

@@ -27,6 +27,8 @@ from longtask.errors import (
     NothingToResume,
     ThreadBusy,
 )
+from longtask.runtime import tapping
+from longtask.serve._lg_live import Feed, Feeds
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -84,6 +86,8 @@ class Executor:
             t.start()
         #: notified whenever a run's status changes
         self.changed = threading.Condition()
+        #: the parts of the runs carried out here, for their streams
+        self.feeds = Feeds()
         #: threads fired by a schedule waiting in the job queue
         self._fired: set[str] = set()
         self._fired_lock = threading.Lock()
@@ -110,6 +114,8 @@ class Executor:
     # -- submitting ------------------------------------------------------------------------
 
     def submit(self, run_id: str) -> None:
+        # Opened before the run is queued: a client of its stream finds it at once.
+        self.feeds.open(run_id)
         self._jobs.put((self._execute, (run_id,)))
 
     def start_fired(self, thread_id: str) -> None:
@@ -176,6 +182,13 @@ class Executor:
     # -- carrying out ----------------------------------------------------------------------
 
     def _execute(self, run_id: str) -> None:
+        feed = self.feeds.open(run_id)
+        try:
+            self._execute_run(run_id, feed)
+        finally:
+            feed.close()
+
+    def _execute_run(self, run_id: str, feed: Feed) -> None:
         store = self.runner.db.store
         run = store.api_run(run_id)
         if run is None or run.status not in OPEN_RUN_STATUSES:
@@ -190,9 +203,11 @@ class Executor:
         error: str | None = None
         before = store.get_thread(run.thread_id)
         try:
-            self._carry_out(run, again)
+            with tapping(feed.put):
+                self._carry_out(run, again)
             after = store.get_thread(run.thread_id)
             if after is not None and after.mode == "worker":
+                feed.hand_over()
                 # Handed to the workers' queue: the run lasts until a worker has acted.
                 self._follow_worker(run.thread_id, before.runs if before is not None else 0)
         except ThreadBusy as exc:

@@ -17,8 +17,10 @@ from starlette.routing import Route
 
 from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound, TooLateToCancel
 from longtask.serve._executor import FINAL_RUN
+from longtask.serve._lg_chat import chat_input
 from longtask.serve._lg_commands import plan_command, plan_continue
-from longtask.serve._lg_state import current_state, iso, thread_state
+from longtask.serve._lg_json import iso
+from longtask.serve._lg_state import current_state, thread_state
 from longtask.serve._lg_stream import MODES, follow, modes_of
 
 if TYPE_CHECKING:
@@ -168,6 +170,7 @@ def routes(api: Api) -> list[Route]:
         elif rec is None:
             if raw_input is not None and not isinstance(raw_input, dict):
                 raise InvalidInput("a run's input is an object of the task's inputs")
+            raw_input = chat_input(raw_input, entry.task)
             runner._validate_inputs(entry.task, raw_input or {})  # raises, storing nothing
             request = {"kind": "start", "graph": entry.name, "input": raw_input or {}}
         elif raw_input:
@@ -185,6 +188,7 @@ def routes(api: Api) -> list[Route]:
                 f"{', '.join(sorted(MODES))}"
             )
         request["stream_mode"] = sorted(modes)
+        request["stream_subgraphs"] = bool(body.get("stream_subgraphs"))
         return record(api, thread_id, entry.assistant_id, request, actor, body.get("metadata"))
 
     async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
@@ -225,6 +229,7 @@ def routes(api: Api) -> list[Route]:
 
     def stream_response(run: ApiRun) -> Response:
         req = run.request
+        entry = api.registry.find(run.assistant_id)
         before = {name: None for name in req.get("before", [])}
         body = follow(
             api,
@@ -234,6 +239,8 @@ def routes(api: Api) -> list[Route]:
             req["since_event"],
             before,
             req.get("before_agent") or {},
+            task=entry.task if entry is not None else None,
+            subgraphs=bool(req.get("stream_subgraphs")),
         )
         response = StreamingResponse(
             body,

@@ -1,17 +1,20 @@
 """longtask threads as the LangGraph Server API shows them: thread objects, thread states
-(values are the steps' results by step name, and ``messages``: the conversation of the agent
-step running or paused now) and statuses."""
+(values are the steps' results by step name, and ``messages``: the thread's conversation,
+see ``_lg_chat``) and statuses."""
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import TaskRefError
 from longtask.graphs import agent_conversation, entry_node
+from longtask.serve._lg_chat import KEY, Conversation, messages_json
+from longtask.serve._lg_json import iso, plain
+from longtask.steps import INPUTS_CHANNEL
 
 if TYPE_CHECKING:
+    from langgraph.checkpoint.base import CheckpointTuple
     from langgraph.graph.state import CompiledStateGraph
     from langgraph.types import StateSnapshot
 
@@ -34,23 +37,6 @@ THREAD_STATUS = {
 }
 
 
-def plain(value: Any) -> Any:
-    """``value`` as JSON data (datetimes and models as text, like the rest of the API)."""
-    return json.loads(json.dumps(value, default=_default))
-
-
-def _default(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    return str(value)
-
-
-def iso(ts: float | datetime) -> str:
-    when = ts if isinstance(ts, datetime) else datetime.fromtimestamp(ts, UTC)
-    return when.isoformat()
-
-
 def decode_values(runner: Runner, channels: Any) -> dict[str, Any]:
     """Step results by step name, from a checkpoint's channel values."""
     if not isinstance(channels, dict):
@@ -60,6 +46,26 @@ def decode_values(runner: Runner, channels: Any) -> dict[str, Any]:
         for k, v in channels.items()
         if isinstance(k, str) and k.startswith("out.")
     }
+
+
+def api_values(
+    runner: Runner,
+    channels: Any,
+    chat: Conversation | None,
+    live: Iterable[dict[str, Any]] = (),
+) -> dict[str, Any]:
+    """A checkpoint's values as the API shows them: the steps' results by step name, and
+    ``messages``, the conversation (see ``_lg_chat``) of a thread started from a chat or of
+    a task with agent steps."""
+    values = decode_values(runner, channels)
+    if chat is None or not chat.shown or not isinstance(channels, dict):
+        return values
+    raw = channels.get(INPUTS_CHANNEL)
+    inputs = runner.codec.decode(raw, strict=False) if raw is not None else None
+    inputs = inputs if isinstance(inputs, dict) else None
+    if chat.agents or (inputs and KEY in inputs):
+        values[KEY] = chat.messages(inputs, values, live)
+    return values
 
 
 def _interrupt(intr: Any) -> dict[str, Any]:
@@ -78,9 +84,17 @@ def _checkpoint(config: Any) -> dict[str, Any] | None:
     }
 
 
-def state_json(runner: Runner, snapshot: StateSnapshot, *, finished: bool) -> dict[str, Any]:
+def state_json(
+    runner: Runner,
+    snapshot: StateSnapshot,
+    *,
+    finished: bool,
+    chat: Conversation | None = None,
+    live: Iterable[dict[str, Any]] = (),
+) -> dict[str, Any]:
     """A ThreadState; ``finished`` (the thread failed, completed or was cancelled) hides the
-    interrupts LangGraph keeps next to a later error: nothing waits for them."""
+    interrupts LangGraph keeps next to a later error: nothing waits for them. ``chat`` and
+    ``live``: see ``api_values``."""
     tasks = []
     interrupts: list[dict[str, Any]] = []
     for task in snapshot.tasks:
@@ -98,7 +112,7 @@ def state_json(runner: Runner, snapshot: StateSnapshot, *, finished: bool) -> di
             }
         )
     return {
-        "values": decode_values(runner, snapshot.values),
+        "values": api_values(runner, snapshot.values, chat, live),
         "next": [] if finished else list(snapshot.next),
         "checkpoint": _checkpoint(snapshot.config),
         "metadata": plain(dict(snapshot.metadata or {})),
@@ -136,9 +150,49 @@ def config_of(thread_id: str, checkpoint_id: str | None = None) -> Any:
 
 
 def thread_state(
-    runner: Runner, registry: Registry, rec: ThreadRecord, checkpoint_id: str | None = None
+    runner: Runner,
+    registry: Registry,
+    rec: ThreadRecord,
+    checkpoint_id: str | None = None,
+    *,
+    subgraphs: bool = False,
 ) -> dict[str, Any]:
-    return current_state(runner, registry, rec, checkpoint_id)[0]
+    state = current_state(runner, registry, rec, checkpoint_id)[0]
+    if subgraphs and state["tasks"]:
+        # The state of the agent a pending task runs, from the agent's own checkpoints (its
+        # graph runs inside the step's node, under the task's namespace).
+        graph = graph_of(runner, registry, rec)[1]
+        for task in state["tasks"]:
+            node = graph.nodes.get(task["name"])
+            if node is None or (node.metadata or {}).get("longtask_kind") != "agent":
+                continue
+            ns = f"{task['name']}:{task['id']}"
+            found = runner.db.saver.get_tuple(
+                {"configurable": {"thread_id": rec.thread_id, "checkpoint_ns": ns}}
+            )
+            if found is not None:
+                task["state"] = subgraph_state(found, task["interrupts"])
+    return state
+
+
+def subgraph_state(found: CheckpointTuple, interrupts: list[Any]) -> dict[str, Any]:
+    """An agent's latest checkpoint as a ThreadState (its values: its messages); its
+    interrupts are the ones its step's task shows."""
+    values = found.checkpoint.get("channel_values", {})
+    return {
+        "values": {
+            k: messages_json(v) if k == KEY and isinstance(v, list) else plain(v)
+            for k, v in values.items()
+            if not k.startswith("__") and not k.startswith("branch:")
+        },
+        "next": [],
+        "checkpoint": _checkpoint(found.config),
+        "metadata": plain(dict(found.metadata or {})),
+        "created_at": found.checkpoint.get("ts"),
+        "parent_checkpoint": _checkpoint(found.parent_config),
+        "tasks": [],
+        "interrupts": interrupts,
+    }
 
 
 def graph_of(
@@ -159,7 +213,14 @@ def current_state(
     finished = rec.status in ("failed", "completed", "cancelled") and checkpoint_id is None
     if not snapshot.config or (not snapshot.values and not snapshot.next):
         return empty_state(rec.thread_id), None
-    state = state_json(runner, snapshot, finished=finished)
+    chat = Conversation(runner, task, rec.thread_id)
+    found = None
+    if checkpoint_id is None and not finished and chat.shown:
+        # The running or paused agent step's conversation, read from its own checkpoints;
+        # a past checkpoint has none (the agent's checkpoints are not kept per parent step).
+        found = agent_conversation(graph, snapshot)
+    live = messages_json(found[1]) if found is not None else []
+    state = state_json(runner, snapshot, finished=finished, chat=chat, live=live)
     if checkpoint_id is None and rec.status == "pending" and not state["next"]:
         # A state update or a fork left the steps after it untriggered: a run continuing
         # the thread starts those whose dependencies are done (see Runner._stream).
@@ -169,14 +230,7 @@ def current_state(
             for name, info in task.layout.items()
             if name not in done and all(d in done for d in info.depends_on)
         ]
-    if checkpoint_id is None and not finished and "messages" not in task.steps:
-        # The running or paused agent step's conversation, as Agent Chat UI reads it; a
-        # past checkpoint has none (the agent's checkpoints are not kept per parent step).
-        found = agent_conversation(graph, snapshot)
-        if found is not None:
-            state["values"]["messages"] = plain(found[1])
-            return state, found[0]
-    return state, None
+    return state, (found[0] if found is not None else None)
 
 
 def thread_history(
@@ -187,16 +241,15 @@ def thread_history(
     limit: int,
     before: str | None,
 ) -> list[dict[str, Any]]:
-    entry = registry.find(rec.task_name)
-    task = entry.task if entry is not None else runner._load(rec)
-    graph = runner.graph(task)
+    task, graph = graph_of(runner, registry, rec)
+    chat = Conversation(runner, task, rec.thread_id)
     out = []
     for snap in graph.get_state_history(
         config_of(rec.thread_id),
         limit=limit,
         before=config_of(rec.thread_id, before) if before else None,
     ):
-        out.append(state_json(runner, snap, finished=False))
+        out.append(state_json(runner, snap, finished=False, chat=chat))
     return out
 
 

@@ -1,6 +1,8 @@
-"""A run's stream in the LangGraph Server API's SSE format, made by following the thread.
+"""A run's stream in the LangGraph Server API's SSE format.
 
-No task runs here: the executor advances the thread, and the stream reads what it stored —
+No task runs here: the executor advances the thread. When this process carries the run out,
+its stream is made from the run's own parts as they come (``_lg_live``). Otherwise (a run a
+``longtask worker`` carries out) the stream follows what the thread stores —
 a new checkpoint gives ``values`` (every result so far) and ``updates`` (the steps whose
 results are new, and ``__interrupt__`` when it pauses); new longtask events give ``custom``
 (the event as longtask stores it) and ``events`` (an ``on_custom_event`` per event); new
@@ -21,20 +23,28 @@ import anyio
 
 from longtask.graphs import read_agent_messages
 from longtask.serve._executor import FINAL_RUN
-from longtask.serve._lg_state import current_state, graph_of, plain
+from longtask.serve._lg_json import plain, sse
+from longtask.serve._lg_live import LiveParts
+from longtask.serve._lg_state import current_state, graph_of
 
 if TYPE_CHECKING:
+    from longtask.model import LongTask
     from longtask.serve._lg_common import Api
 
 #: stream modes this server answers; the others are accepted and yield nothing
 MODES = frozenset(
-    {"values", "updates", "custom", "events", "debug", "messages", "messages-tuple", "tasks"}
+    {
+        "values",
+        "updates",
+        "custom",
+        "events",
+        "debug",
+        "messages",
+        "messages-tuple",
+        "tasks",
+        "checkpoints",
+    }
 )
-
-
-def sse(event: str, data: Any) -> bytes:
-    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
-    return f"event: {event}\ndata: {text}\n\n".encode()
 
 
 def modes_of(raw: Any) -> set[str]:
@@ -133,8 +143,57 @@ async def follow(
     since_event: int,
     before: dict[str, Any],
     before_agent: dict[str, Any] | None = None,
+    *,
+    task: LongTask | None = None,
+    subgraphs: bool = False,
 ) -> AsyncIterator[bytes]:
+    """The run's stream: from the run itself when this process carries it out (see
+    ``_lg_live``), else read from what the thread stores."""
     yield sse("metadata", {"run_id": run_id, "attempt": 1})
+    feed = api.executor.feeds.get(run_id)
+    if feed is not None and task is not None:
+        parts = LiveParts(
+            api.runner,
+            task,
+            run_id,
+            thread_id,
+            modes,
+            subgraphs,
+            list((before_agent or {}).get("ids") or ()),
+        )
+        index = 0
+        while True:
+            got, done = await api.call(feed.wait, index, 0.5)
+            index += len(got)
+            if got:
+                for chunk in await api.call(_convert, parts, got):
+                    yield chunk
+            if feed.remote:
+                break  # a worker carries it out: read what it stores
+            if done and not got:
+                run = await api.call(api.runner.db.store.api_run, run_id)
+                if run is not None and run.status == "error":
+                    yield sse("error", {"error": "RunError", "message": run.error or "run failed"})
+                return
+    async for chunk in _follow_stored(
+        api, run_id, thread_id, modes, since_event, before, before_agent
+    ):
+        yield chunk
+
+
+def _convert(parts: LiveParts, got: list[Any]) -> list[bytes]:
+    return [chunk for part in got for chunk in parts.convert(*part)]
+
+
+async def _follow_stored(
+    api: Api,
+    run_id: str,
+    thread_id: str,
+    modes: set[str],
+    since_event: int,
+    before: dict[str, Any],
+    before_agent: dict[str, Any] | None = None,
+) -> AsyncIterator[bytes]:
     reader = _Reader(api, thread_id, since_event, before, before_agent or {})
     talk = bool(modes & {"messages", "messages-tuple"})
     store = api.runner.db.store
@@ -189,7 +248,10 @@ def _state_parts(
         if interrupts and interrupts != reader.interrupts:
             out.append(sse("updates", {"__interrupt__": interrupts}))
     if "values" in modes and (values != reader.values or first):
-        out.append(sse("values", values))
+        shown = values
+        if state["interrupts"] and state["interrupts"] != reader.interrupts:
+            shown = {**values, "__interrupt__": state["interrupts"]}  # as LangGraph's stream
+        out.append(sse("values", shown))
     if "debug" in modes:
         out.append(
             sse(

@@ -107,12 +107,14 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             page = [{k: t.get(k) for k in select} for t in page]
         return page
 
-    def state(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
+    def state(
+        thread_id: str, checkpoint_id: str | None = None, subgraphs: bool = False
+    ) -> dict[str, Any]:
         rec = store.get_thread(thread_id)
         if rec is None:
             get_json(thread_id)  # 404 unless the API created it
             return empty_state(thread_id)
-        return thread_state(runner, api.registry, rec, checkpoint_id)
+        return thread_state(runner, api.registry, rec, checkpoint_id, subgraphs=subgraphs)
 
     def history(thread_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
         rec = store.get_thread(thread_id)
@@ -223,13 +225,19 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
 
     async def get_state(request: Request) -> Response:
         p = request.path_params
-        return JSONResponse(await api.call(state, p["thread_id"], p.get("checkpoint_id")))
+        subgraphs = request.query_params.get("subgraphs", "").lower() in ("1", "true", "yes")
+        return JSONResponse(
+            await api.call(state, p["thread_id"], p.get("checkpoint_id"), subgraphs)
+        )
 
     async def post_state_checkpoint(request: Request) -> Response:
         body = await api.json_body(request)
         checkpoint = body.get("checkpoint") or {}
         found = await api.call(
-            state, request.path_params["thread_id"], checkpoint.get("checkpoint_id")
+            state,
+            request.path_params["thread_id"],
+            checkpoint.get("checkpoint_id"),
+            bool(body.get("subgraphs")),
         )
         return JSONResponse(found)
 

@@ -85,9 +85,17 @@ def test_a_paused_agent_steps_conversation_is_in_the_thread_state(runner: Runner
 
         runner.approve(thread, "release", by="ops", task=task)
         assert runner.status(thread).status == "completed"
-        # Done: the step's answer is its result; no agent is running, so no conversation.
+        # Done: the step's answer is its result, and the conversation stays in the state
+        # (read from the step's transcript), in the history too, with the same ids.
         done = client.get(f"/threads/{thread}/state", headers=ALICE).json()
-        assert done["values"] == {"release": "shipped"}
+        assert done["values"]["release"] == "shipped"
+        after = done["values"]["messages"]
+        assert [m["type"] for m in after] == ["human", "ai", "tool", "ai"]
+        assert [m["id"] for m in after[:2]] == [m["id"] for m in shown]
+        assert after[-1]["content"] == "shipped"  # the answer says it: no closing message
+        history = client.post(f"/threads/{thread}/history", json={}, headers=ALICE).json()
+        assert history[0]["values"]["messages"] == after
+        assert all("messages" in h["values"] for h in history)
 
 
 BIG = "x" * 20_000

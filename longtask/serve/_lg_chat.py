@@ -1,0 +1,159 @@
+"""A thread's conversation, as a chat client on the LangGraph Server API reads it from
+``values["messages"]``: what a chat UI (Agent Chat UI, useStream) renders and keys by id.
+
+It is built for each checkpoint from what the thread stores, never kept in the task's state
+(a message list grows every turn, and a state channel is stored in full at each checkpoint):
+
+- the chat's messages the run was started with (its input ``messages``, kept in the task's
+  inputs, each given a stable id when the run is recorded);
+- each finished agent step's conversation (its ``<step>.transcript.json``), in the task's
+  order, and the one of the agent step running or paused now, read from its own
+  checkpoints. Its system message is left out, and so is its prompt when the chat gave the
+  input (the prompt then says what the chat said);
+- once every step has a result, one closing AI message with the final steps' results,
+  unless the last message already says it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from longtask.errors import InvalidInput
+from longtask.model import AgentStep
+from longtask.serve._lg_json import plain
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
+    from longtask.runtime import Runner
+
+#: the run input key a chat client sends its messages in
+KEY = "messages"
+_ROLES = {"user": "human", "human": "human", "assistant": "ai", "ai": "ai", "system": "system"}
+
+
+def chat_input(raw: Any, task: LongTask) -> Any:
+    """The run's input with its chat messages in LangChain's dict form, each with an id
+    (raises InvalidInput, naming the fix, for a task that could not keep them)."""
+    if not isinstance(raw, dict) or KEY not in raw or KEY in task.steps:
+        return raw
+    if task.inputs is not None and KEY not in task.inputs.model_fields:
+        raise InvalidInput(
+            f"task {task.name!r} takes no chat messages: its inputs model "
+            f"{task.inputs.__name__} has no field 'messages', so a chat's input would be "
+            "lost; add `messages: list[dict] = []` to it to start the task from a chat"
+        )
+    given = raw[KEY]
+    items = [given] if isinstance(given, str | dict) else given
+    if not isinstance(items, list):
+        raise InvalidInput("input messages must be a list of messages")
+    return {**raw, KEY: [_message(m) for m in items]}
+
+
+def _message(value: Any) -> dict[str, Any]:
+    if isinstance(value, str):
+        value = {"type": "human", "content": value}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"an input message is a string or an object, not {value!r}")
+    kind = _ROLES.get(str(value.get("type") or value.get("role") or "human"))
+    if kind is None:
+        raise InvalidInput(f"an input message's type is human, ai or system, not {value!r}")
+    out = {k: v for k, v in value.items() if k != "role"}
+    out["type"] = kind
+    out.setdefault("content", "")
+    if not out.get("id"):
+        out["id"] = str(uuid.uuid4())
+    return out
+
+
+class Conversation:
+    """The conversation of one thread, with the finished agent steps' transcripts read once."""
+
+    def __init__(self, runner: Runner, task: LongTask, thread_id: str) -> None:
+        self.runner = runner
+        self.task = task
+        self.thread_id = thread_id
+        self._transcripts: dict[str, list[dict[str, Any]]] = {}
+        self.agents = [n for n, s in task.steps.items() if isinstance(s, AgentStep)]
+
+    @property
+    def shown(self) -> bool:
+        """False for a task with a step named ``messages`` (its result is shown there)."""
+        return KEY not in self.task.steps
+
+    def messages(
+        self,
+        inputs: Mapping[str, Any] | None,
+        results: Mapping[str, Any],
+        live: Iterable[dict[str, Any]] = (),
+    ) -> list[dict[str, Any]]:
+        """The conversation at a checkpoint whose step results are ``results`` (by step
+        name), the thread started with ``inputs``; ``live``: the running or paused agent's
+        messages (plain dicts)."""
+        given = list((inputs or {}).get(KEY) or []) if isinstance(inputs, Mapping) else []
+        out = [m for m in given if isinstance(m, dict)]
+        for name in self.agents:
+            if name in results:
+                out.extend(self._said(self._transcript(name), chat=bool(given)))
+        out.extend(self._said(live, chat=bool(given)))
+        if self.task.steps and all(name in results for name in self.task.steps):
+            closing = self._closing(results)
+            last = out[-1] if out else None
+            if last is None or last.get("type") != "ai" or last.get("content") != closing:
+                out.append(
+                    {
+                        "type": "ai",
+                        "id": f"longtask-done-{self.thread_id}",
+                        "content": closing,
+                        "tool_calls": [],
+                    }
+                )
+        return out
+
+    @staticmethod
+    def _said(messages: Iterable[dict[str, Any]], *, chat: bool) -> list[dict[str, Any]]:
+        return [
+            m
+            for m in messages
+            if m.get("type") != "system" and not (chat and m.get("type") == "human")
+        ]
+
+    def _transcript(self, step: str) -> list[dict[str, Any]]:
+        if step not in self._transcripts:
+            try:
+                raw = self.runner.transcript(self.thread_id, step)
+            except InvalidInput:
+                raw = []  # a step skipped or answered by hand has none
+            self._transcripts[step] = messages_json(raw)
+        return self._transcripts[step]
+
+    def _closing(self, results: Mapping[str, Any]) -> str:
+        """The final steps' results (those no other step depends on), as text."""
+        needed = {d for info in self.task.layout.values() for d in info.depends_on}
+        final = [n for n in self.task.steps if n not in needed]
+        parts = [_text(results[n]) for n in final]
+        if len(parts) == 1:
+            return parts[0]
+        return "\n".join(f"{n}: {p}" for n, p in zip(final, parts, strict=True))
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def messages_json(raw: Iterable[Any]) -> list[dict[str, Any]]:
+    """LangChain messages (objects, or ``messages_to_dict``'s ``{"type", "data"}``) as the
+    API's message dicts."""
+    from langchain_core.messages import BaseMessage, messages_from_dict
+
+    out: list[dict[str, Any]] = []
+    for item in raw:
+        if isinstance(item, dict) and "data" in item and "type" in item:
+            item = messages_from_dict([item])[0]
+        if isinstance(item, BaseMessage):
+            out.append(plain(item))
+        elif isinstance(item, dict):
+            out.append(item)
+    return out

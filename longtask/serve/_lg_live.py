@@ -1,0 +1,360 @@
+"""A run's stream made from the run itself: serve's executor taps the parts LangGraph yields
+while it advances the thread (``Runner`` tapping, every mode, the task graph and its
+subgraphs), in order, and each client of the run's stream turns them into the LangGraph
+Server API's SSE events for the modes it asked for.
+
+- ``values``: the state after each super-step (results by step name, ``messages``: the
+  conversation, see ``_lg_chat``), with ``__interrupt__`` when the run pauses; again when
+  a running agent's conversation grows.
+- ``updates``: ``{step: result}`` as each step finishes, ``{"__interrupt__": [...]}`` at a
+  pause.
+- ``messages-tuple`` / ``messages``: each agent message (the model's, the tools') as its
+  call completes, whole (not tokens), with the step as ``langgraph_node``.
+- ``custom``: longtask's events as a step sends them (the stored event's fields; no id).
+- ``events``: ``on_chain_start``/``on_chain_end`` per step, ``on_chat_model_end`` per
+  model message, ``on_custom_event`` per longtask event.
+- ``tasks``, ``checkpoints``, ``debug`` (both, wrapped): LangGraph's own parts, values
+  shown as above. With ``stream_subgraphs`` a subgraph's parts come as ``mode|namespace``.
+
+A run carried out by another process (``longtask worker``) has no tap here: its stream is
+read from the database instead (``_lg_stream``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from longtask.serve._lg_chat import Conversation, messages_json
+from longtask.serve._lg_json import plain, sse
+from longtask.serve._lg_state import api_values, decode_values
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
+    from longtask.runtime import Runner
+
+#: seconds a finished run's feed stays for a late client of its stream
+KEEP = 60.0
+_INTERRUPT = "__interrupt__"
+
+
+class Feed:
+    """The parts of one run, as the executor's tap receives them."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[tuple[str, ...], str, Any]] = []
+        self.closed_at: float | None = None
+        #: the run is carried out by a worker: nothing comes here
+        self.remote = False
+        self._cond = threading.Condition()
+
+    def put(self, ns: tuple[str, ...], mode: str, chunk: Any) -> None:
+        with self._cond:
+            self.parts.append((ns, mode, chunk))
+            self._cond.notify_all()
+
+    def hand_over(self) -> None:
+        with self._cond:
+            self.remote = True
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self.closed_at = time.monotonic()
+            self._cond.notify_all()
+
+    def wait(self, index: int, timeout: float) -> tuple[list[Any], bool]:
+        """(the parts after ``index``, whether no more will come) within ``timeout``."""
+        with self._cond:
+            self._cond.wait_for(
+                lambda: len(self.parts) > index or self.closed_at is not None or self.remote,
+                timeout,
+            )
+            return self.parts[index:], self.closed_at is not None or self.remote
+
+
+class Feeds:
+    """The feeds of the runs this process carries out, by run id."""
+
+    def __init__(self) -> None:
+        self._feeds: dict[str, Feed] = {}
+        self._lock = threading.Lock()
+
+    def open(self, run_id: str) -> Feed:
+        now = time.monotonic()
+        with self._lock:
+            for key, feed in list(self._feeds.items()):
+                if feed.closed_at is not None and now - feed.closed_at > KEEP:
+                    del self._feeds[key]
+            return self._feeds.setdefault(run_id, Feed())
+
+    def get(self, run_id: str) -> Feed | None:
+        with self._lock:
+            return self._feeds.get(run_id)
+
+
+def _interrupts(raw: Any) -> list[dict[str, Any]]:
+    return [
+        {"value": plain(getattr(i, "value", i)), "id": getattr(i, "id", None)} for i in raw or ()
+    ]
+
+
+class LiveParts:
+    """Turns one run's tapped parts into SSE events for one client."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        task: LongTask,
+        run_id: str,
+        thread_id: str,
+        modes: set[str],
+        subgraphs: bool,
+        seen_ids: list[str],
+    ) -> None:
+        self.runner = runner
+        self.task = task
+        self.run_id = run_id
+        self.thread_id = thread_id
+        self.modes = modes
+        self.subgraphs = subgraphs
+        self.chat = Conversation(runner, task, thread_id)
+        self.sent: set[str] = set(seen_ids)
+        #: the task graph's channels as of its last values part
+        self.channels: dict[str, Any] | None = None
+        #: agent step -> its conversation so far (running or paused)
+        self.live: dict[str, list[dict[str, Any]]] = {}
+        self._last_values: Any = None
+        self._updated: dict[str, Any] = {}
+        self._handlers: dict[str, Callable[[tuple[str, ...], Any], list[bytes]]] = {
+            "values": self._values,
+            "updates": self._updates,
+            "custom": self._custom,
+            "tasks": self._tasks,
+            "checkpoints": self._checkpoints,
+        }
+
+    def convert(self, ns: tuple[str, ...], mode: str, chunk: Any) -> list[bytes]:
+        handler = self._handlers.get(mode)
+        return handler(ns, chunk) if handler is not None else []
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _event(self, mode: str, ns: tuple[str, ...]) -> str:
+        return f"{mode}|{'|'.join(ns)}" if ns else mode
+
+    def _agent_of(self, ns: tuple[str, ...]) -> str | None:
+        """The agent step whose own graph namespace ``ns`` is (None for any other)."""
+        if len(ns) != 1:
+            return None
+        node = ns[0].split(":", 1)[0]
+        step = node.split(".", 1)[0]
+        return step if step in self.chat.agents else None
+
+    def _live_messages(self) -> list[dict[str, Any]]:
+        return [m for step in self.chat.agents for m in self.live.get(step, [])]
+
+    def _state_values(self, channels: dict[str, Any]) -> dict[str, Any]:
+        return api_values(self.runner, channels, self.chat, self._live_messages())
+
+    def _emit_values(self, values: dict[str, Any]) -> list[bytes]:
+        if "values" not in self.modes or values == self._last_values:
+            return []
+        self._last_values = values
+        return [sse("values", values)]
+
+    # -- modes -----------------------------------------------------------------------------
+
+    def _values(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
+        if not isinstance(chunk, dict):
+            return []
+        if not ns:
+            self.channels = {k: v for k, v in chunk.items() if k != _INTERRUPT}
+            for step in list(self.live):
+                if f"out.{step}" in self.channels:
+                    # Finished: its conversation is its transcript now (the same messages).
+                    self.chat._transcripts.setdefault(step, self.live.pop(step))
+            values = self._state_values(self.channels)
+            if _INTERRUPT in chunk:
+                values[_INTERRUPT] = _interrupts(chunk[_INTERRUPT])
+                self._last_values = None  # a pause is always said
+            return self._emit_values(values)
+        out: list[bytes] = []
+        agent = self._agent_of(ns)
+        if agent is not None:
+            messages = messages_json(chunk.get("messages") or [])
+            self.live[agent] = messages
+            out += self._said(ns, agent, messages)
+            if self.channels is not None:
+                out += self._emit_values(self._state_values(self.channels))
+        if self.subgraphs:
+            out.append(sse(self._event("values", ns), self._sub(chunk)))
+        return out
+
+    def _sub(self, chunk: Any) -> Any:
+        """A subgraph's part (an agent's state) as JSON, its messages as the API's dicts."""
+        if isinstance(chunk, dict):
+            return {
+                k: messages_json(v) if k == "messages" and isinstance(v, list) else plain(v)
+                for k, v in chunk.items()
+            }
+        return plain(chunk)
+
+    def _said(self, ns: tuple[str, ...], step: str, messages: list[dict[str, Any]]) -> list[bytes]:
+        out: list[bytes] = []
+        for message in messages:
+            mid = message.get("id")
+            if not mid or mid in self.sent:
+                continue
+            self.sent.add(mid)
+            if message.get("type") in ("human", "system"):
+                continue  # the prompt: the run's input, which LangGraph does not stream
+            meta = {
+                "run_id": self.run_id,
+                "thread_id": self.thread_id,
+                "langgraph_node": step,
+                "langgraph_checkpoint_ns": "|".join(ns),
+            }
+            if "messages-tuple" in self.modes:
+                out.append(sse("messages", [message, meta]))
+            if "messages" in self.modes:
+                out.append(sse("messages/metadata", {mid: {"metadata": meta}}))
+                out.append(sse("messages/complete", [message]))
+            if "events" in self.modes and message.get("type") == "ai":
+                out.append(
+                    sse(
+                        "events",
+                        self._lc_event("on_chat_model_end", step, mid, {"output": message}),
+                    )
+                )
+        return out
+
+    def _updates(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
+        if not isinstance(chunk, dict):
+            return []
+        if ns:
+            if not self.subgraphs or "updates" not in self.modes:
+                return []
+            return [sse(self._event("updates", ns), {k: self._sub(v) for k, v in chunk.items()})]
+        if "updates" not in self.modes:
+            return []
+        out = []
+        for node, update in chunk.items():
+            if node == _INTERRUPT:
+                out.append(sse("updates", {_INTERRUPT: _interrupts(update)}))
+            elif isinstance(update, dict):
+                for step, value in decode_values(self.runner, update).items():
+                    # A pause's nodes both write its result: said once.
+                    if self._updated.get(step, _INTERRUPT) != value:
+                        self._updated[step] = value
+                        out.append(sse("updates", {step: value}))
+        return out
+
+    def _custom(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
+        if isinstance(chunk, dict) and "longtask" in chunk:
+            data: Any = {
+                "id": None,
+                "thread_id": chunk.get("thread_id", self.thread_id),
+                "kind": chunk["longtask"],
+                "stage": chunk.get("stage"),
+                "step": chunk.get("step"),
+                "attempt": chunk.get("attempt"),
+                "data": plain(chunk.get("data") or {}),
+                "ts": datetime.now(UTC).isoformat(),
+            }
+            name = str(chunk["longtask"])
+        else:
+            data, name = plain(chunk), "custom"
+        out = []
+        if "custom" in self.modes and (not ns or self.subgraphs):
+            out.append(sse(self._event("custom", ns if self.subgraphs else ()), data))
+        if "events" in self.modes:
+            step = data.get("step") if isinstance(data, dict) else None
+            event = self._lc_event("on_custom_event", step, None, data)
+            event["name"] = name
+            out.append(sse("events", event))
+        return out
+
+    def _tasks(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
+        if ns and not self.subgraphs:
+            return []
+        if not isinstance(chunk, dict):
+            return []
+        payload = plain(self._task_payload(chunk))
+        started = "result" not in chunk
+        out = []
+        if "tasks" in self.modes:
+            out.append(sse(self._event("tasks", ns), payload))
+        if "debug" in self.modes:
+            kind = "task" if started else "task_result"
+            out.append(sse(self._event("debug", ns), self._debug(kind, payload)))
+        if "events" in self.modes and not ns:
+            name = str(chunk.get("name"))
+            if started:
+                event = self._lc_event("on_chain_start", name, chunk.get("id"), {"input": {}})
+            else:
+                event = self._lc_event(
+                    "on_chain_end", name, chunk.get("id"), {"output": payload.get("result")}
+                )
+            event["name"] = name
+            out.append(sse("events", event))
+        return out
+
+    def _task_payload(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        out = dict(chunk)
+        if "input" in out:
+            out["input"] = None  # the task's whole state: ``values`` shows it
+        if isinstance(out.get("result"), dict):
+            out["result"] = decode_values(self.runner, out["result"]) or plain(out["result"])
+        if "interrupts" in out:
+            out["interrupts"] = _interrupts(out["interrupts"])
+        return out
+
+    def _checkpoints(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
+        if (ns and not self.subgraphs) or not isinstance(chunk, dict):
+            return []
+        payload = dict(chunk)
+        if not ns and isinstance(chunk.get("values"), dict):
+            payload["values"] = self._state_values(chunk["values"])
+        elif isinstance(chunk.get("values"), dict):
+            payload["values"] = self._sub(chunk["values"])
+        tasks = []
+        for t in chunk.get("tasks") or ():
+            item = dict(t) if isinstance(t, dict) else {"value": t}
+            if "interrupts" in item:
+                item["interrupts"] = _interrupts(item["interrupts"])
+            item.pop("state", None)
+            tasks.append(item)
+        payload["tasks"] = tasks
+        payload = plain(payload)
+        out = []
+        if "checkpoints" in self.modes:
+            out.append(sse(self._event("checkpoints", ns), payload))
+        if "debug" in self.modes:
+            out.append(sse(self._event("debug", ns), self._debug("checkpoint", payload)))
+        return out
+
+    def _debug(self, kind: str, payload: Any) -> dict[str, Any]:
+        step = None
+        if kind == "checkpoint" and isinstance(payload, dict):
+            step = (payload.get("metadata") or {}).get("step")
+        return {
+            "type": kind,
+            "timestamp": datetime.now(UTC).isoformat(),
+            "step": step,
+            "payload": payload,
+        }
+
+    def _lc_event(self, kind: str, node: str | None, run: Any, data: Any) -> dict[str, Any]:
+        return {
+            "event": kind,
+            "name": node or self.task.name,
+            "run_id": str(run) if run else self.run_id,
+            "data": data,
+            "tags": [],
+            "metadata": {"thread_id": self.thread_id, "langgraph_node": node},
+            "parent_ids": [self.run_id],
+        }
