@@ -275,6 +275,7 @@ class Watch:
     def __init__(self, page: Any, api: str) -> None:
         self.errors: list[str] = []
         self.bad: list[str] = []
+        self.exchanges: list[dict[str, Any]] = []
         self.log = ARTIFACTS / "usestream-network.jsonl"
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         self.log.write_text("")
@@ -293,14 +294,15 @@ class Watch:
             except Exception as exc:  # a preflight or an aborted stream has no body
                 body = f"<no body: {exc}>"
             path = response.url[len(api) :]
+            exchange = {
+                "method": request.method,
+                "path": path,
+                "request": request.post_data,
+                "status": response.status,
+                "response": body,
+            }
+            self.exchanges.append(exchange)
             with self.log.open("a") as f:
-                exchange = {
-                    "method": request.method,
-                    "path": path,
-                    "request": request.post_data,
-                    "status": response.status,
-                    "response": body,
-                }
                 f.write(json.dumps(exchange) + "\n")
             if response.status >= 400:
                 self.bad.append(
@@ -308,11 +310,46 @@ class Watch:
                     f" -> {response.status} {body[:500]}"
                 )
 
-        page.on("requestfinished", lambda request: None)
         page.on("response", answered)
 
     def __str__(self) -> str:
         return "\n".join(["page errors:", *self.errors, "serve answered:", *self.bad])
+
+    def streams(self) -> list[list[tuple[str, Any]]]:
+        """The parts of each run stream the page read, (event, data) in order."""
+        found = []
+        for exchange in self.exchanges:
+            if exchange["method"] == "POST" and exchange["path"].endswith("/runs/stream"):
+                parts = []
+                for block in exchange["response"].split("\n\n"):
+                    fields = dict(
+                        line.split(": ", 1) for line in block.splitlines() if ": " in line
+                    )
+                    if "event" in fields:
+                        parts.append((fields["event"], json.loads(fields.get("data", "null"))))
+                found.append(parts)
+        return found
+
+
+def _stream_problems(parts: list[tuple[str, Any]], interrupt_id: str | None) -> list[str]:
+    """How a run's stream differs from LangGraph's server: the values end with the interrupt
+    (which useStream takes stream.interrupt from, when it reads no history after the run),
+    and each agent message comes (as a messages part) before the values that hold it."""
+    problems = []
+    values = [data for event, data in parts if event == "values"]
+    streamed = [i.get("id") for v in values for i in v.get("__interrupt__") or []]
+    if interrupt_id is not None and interrupt_id not in streamed:
+        problems.append(f"no __interrupt__ {interrupt_id} in the values stream: {values[-1:]}")
+    sent: set[str] = set()
+    for event, data in parts:
+        if event == "messages":
+            sent.add(data[0].get("id"))
+        elif event == "values":
+            for m in data.get("messages") or []:
+                if m.get("type") != "human" and m.get("id") not in sent:
+                    problems.append(f"values hold {m.get('type')} message {m.get('id')} before it")
+                    sent.add(m.get("id"))  # once is enough
+    return problems
 
 
 def _view(page: Any) -> dict[str, Any]:
@@ -350,15 +387,28 @@ EXPECTED = [
 ]
 
 
+# The hook's default reads no history after a run (stream.interrupt comes from the stream);
+# Agent Chat UI sets fetchStateHistory, so the hook reads the thread's history after each run.
+@pytest.mark.parametrize("history", [False, True], ids=["default", "fetchStateHistory"])
 def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
-    db_url: str, serve: str, site: str, browser: Any, model: tuple[FakeOpenAI, Gate]
+    db_url: str,
+    serve: str,
+    site: str,
+    browser: Any,
+    model: tuple[FakeOpenAI, Gate],
+    history: bool,
 ) -> None:
     from playwright.sync_api import expect
 
     fake, gate = model
     page = browser.new_page(viewport={"width": 1000, "height": 900})
     watch = Watch(page, serve)
-    config = {"apiUrl": serve, "apiKey": TOKEN, "assistantId": chat_task.task.name}
+    config = {
+        "apiUrl": serve,
+        "apiKey": TOKEN,
+        "assistantId": chat_task.task.name,
+        "history": history,
+    }
     # Before the page's own script, on every load (the reload too).
     page.add_init_script(f"window.LT = {json.dumps(config)};")
     page.goto(f"{site}/index.html")
@@ -395,17 +445,14 @@ def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
     expect(app).to_have_attribute("data-loading", "false", timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "usestream-interrupt.png"), full_page=True)
     paused = _view(page)
-    values = json.loads(page.locator("#values").inner_text())
     problems = []
     if _conversation(paused) != EXPECTED:
         problems.append(f"stream.messages at the pause: {_conversation(paused)}")
     sent = page.evaluate("window.__sent")
     if [m["id"] for m in paused["messages"][:1]] != sent:
         problems.append(f"the chat message is not kept as sent (id {sent}): {paused['messages']}")
-    # As from LangGraph's server, the run's values stream ends with the interrupt, and the
-    # hook takes stream.interrupt from it (not only from the history it reads afterwards).
-    if [i.get("id") for i in values.get("__interrupt__") or []] != [paused["interrupt_id"]]:
-        problems.append(f"no __interrupt__ in the streamed values: {values}")
+    [first] = watch.streams()
+    problems += _stream_problems(first, paused["interrupt_id"])
     assert not problems, "\n".join([*problems, str(watch)])
     assert paused["messages"][1]["tool_calls"] == ["weather"]
     assert paused["interrupt"]["plan"] == {"answer": ANSWER}, paused["interrupt"]
@@ -415,9 +462,13 @@ def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
     # The hook showed the agent's messages while the run was loading, before the pause.
     renders = page.evaluate("window.__renders")
     streamed = [
-        r for r in renders if r["loading"] and any(m["type"] == "tool" for m in r["messages"])
+        r
+        for r in renders
+        if r["loading"]
+        and r["interrupt"] is None
+        and any(m["type"] == "tool" for m in r["messages"])
     ]
-    assert streamed and all(r["interrupt"] is None for r in streamed), renders
+    assert streamed, renders
     with Runner(db_url) as runner:
         assert runner.status(thread_id).status == "waiting_user"
 

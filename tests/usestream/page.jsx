@@ -1,5 +1,6 @@
 // A chat page on LangGraph's React hook useStream, for tests/acceptance/test_usestream.py.
-// The test sets window.LT = {apiUrl, apiKey, assistantId} before the page runs; the thread
+// The test sets window.LT = {apiUrl, apiKey, assistantId, history} before the page runs
+// (history: the hook's fetchStateHistory, true in Agent Chat UI, unset by default); the thread
 // is in the URL (?threadId=...), as in Agent Chat UI, so a reload reopens it.
 import { useEffect, useState } from "react";
 import { createRoot } from "react-dom/client";
@@ -27,7 +28,7 @@ function App() {
     apiKey: config.apiKey,
     assistantId: config.assistantId,
     messagesKey: "messages",
-    fetchStateHistory: true,
+    ...(config.history ? { fetchStateHistory: true } : {}),
     threadId,
     onThreadId: (id) => {
       setThreadId(id);
