@@ -15,8 +15,9 @@ the scripted OpenAI-compatible server) and an approval:
   page has shown its first message and the tool's answer);
 - the approval shows in ``stream.interrupt``; a reload of the paused thread (its id in the
   URL) shows the conversation and the interrupt again;
-- ``submit(undefined, {command: {resume: ...}})`` from the page approves it, and the page
-  shows the thread's final values.
+- ``submit(undefined, {command: {resume: ...}})`` from the page approves it (with
+  fetchStateHistory, from the head's checkpoint, as Agent Chat UI's useStream sends), and the
+  page shows the thread's final values.
 
 Needs /usr/bin/chromium (Debian package ``chromium``), the ``playwright`` package and npm
 with the registry: without them the test is skipped, except when ``CI`` is set, where it
@@ -482,7 +483,10 @@ def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
     # Approved from the page: submit(undefined, {command: {resume: ...}}).
     expect(page.locator("#approve")).to_be_enabled(timeout=WAIT)
     page.click("#approve")
-    expect(page.locator("#values")).to_contain_text("approved by alice", timeout=WAIT)
+    try:
+        expect(page.locator("#values")).to_contain_text("approved by alice", timeout=WAIT)
+    except AssertionError as exc:
+        raise AssertionError(f"the approval did not go through:\n{watch}") from exc
     expect(page.locator("#interrupt")).to_have_count(0, timeout=WAIT)
     expect(app).to_have_attribute("data-loading", "false", timeout=WAIT)
     page.screenshot(path=str(ARTIFACTS / "usestream-completed.png"), full_page=True)

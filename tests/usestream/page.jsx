@@ -57,10 +57,15 @@ function App() {
     stream.submit({ messages: [{ id, type: "human", content: text }] });
     setText("");
   };
-  const approve = () =>
-    stream.submit(undefined, {
-      command: { resume: { approved: true, comment: "send it" } },
-    });
+  const approve = async () => {
+    const options = { command: { resume: { approved: true, comment: "send it" } } };
+    if (config.history) {
+      // As useStream 1.8 (Agent Chat UI's) does with fetchStateHistory: the run goes on from
+      // the checkpoint shown, here the thread's head.
+      options.checkpoint = (await stream.client.threads.getState(threadId)).checkpoint;
+    }
+    stream.submit(undefined, options);
+  };
 
   return (
     <main id="app" data-loading={String(stream.isLoading)} data-thread={threadId ?? ""}>
