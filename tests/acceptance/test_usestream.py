@@ -131,25 +131,29 @@ def page_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         raise AssertionError  # unreachable: _need skips or fails
     modules = _install(npm)
     out = tmp_path_factory.mktemp("usestream-page")
-    # esbuild resolves imports from the source's directory: build a copy beside node_modules.
-    source = modules / "page.jsx"
+    # esbuild resolves imports from the source's directory: build a copy beside node_modules
+    # (one per process: pytest-xdist workers share the directory).
+    source = modules / f"page-{os.getpid()}.jsx"
     shutil.copyfile(PAGE_SRC / "page.jsx", source)
-    built = subprocess.run(
-        [
-            str(modules / "node_modules" / ".bin" / "esbuild"),
-            str(source),
-            "--bundle",
-            "--format=esm",
-            "--jsx=automatic",
-            '--define:process.env.NODE_ENV="production"',
-            f"--outfile={out / 'page.js'}",
-            "--log-level=error",
-        ],
-        cwd=modules,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    try:
+        built = subprocess.run(
+            [
+                str(modules / "node_modules" / ".bin" / "esbuild"),
+                str(source),
+                "--bundle",
+                "--format=esm",
+                "--jsx=automatic",
+                '--define:process.env.NODE_ENV="production"',
+                f"--outfile={out / 'page.js'}",
+                "--log-level=error",
+            ],
+            cwd=modules,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        source.unlink()
     assert built.returncode == 0, built.stdout + built.stderr
     shutil.copyfile(PAGE_SRC / "index.html", out / "index.html")
     return out
