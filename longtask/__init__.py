@@ -32,34 +32,54 @@ from longtask.errors import (
     ThreadNotFound,
     Transient,
 )
-from longtask.model import (
-    AgentStep,
-    Budget,
-    Decision,
-    LongTask,
-    Prompt,
-    Retry,
-    Schedule,
-    Stage,
-    ToolApproval,
-    agent_step,
-    approval,
-    fix_with,
-    function_step,
-    map_step,
-    wait_for,
-)
 
 if TYPE_CHECKING:
+    from langgraph.types import Command
+
+    from longtask.model import (
+        AgentStep,
+        Budget,
+        Decision,
+        LongTask,
+        Prompt,
+        Retry,
+        Schedule,
+        Stage,
+        ToolApproval,
+        agent_step,
+        approval,
+        fix_with,
+        function_step,
+        map_step,
+        wait_for,
+    )
     from longtask.runtime import MoveSummary, PruneReport, Runner, ThreadStatus, ThreadUsage
     from longtask.runtime._plots import draw_graph
     from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
 __version__ = "0.1.0"
 
-# The runtime pulls in LangGraph; keep `import longtask` (and the CLI's --help) light by
-# importing it on first use.
+# The runtime pulls in LangGraph and the model pydantic; keep `import longtask` (and so every
+# CLI command, whose package this is) light by importing them on first use.
+_MODEL = (
+    "AgentStep",
+    "Budget",
+    "Decision",
+    "LongTask",
+    "Prompt",
+    "Retry",
+    "Schedule",
+    "Stage",
+    "ToolApproval",
+    "agent_step",
+    "approval",
+    "fix_with",
+    "function_step",
+    "map_step",
+    "wait_for",
+)
 _LAZY = {
+    **dict.fromkeys(_MODEL, "longtask.model"),
     "Runner": "longtask.runtime",
     "PruneReport": "longtask.runtime",
     "ThreadStatus": "longtask.runtime",
@@ -79,7 +99,9 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value  # looked up once
+        return value
     raise AttributeError(f"module 'longtask' has no attribute {name!r}")
 
 

@@ -22,18 +22,19 @@ from longtask.checkpointers._url import DatabaseURL, parse_url, resolve_url
 from longtask.errors import DatabaseError, ThreadBusy
 
 if TYPE_CHECKING:
+    from longtask.checkpointers._reader import CheckpointReader
     from longtask.checkpointers._saver import LongTaskSaver
     from longtask.store import EventWriter, Store
     from longtask.store._fence import Fence
 
 
 class Database(ABC):
-    """One open database: ``saver`` (the checkpoints, a LangGraph ``BaseCheckpointSaver``),
-    ``store`` (our tables), ``events`` (events waiting to commit with the thread's next
-    checkpoint) and ``fence`` (the lease epochs this process holds)."""
+    """One open database: ``saver`` (the checkpoints, a LangGraph ``BaseCheckpointSaver``;
+    ``reader`` reads them without LangGraph), ``store`` (our tables), ``events`` (events
+    waiting to commit with the thread's next checkpoint) and ``fence`` (the lease epochs
+    this process holds)."""
 
     url: DatabaseURL
-    saver: LongTaskSaver
     store: Store
     events: EventWriter
     fence: Fence
@@ -76,17 +77,48 @@ class Database(ABC):
         """Create or migrate every table. Returns what was done."""
 
     def _wire(self, backend: Any) -> None:
-        """The saver, the event outbox it drains and the fence it checks."""
-        from longtask.checkpointers._saver import LongTaskSaver
+        """The event outbox the saver drains and the fence it checks; the saver itself is
+        made on first use (it imports LangGraph, which a process that only reads does not
+        need: see ``reader``)."""
         from longtask.store import EventWriter
         from longtask.store._fence import Fence
 
+        self._backend = backend
+        self._saver: LongTaskSaver | None = None
+        self._reader: CheckpointReader | None = None
+        self._saver_lock = threading.Lock()
         self.fence = Fence()
         self.events = EventWriter(
             lambda thread_id, statements: self.saver.flush_events(thread_id, statements),
             lambda thread_id: self.saver.store_live(thread_id),
         )
-        self.saver = LongTaskSaver(backend, fence=self.fence, outbox=self.events)
+
+    @property
+    def saver(self) -> LongTaskSaver:
+        """The checkpoint saver (a LangGraph ``BaseCheckpointSaver``)."""
+        if self._saver is None:
+            from longtask.checkpointers._saver import LongTaskSaver
+
+            with self._saver_lock:
+                if self._saver is None:
+                    self._saver = LongTaskSaver(self._backend, fence=self.fence, outbox=self.events)
+        return self._saver
+
+    @property
+    def reader(self) -> CheckpointReader:
+        """Reads checkpoints: the saver once there is one (it commits the writes it holds
+        before a read), else a reader that needs no LangGraph."""
+        if self._saver is not None:
+            return self._saver
+        if self._reader is None:
+            from longtask.checkpointers._reader import CheckpointReader
+
+            self._reader = CheckpointReader(self._backend)
+        return self._reader
+
+    def _close_saver(self) -> None:
+        if self._saver is not None:
+            self._saver.close()
 
     def _migrate(self, legacy: Any, legacy_table: str) -> list[str]:
         """Our migrations, then the threads longtask 0.1 left in LangGraph's tables."""
@@ -96,7 +128,9 @@ class Database(ABC):
         applied = self.store.upgrade()
         if applied:
             done.append(migrated(applied))
-        copied = copy_legacy(self.store, legacy, self.saver, legacy_table)
+        # (checked here first: the saver it writes with imports LangGraph)
+        has_legacy = self.store._table_exists(legacy_table)
+        copied = copy_legacy(self.store, legacy, self.saver, legacy_table) if has_legacy else 0
         if copied:
             done.append(f"{copied} thread(s) copied from LangGraph's checkpoint tables")
         return done
@@ -232,5 +266,5 @@ class SqliteDatabase(Database):
 
     def close(self) -> None:
         self.events.stop_live()
-        self.saver.close()
+        self._close_saver()
         self.store.close()

@@ -17,8 +17,11 @@ crash while writes are held loses them with the steps that made them, exactly as
 moment earlier, inside those steps, would: they run again on resume (their effects are kept
 by the ledger). Every read of a thread's checkpoints first commits what is held for it, so
 readers see each write ``put_writes`` was given; so do the end of a Runner's run and closing
-the database. A held write whose transaction fails (a lost lease, a lost connection) is
-logged; the run's next write meets the same refusal.
+the database. A held write whose transaction fails for a lost connection is held again
+(``restore``), as the saver gives the events of that transaction back to the outbox: what
+was to commit together stays together, so the events that tell of a step's result (its
+``step.completed``) are never stored by a later transaction without the result. A lease
+lost drops them (another process redoes that work).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ log = logging.getLogger("longtask.checkpointers")
 HOLD = 0.02
 #: live checkpoints remembered, one per (thread, namespace)
 _LIVE = 4096
+#: how long writes given back after a failed transaction wait before the flusher tries again
+RETRY = 1.0
 
 Key = tuple[str, str, str]  # thread, namespace, checkpoint id
 
@@ -46,11 +51,13 @@ class Held:
     """One ``put_writes`` call's rows; ``upsert``: special writes, which replace an earlier
     one of the task (ordinary writes are kept as first stored)."""
 
-    __slots__ = ("rows", "upsert")
+    __slots__ = ("key", "rows", "upsert")
 
-    def __init__(self, upsert: bool, rows: Sequence[tuple[Any, ...]]) -> None:
+    def __init__(self, upsert: bool, rows: Sequence[tuple[Any, ...]], key: Key) -> None:
         self.upsert = upsert
         self.rows = rows
+        #: the checkpoint the writes are for
+        self.key = key
 
 
 class HeldWrites:
@@ -123,6 +130,23 @@ class HeldWrites:
             ]
             return [held for k in keys for held in self._held.pop(k)[1]]
 
+    def restore(self, held: list[Held]) -> None:
+        """Hold again writes whose transaction failed (ahead of any held since); the flusher
+        tries them again after ``RETRY`` seconds, unless a write of their thread takes them
+        first."""
+        if not held:
+            return
+        with self._cond:
+            due = time.monotonic() + RETRY
+            for h in reversed(held):
+                group = self._held.get(h.key)
+                if group is None:
+                    self._held[h.key] = (due, [h])
+                else:
+                    group[1].insert(0, h)
+            self._start()
+            self._cond.notify_all()
+
     def threads(self) -> list[str]:
         with self._cond:
             return sorted({k[0] for k in self._held})
@@ -161,10 +185,10 @@ class HeldWrites:
                 try:
                     self._commit(thread_id, batch)
                 except Exception:
-                    # Lost with the steps that made them (they run again on resume); the
-                    # run's next write meets the same lost lease or connection.
+                    # Held again by the commit for a lost connection (see ``restore``),
+                    # dropped for a lost lease; the run's next write meets the same.
                     log.warning(
-                        "thread %s: could not store %d held write(s)",
+                        "thread %s: could not store %d held write(s) yet",
                         thread_id,
                         len(batch),
                         exc_info=True,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import struct
 import threading
 import time
@@ -14,6 +13,14 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
+from longtask.checkpointers._bounded import (
+    TIMEOUT_VAR,
+    BoundedConnection,
+    BoundedPool,
+    Outage,
+    connect_kwargs,
+    db_timeout,
+)
 from longtask.checkpointers._database import Database, EventWaiter, _lock_key
 from longtask.checkpointers._saver_sql import PostgresBackend
 from longtask.checkpointers._url import DatabaseURL, scrub
@@ -26,9 +33,9 @@ class PgEventWaiter(EventWaiter):
     """LISTENs on its own connection (a pooled one would be handed to others while idle):
     a follower wakes as soon as the writer has stored a thread's events."""
 
-    def __init__(self, raw_url: str, poll: float) -> None:
+    def __init__(self, raw_url: str, poll: float, bound: float) -> None:
         super().__init__(poll)
-        self._conn = psycopg.connect(raw_url, autocommit=True, connect_timeout=10)
+        self._conn = psycopg.connect(raw_url, autocommit=True, **connect_kwargs(bound, raw_url))
         self._conn.execute(f"LISTEN {EVENTS_CHANNEL}")
 
     def wait(self, thread_id: str, timeout: float) -> None:
@@ -55,10 +62,14 @@ class PostgresDatabase(Database):
         self, url: DatabaseURL, *, upgrade: bool, verify: bool = True, max_size: int = 10
     ) -> None:
         self.url = url
+        # $LONGTASK_DB_TIMEOUT bounds every call: connecting, checkouts, statements,
+        # commits and the lock connection's calls (see _bounded)
+        self.outage = Outage(db_timeout())
+        self._connect = connect_kwargs(self.outage.bound, url.raw)
         try:
             # One plain connection first: it fails fast with the server's own reason,
             # where the pool would retry quietly until its timeout.
-            psycopg.connect(url.raw, connect_timeout=10).close()
+            psycopg.connect(url.raw, **self._connect).close()
         except Exception as exc:
             raise DatabaseError(
                 f"cannot connect to PostgreSQL at {url.redacted}: {_reason(exc, url)} Check "
@@ -67,17 +78,25 @@ class PostgresDatabase(Database):
         try:
             # The saver needs autocommit and dict rows. prepare_threshold=0 prepares each
             # statement on first use, as LangGraph's own from_conn_string does.
-            self.pool: ConnectionPool[Any] = ConnectionPool(
+            self.pool: ConnectionPool[Any] = BoundedPool(
                 url.raw,
                 min_size=1,
                 max_size=max_size,
-                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+                kwargs={
+                    "autocommit": True,
+                    "prepare_threshold": 0,
+                    "row_factory": dict_row,
+                    **self._connect,
+                },
+                connection_class=BoundedConnection,
+                configure=lambda conn: conn.bind(self.outage),
                 # how long a statement waits for a connection (the server gone away, every
                 # connection busy) before the command fails
-                timeout=_timeout(),
+                timeout=self.outage.bound,
                 open=False,
+                outage=self.outage,
             )
-            self.pool.open(wait=True, timeout=15)
+            self.pool.open(wait=True, timeout=max(self.outage.bound, 2.0))
         except Exception as exc:
             raise DatabaseError(
                 f"cannot connect to PostgreSQL at {url.redacted}: {_reason(exc, url)} Check "
@@ -96,7 +115,7 @@ class PostgresDatabase(Database):
             self._check()
 
     def event_waiter(self, poll: float = 0.2) -> EventWaiter:
-        return PgEventWaiter(self.url.raw, poll)
+        return PgEventWaiter(self.url.raw, poll, self.outage.bound)
 
     def _check(self) -> None:
         self.store.check_schema(self.url.redacted)
@@ -111,7 +130,7 @@ class PostgresDatabase(Database):
 
         # Not safe to run from two processes at once: hold a session lock on a connection
         # of its own across the migrations and the copy.
-        with psycopg.connect(self.url.raw, autocommit=True) as lock_conn:
+        with psycopg.connect(self.url.raw, autocommit=True, **self._connect) as lock_conn:
             lock_conn.execute("SELECT pg_advisory_lock(7428061905412)")
             try:
                 queue = self._queue_schema(lock_conn)
@@ -140,10 +159,18 @@ class PostgresDatabase(Database):
     def _lock_connection(self) -> psycopg.Connection[Any]:
         conn = self._lock_conn
         if conn is None or conn.closed or conn.broken:
+            if self.outage.budget() < self.outage.bound:
+                # the database just gave no answer: do not wait a whole bound again
+                raise psycopg.OperationalError(
+                    f"the database server did not answer within {self.outage.bound:g} s "
+                    f"(${TIMEOUT_VAR})"
+                )
             try:
-                conn = psycopg.connect(self.url.raw, autocommit=True, connect_timeout=10)
-            except Exception as exc:
-                raise DatabaseError(f"cannot connect to PostgreSQL at {self.url.redacted}") from exc
+                conn = BoundedConnection.connect(self.url.raw, autocommit=True, **self._connect)
+                conn.bind(self.outage)
+            except psycopg.OperationalError:
+                self.outage.failed()
+                raise
             self._lock_conn = conn
         return conn
 
@@ -193,22 +220,9 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         self.events.stop_live()
-        self.saver.close()
+        self._close_saver()
         if self._lock_conn is not None:
             self._lock_conn.close()
-        self.pool.close()
-
-
-#: seconds to wait for a database connection before a command fails (default 30)
-TIMEOUT_VAR = "LONGTASK_DB_TIMEOUT"
-
-
-def _timeout() -> float:
-    raw = os.environ.get(TIMEOUT_VAR, "30")
-    try:
-        value = float(raw)
-    except ValueError:
-        raise DatabaseError(f"${TIMEOUT_VAR} must be a number of seconds, not {raw!r}") from None
-    if value <= 0:
-        raise DatabaseError(f"${TIMEOUT_VAR} must be more than 0 seconds, not {raw!r}")
-    return value
+        # The pool's workers may be connecting to a database that does not answer: wait
+        # for them no longer than a call would (they are daemon threads).
+        self.pool.close(timeout=min(5.0, self.outage.budget()))

@@ -29,9 +29,9 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import logging
 import random
 import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ from langgraph.checkpoint.base import (
 from longtask.checkpointers import _maps
 from longtask.checkpointers._held import Held, HeldWrites
 from longtask.checkpointers._maps import FULL_EVERY
+from longtask.checkpointers._reader import _ABSENT, CheckpointReader, version_key
 from longtask.checkpointers._saver_sql import EVENTS_SQL, Batch
 
 if TYPE_CHECKING:
@@ -57,50 +58,18 @@ if TYPE_CHECKING:
     from longtask.store import EventWriter, NewEvent
     from longtask.store._fence import Fence
 
+log = logging.getLogger("longtask.checkpointers")
+
 _BASE_KEYS = frozenset(
     {"v", "id", "ts", "channel_values", "channel_versions", "versions_seen", "updated_channels"}
 )
-#: how many (thread, namespace) heads keep their maps in memory for the next delta
-_CACHE = 512
-#: serialised channel values kept in memory (bytes, and the largest value kept)
-_VALUES_CACHE = 64 * 1024 * 1024
-_VALUE_CACHED_UP_TO = 1024 * 1024
-
-#: decoded checkpoint states kept in memory, and how many of them may be snapshots
-_STATES_CACHE = 4096
-_SNAPSHOTS_CACHE = 16
-
-ValueKey = tuple[str, str, str, str]  # thread, namespace, channel, version
-#: cached for a version whose channel had no value (LangGraph's trigger channels): the
-#: checkpoint naming a version commits with its value rows, so none can appear later
-_ABSENT: tuple[str, bytes] = ("", b"")
 
 
-def version_key(version: Any) -> str:
-    """The stored form of a channel version (the key of a value row)."""
-    return version if isinstance(version, str) else repr(version)
+class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
+    """A ``BaseCheckpointSaver`` for SQLite and PostgreSQL (see the module docstring); the
+    reading is :class:`CheckpointReader`'s, with LangGraph's tuples and serializer."""
 
-
-class _Head:
-    """The maps of the checkpoint a (thread, namespace) last read or wrote: the next
-    checkpoint's delta is computed against them without a read. ``updated``: the channels
-    it updated, whose nodes are the ones that run next (a hint for the delta)."""
-
-    __slots__ = ("base_id", "checkpoint_id", "cv", "depth", "updated", "vs")
-
-    def __init__(
-        self, checkpoint_id: str, cv: Any, vs: Any, base_id: str, depth: int, updated: Any
-    ) -> None:
-        self.checkpoint_id = checkpoint_id
-        self.cv = cv
-        self.vs = vs
-        self.base_id = base_id
-        self.depth = depth
-        self.updated = updated
-
-
-class LongTaskSaver(BaseCheckpointSaver[str]):
-    """A ``BaseCheckpointSaver`` for SQLite and PostgreSQL (see the module docstring)."""
+    _tuple_type = CheckpointTuple
 
     def __init__(
         self,
@@ -109,24 +78,11 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         fence: Fence | None = None,
         outbox: EventWriter | None = None,
     ) -> None:
-        super().__init__()
-        self.backend = backend
+        BaseCheckpointSaver.__init__(self)
+        self._init_reader(backend)
         self.fence = fence
         self.outbox = outbox
-        self._heads: OrderedDict[tuple[str, str], _Head] = OrderedDict()
-        self._heads_lock = threading.Lock()
         self._stripes = [threading.Lock() for _ in range(64)]
-        # A value row never changes once stored (its version has a random part, and
-        # conflicts are ignored), so the serialised values this process wrote or read are
-        # kept: reading the latest checkpoint again (a resume reads it several times) then
-        # fetches only the values it has not seen.
-        self._values: OrderedDict[ValueKey, tuple[str, bytes]] = OrderedDict()
-        self._values_bytes = 0
-        # Decoded checkpoint states (version-map deltas and snapshots), by checkpoint.
-        self._states: OrderedDict[tuple[str, str, str], tuple[str | None, dict[str, Any]]] = (
-            OrderedDict()
-        )
-        self._snapshots: builtins.list[tuple[str, str, str]] = []
         self._held = HeldWrites(self._commit_held)
 
     # -- versions ----------------------------------------------------------------------------
@@ -313,59 +269,6 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             }
         }
 
-    def _remember(
-        self,
-        key: tuple[str, str],
-        checkpoint_id: str,
-        maps: Any,
-        base_id: str,
-        depth: int,
-        updated: Any = (),
-    ) -> None:
-        with self._heads_lock:
-            self._heads[key] = _Head(
-                checkpoint_id, maps[0], maps[1], base_id, depth, tuple(updated or ())
-            )
-            self._heads.move_to_end(key)
-            while len(self._heads) > _CACHE:
-                self._heads.popitem(last=False)
-
-    def _cache_values(self, items: Any) -> None:
-        with self._heads_lock:
-            for key, value in items:
-                size = len(value[1]) + 100
-                if size > _VALUE_CACHED_UP_TO or key in self._values:
-                    continue
-                self._values[key] = value
-                self._values_bytes += size
-            while self._values_bytes > _VALUES_CACHE and self._values:
-                _, (_, old) = self._values.popitem(last=False)
-                self._values_bytes -= len(old) + 100
-
-    def _stored_values(
-        self, thread_id: str, ns: str, pairs: set[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[str, bytes]]:
-        """The serialised values of these (channel, version) pairs: from memory, the rest
-        in one read."""
-        found: dict[tuple[str, str], tuple[str, bytes]] = {}
-        known: set[tuple[str, str]] = set()
-        with self._heads_lock:
-            for pair in pairs:
-                hit = self._values.get((thread_id, ns, *pair))
-                if hit is not None:
-                    known.add(pair)
-                    if hit is not _ABSENT:
-                        found[pair] = hit
-        missing = sorted(pairs - known)
-        if missing:
-            read = self.backend.values(thread_id, ns, missing)
-            found.update(read)
-            # pairs without a row are kept as _ABSENT: asked for again, they cost nothing
-            self._cache_values(
-                ((thread_id, ns, *pair), read.get(pair, _ABSENT)) for pair in missing
-            )
-        return found
-
     def put_writes(
         self,
         config: RunnableConfig,
@@ -393,7 +296,7 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
         # Special writes (errors, interrupts, resumes) replace an earlier one of the same
         # task; ordinary writes are kept as first stored (a retried task writes the same).
         upsert = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-        mine = Held(upsert, rows)
+        mine = Held(upsert, rows, (thread_id, ns, str(checkpoint_id)))
         if not upsert and self._held.hold((thread_id, ns, str(checkpoint_id)), mine):
             return  # committed by the checkpoint after it, or by the flusher (see _held)
         # An error, an interrupt or a resume ends the super-step with no checkpoint after
@@ -404,11 +307,21 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
     def _commit_held(
         self, thread_id: str, held: builtins.list[Held], batch: Batch | None = None
     ) -> None:
-        """Commit held writes (with ``batch``) in one transaction."""
+        """Commit held writes (with ``batch``) in one transaction. If it fails for anything
+        but a lost lease they are held again, as its events go back to the outbox: a later
+        transaction that stores those events (a flush before an effect, the end of the run)
+        stores the results they tell of with them."""
+        from longtask.store._fence import lease_lost
+
         batch = batch or Batch()
         for h in held:
             (batch.upserts if h.upsert else batch.writes).extend(h.rows)
-        self._commit(thread_id, batch)
+        try:
+            self._commit(thread_id, batch)
+        except BaseException as exc:
+            if held and not lease_lost(exc):
+                self._held.restore(held)
+            raise
 
     def _release(self, thread_id: str | None) -> None:
         """Commit what is held for a thread (None: every thread) before it is read."""
@@ -426,31 +339,16 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
 
     def close(self) -> None:
         """Commit what is held and stop the flusher (the database is closing)."""
-        self._release(None)
-        self._held.close()
+        try:
+            self._release(None)
+        except Exception:
+            # The database is unreachable (the command is failing for it already): what is
+            # held is lost with this process, as in a crash, and its steps run again.
+            log.warning("could not store the held writes while closing", exc_info=True)
+        finally:
+            self._held.close()
 
     # -- reading -----------------------------------------------------------------------------
-
-    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        conf = config["configurable"]
-        thread_id = str(conf["thread_id"])
-        ns = str(conf.get("checkpoint_ns", ""))
-        self._release(thread_id)
-        rows = self.backend.checkpoint_rows(thread_id, ns, get_checkpoint_id(config), None, 1)
-        if not rows:
-            return None
-        tup: CheckpointTuple = self._tuples(rows)[0]
-        head = tup.checkpoint
-        # The next put (a run continuing from here) computes its delta against these maps.
-        self._remember(
-            (thread_id, ns),
-            head["id"],
-            _maps.copy_maps(head["channel_versions"], head["versions_seen"]),
-            rows[0][4],
-            rows[0][5],
-            head.get("updated_channels"),
-        )
-        return tup
 
     def list(
         self,
@@ -476,239 +374,6 @@ class LongTaskSaver(BaseCheckpointSaver[str]):
             rows = [r for r in rows if _matches(json.loads(r[7]), filter)][:limit]
         for start in range(0, len(rows), 100):
             yield from self._tuples(rows[start : start + 100])
-
-    def list_light(
-        self, thread_id: str, *, before: str | None = None, limit: int = 20
-    ) -> builtins.list[CheckpointTuple]:
-        """The latest ``limit`` root checkpoints of a thread (older than ``before``), with
-        their channel versions and metadata but without channel values, pending writes or
-        ``versions_seen`` (left empty): what history views need, read without the values'
-        bytes and without copying a map per node and checkpoint."""
-        rows = self.backend.checkpoint_rows(thread_id, "", None, before, limit)
-        return self._tuples(rows, values=False, writes=False, seen=False)
-
-    def head(
-        self,
-        thread_id: str,
-        *,
-        load: str | None = None,
-        search: tuple[str, bytes] | None = None,
-    ) -> CheckpointTuple | None:
-        """The thread's latest root checkpoint, with its pending writes but only some channel
-        values: those of the channels whose name starts with ``load``, and, of the channels
-        starting with ``search[0]``, those whose stored bytes contain ``search[1]``. What
-        the Runner's status and bookkeeping need, without reading every result of a long
-        thread. ``versions_seen`` is left empty."""
-        self._release(thread_id)
-        rows = self.backend.checkpoint_rows(thread_id, "", None, None, 1)
-        if not rows:
-            return None
-        tup = self._tuples(rows, values=False, seen=False)[0]
-        if load is None and search is None:
-            return tup
-        cv = tup.checkpoint["channel_versions"]
-        wanted = {(c, version_key(v)) for c, v in cv.items() if load and c.startswith(load)}
-        stored = self._stored_values(thread_id, "", wanted) if wanted else {}
-        if search is not None:
-            # The server finds the few marked values (through a partial index, see the
-            # schema's longtask_cp_values_marked); those this checkpoint holds are kept.
-            prefix, needle = search
-            for (c, v), value in self.backend.values_containing(thread_id, "", needle).items():
-                if c.startswith(prefix) and c in cv and version_key(cv[c]) == v:
-                    stored[(c, v)] = value
-        tup.checkpoint["channel_values"] = {
-            pair[0]: self.serde.loads_typed(value) for pair, value in stored.items()
-        }
-        return tup
-
-    def _tuples(
-        self,
-        rows: Sequence[tuple[Any, ...]],
-        *,
-        values: bool = True,
-        writes: bool = True,
-        seen: bool = True,
-    ) -> builtins.list[CheckpointTuple]:
-        """Checkpoint tuples for rows of ``longtask_cp_checkpoints`` (see ``checkpoint_rows``
-        for the columns): maps rebuilt from their snapshots, values and writes read in one
-        query each. Without ``values`` the channel values are left empty, without ``writes``
-        the pending writes, without ``seen`` ``versions_seen``."""
-        maps = self._maps_of(rows, seen=seen)
-        by_scope: dict[tuple[str, str], dict[tuple[str, str], tuple[str, bytes]]] = {}
-        if values:
-            pairs: dict[tuple[str, str], set[tuple[str, str]]] = {}
-            for r in rows:
-                cv = maps[(r[0], r[1], r[2])][0]
-                pairs.setdefault((r[0], r[1]), set()).update(
-                    (c, version_key(v)) for c, v in cv.items()
-                )
-            for scope, want in pairs.items():
-                by_scope[scope] = self._stored_values(scope[0], scope[1], want)
-        stored_writes = self.backend.writes([(r[0], r[1], r[2]) for r in rows]) if writes else {}
-        out = []
-        for r in rows:
-            thread_id, ns, checkpoint_id, parent_id = r[0], r[1], r[2], r[3]
-            cv, vs, state = maps[(thread_id, ns, checkpoint_id)]
-            stored = by_scope.get((thread_id, ns), {})
-            channel_values = {}
-            for channel, version in cv.items() if values else ():
-                found = stored.get((channel, version_key(version)))
-                if found is not None:
-                    channel_values[channel] = self.serde.loads_typed(found)
-            checkpoint: dict[str, Any] = {
-                "v": state.get("v", 1),
-                "id": checkpoint_id,
-                "ts": state.get("t", ""),
-                "channel_values": channel_values,
-                "channel_versions": cv,
-                "versions_seen": vs,
-                "updated_channels": state.get("u"),
-            }
-            if "x" in state:
-                checkpoint.update(self.serde.loads_typed(tuple(state["x"])))
-            elif checkpoint["v"] < 4:
-                checkpoint["pending_sends"] = []
-            out.append(
-                CheckpointTuple(
-                    config={
-                        "configurable": {
-                            "thread_id": thread_id,
-                            "checkpoint_ns": ns,
-                            "checkpoint_id": checkpoint_id,
-                        }
-                    },
-                    checkpoint=checkpoint,  # type: ignore[arg-type]
-                    metadata=json.loads(r[7]),
-                    parent_config=(
-                        {
-                            "configurable": {
-                                "thread_id": thread_id,
-                                "checkpoint_ns": ns,
-                                "checkpoint_id": parent_id,
-                            }
-                        }
-                        if parent_id
-                        else None
-                    ),
-                    pending_writes=[
-                        (task_id, channel, self.serde.loads_typed((type_, blob)))
-                        for task_id, channel, type_, blob in stored_writes.get(
-                            (thread_id, ns, checkpoint_id), ()
-                        )
-                    ],
-                )
-            )
-        return out
-
-    def _maps_of(
-        self, rows: Sequence[tuple[Any, ...]], seen: bool = True
-    ) -> dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
-        """(channel_versions, versions_seen, decoded state) of each row, each its own copy
-        (``seen=False``: versions_seen left empty)."""
-        Key = tuple[str, str, str]
-        # The head a (thread, namespace) last wrote or read has its maps in memory: the
-        # latest checkpoint, read again and again while a run resumes, needs no chain read.
-        cached: dict[Key, tuple[dict[str, Any], dict[str, Any]]] = {}
-        with self._heads_lock:
-            for r in rows:
-                head = self._heads.get((r[0], r[1]))
-                if head is not None and head.checkpoint_id == r[2]:
-                    cached[(r[0], r[1], r[2])] = (
-                        _maps.copy_maps(head.cv, head.vs) if seen else (dict(head.cv), {})
-                    )
-        known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
-        # a delta's line back to its snapshot: by base, the deepest and latest (by sequence
-        # number) row asked for (none when the line is in memory, decoded by an earlier read)
-        lines: dict[tuple[str, str, str], tuple[int, int]] = {}
-        for r in rows:
-            if r[5] and (r[0], r[1], r[2]) not in cached and not self._line_known(r, known):
-                scope = (r[0], r[1], r[4])
-                depth, upto = lines.get(scope, (0, r[8]))
-                lines[scope] = (max(depth, r[5]), max(upto, r[8]))
-        decoded: builtins.list[tuple[Key, tuple[str | None, dict[str, Any]]]] = []
-        for (thread_id, ns, base_id), (depth, upto) in lines.items():
-            for cid, parent, state in self.backend.chain(thread_id, ns, base_id, depth, upto):
-                key = (thread_id, ns, cid)
-                if key not in known:
-                    known[key] = (parent, _maps.decode(state))
-                    decoded.append((key, known[key]))
-        for r in rows:
-            key = (r[0], r[1], r[2])
-            if key not in known:
-                known[key] = (r[3], _maps.decode(r[6]))
-                decoded.append((key, known[key]))
-        self._keep_states(decoded)
-
-        def build(key: Key) -> tuple[dict[str, Any], dict[str, Any]]:
-            line = []
-            cursor: Key | None = key
-            while cursor is not None:
-                parent, state = known[cursor]
-                line.append(state)
-                cursor = None if state["full"] or parent is None else (key[0], key[1], parent)
-            # a fresh copy of the snapshot per checkpoint: the caller owns (and LangGraph
-            # mutates) the maps it is given
-            cv: dict[str, Any] = {}
-            vs: dict[str, Any] = {}
-            for state in reversed(line):
-                if not seen:
-                    # channel versions only: a shallow copy, and only their part of a delta
-                    if state["full"]:
-                        cv = dict(state.get("c", {}))
-                    else:
-                        for k in state.get("cx", ()):
-                            cv.pop(k, None)
-                        cv.update(state.get("c", {}))
-                elif state["full"]:
-                    cv, vs = _maps.copy_maps(state.get("c", {}), state.get("s", {}))
-                else:
-                    _maps.apply(cv, vs, state)
-            return cv, vs
-
-        out = {}
-        for r in rows:
-            key = (r[0], r[1], r[2])
-            maps = cached.get(key) or build(key)
-            out[key] = (*maps, known[key][1])
-        return out
-
-    def _line_known(
-        self,
-        row: tuple[Any, ...],
-        known: dict[tuple[str, str, str], tuple[str | None, dict[str, Any]]],
-    ) -> bool:
-        """Whether the line of ``row`` (a delta) back to its snapshot is in memory, decoded;
-        if so its states go into ``known``."""
-        line: builtins.list[tuple[tuple[str, str, str], tuple[str | None, dict[str, Any]]]] = []
-        parent: str | None = row[3]
-        with self._heads_lock:
-            while parent is not None:
-                key = (row[0], row[1], parent)
-                hit = self._states.get(key)
-                if hit is None:
-                    return False
-                line.append((key, hit))
-                if hit[1]["full"]:
-                    known.update(line)
-                    return True
-                parent = hit[0]
-        return False
-
-    def _keep_states(
-        self, items: Sequence[tuple[tuple[str, str, str], tuple[str | None, dict[str, Any]]]]
-    ) -> None:
-        """Keep decoded checkpoint states (immutable rows; read-only once decoded): history
-        and status read the same lines again and again. Bounded by count, snapshots (which
-        hold whole maps) by a count of their own."""
-        with self._heads_lock:
-            for key, entry in items:
-                self._states[key] = entry
-                if entry[1]["full"]:
-                    self._snapshots.append(key)
-            while len(self._states) > _STATES_CACHE:
-                self._states.popitem(last=False)
-            while len(self._snapshots) > _SNAPSHOTS_CACHE:
-                self._states.pop(self._snapshots.pop(0), None)
 
     # -- maintenance -------------------------------------------------------------------------
 

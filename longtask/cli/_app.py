@@ -20,8 +20,10 @@ from longtask.cli._errors import (
     continue_hint,
     lost_message,
     one_line_warnings,
+    reported,
     scrub_env,
     session,
+    stop_on_ctrl_c,
 )
 from longtask.cli._hints import cmd, in_text, remember_db
 from longtask.cli._output import (
@@ -33,7 +35,7 @@ from longtask.cli._output import (
 from longtask.cli._values import jsonable, render, render_text
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner
+    from longtask.runtime import Reader, Runner
     from longtask.store import Event
 
 
@@ -83,6 +85,15 @@ def _runner(
 
     session.update(db=db, thread=thread)
     return Runner(db, create=create, **kw)
+
+
+def _reader(db: str | None) -> Reader:
+    """What a read of our own tables needs (status, results, events, threads, effects):
+    a Runner's reading methods without LangGraph, so the command starts fast."""
+    from longtask.runtime._reader import Reader
+
+    session.update(db=db, thread=None)
+    return Reader(db)
 
 
 def _parse_json(value: str | None, option: str) -> Any:
@@ -309,7 +320,7 @@ def status(
 
     Each step's tokens, cost, model and tool calls, wall time and attempts; the totals; and
     what the budget has left (--json: ``usage`` of the thread and of each step)."""
-    with _runner(db) as runner:
+    with _reader(db) as runner:
         st = runner.status(thread_id)
     if json_:
         print(st.model_dump_json(indent=2))
@@ -339,7 +350,7 @@ def result(
     """
     if step is not None and all_:
         raise typer.BadParameter("give a STEP or --all, not both", param_hint="--all")
-    with _runner(db) as runner:
+    with _reader(db) as runner:
         if step is not None:
             value = runner.result(thread_id, step)
         else:
@@ -370,8 +381,15 @@ def result(
 def list_threads(
     limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
     status_filter: Annotated[
-        str | None, typer.Option("--status", help="Only threads with this status.")
+        str | None,
+        typer.Option("--status", metavar="STATUS", help="Only threads with this status."),
     ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", metavar="NAME", help="Only threads of this task.")
+    ] = None,
+    wide: Annotated[
+        bool, typer.Option("--wide", help="Also the version, tokens and last update.")
+    ] = False,
     sort: Annotated[
         str,
         typer.Option(
@@ -387,7 +405,8 @@ def list_threads(
     """List threads: status, cost and age.
 
     Most recently updated first; --sort cost puts the most expensive first, --sort age the
-    oldest. --json adds cost, tokens, tool_calls and age (seconds) to each thread."""
+    oldest. Thread ids are never cut; --wide adds the version, tokens and last update.
+    --json adds cost, tokens, tool_calls and age (seconds) to each thread."""
     from longtask.store import THREAD_SORTS, THREAD_STATUSES
 
     if status_filter is not None and status_filter not in THREAD_STATUSES:
@@ -396,12 +415,12 @@ def list_threads(
         )
     if sort not in THREAD_SORTS:
         raise typer.BadParameter(f"must be one of {', '.join(THREAD_SORTS)}", param_hint="--sort")
-    with _runner(db) as runner:
-        threads = runner.threads_with_cost(limit=limit, status=status_filter, sort=sort)
+    with _reader(db) as runner:
+        threads = runner.threads_with_cost(limit=limit, status=status_filter, sort=sort, task=task)
     if json_:
         print(json.dumps([t.to_json() for t in threads], indent=2))
     else:
-        print_threads(out, threads)
+        print_threads(out, threads, wide=wide)
 
 
 @app.command()
@@ -449,15 +468,16 @@ def events(
             f"{escape(where)}{attempt}{escape(data)}"
         )
 
-    with _runner(db) as runner:
-        if follow:
+    if follow:
+        with _runner(db) as runner:
             try:
                 for e in runner.follow(thread_id, since=since, kinds=kind):
                     show(e)
             except KeyboardInterrupt:
                 raise typer.Exit(130) from None
             return
-        evs = runner.events(thread_id, since=since, kinds=kind)
+    with _reader(db) as reader:
+        evs = reader.events(thread_id, since=since, kinds=kind)
     for e in evs:
         show(e)
 
@@ -568,18 +588,36 @@ def db_upgrade(db: DbOpt = None) -> None:
         out.print(f"{database.url.redacted}: " + ("; ".join(done) or "already up to date"))
 
 
+def _dist_version(dist: str) -> str:
+    """An installed distribution's version, read from its ``*.dist-info`` directory name on
+    ``sys.path``: ``importlib.metadata`` parses every installed distribution's metadata
+    first, which costs more than the rest of ``--version``."""
+    import os
+
+    prefix = dist.replace("-", "_").lower() + "-"
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            low = name.lower()
+            if low.startswith(prefix) and low.endswith(".dist-info"):
+                return name[len(prefix) : -len(".dist-info")]
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
 def _print_version(value: bool) -> None:
     if not value:
         return
-    from importlib.metadata import PackageNotFoundError, version
-
-    def of(dist: str) -> str:
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            return "not installed"
-
-    out.print(f"longtask {of('langgraph-longtask')} (langgraph {of('langgraph')})")
+    out.print(
+        f"longtask {_dist_version('langgraph-longtask')} (langgraph {_dist_version('langgraph')})"
+    )
     raise typer.Exit(0)
 
 
@@ -602,7 +640,38 @@ def _main(
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: the one place that turns exceptions into messages and exit codes."""
-    sys.exit(_dispatch(argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not {"serve", "worker"} & set(args[:1]):
+        # (serve and worker stop on Ctrl-C their own way: requests, running threads)
+        stop_on_ctrl_c(lambda: continue_hint(args))
+    sys.exit(_dispatch(args))
+
+
+def _only(args: list[str]) -> typer.Typer:
+    """The app with only the command ``args`` names (or all when it names none it knows).
+
+    Typer turns every command's signature into click parameters before it runs one; for
+    ~40 commands that is a third of a read's cold start. The usage line, help and errors of
+    the one command are the same either way; ``longtask --help`` and an unknown name (whose
+    error suggests the near names) get every command."""
+    name = args[0] if args and not args[0].startswith("-") else None
+    if name is None:
+        return app
+    commands = [
+        c
+        for c in app.registered_commands
+        if (c.name or typer.main.get_command_name(c.callback.__name__ if c.callback else ""))
+        == name
+    ]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    import copy
+
+    one = copy.copy(app)
+    one.registered_commands = commands
+    one.registered_groups = groups
+    return one
 
 
 def _dispatch(argv: list[str] | None) -> int:
@@ -622,7 +691,13 @@ def _dispatch(argv: list[str] | None) -> int:
     if not debug and (args[:1] or [""])[0] not in ("serve", "worker"):
         # Long-running servers keep full tracebacks in their logs.
         one_line_warnings()
-    command = typer.main.get_command(app)
+    if args == ["--version"]:
+        # before building the commands: a version check (scripts, bug reports) needs none
+        try:
+            _print_version(True)
+        except typer.Exit:
+            return 0
+    command = typer.main.get_command(_only(args))
     try:
         result = command.main(args=args, prog_name="longtask", standalone_mode=False)
         return int(result) if isinstance(result, int) else 0
@@ -644,6 +719,7 @@ def _dispatch(argv: list[str] | None) -> int:
         err.print(f"error: {escape(in_text(str(exc)))}")
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
+        reported.set()
         err.print(f"interrupted; {continue_hint(args)}")
         return 130
     except Exception as exc:

@@ -9,6 +9,7 @@ the same ``--dir`` it continues the unfinished demo there (after ``--crash-at``)
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -21,6 +22,7 @@ import typer
 from rich.markup import escape
 
 from longtask.cli._app import app, out
+from longtask.cli._hints import use_db
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -63,25 +65,40 @@ def _printer(task: LongTask) -> Any:
     return on_update
 
 
-def _unfinished(db: str, root: Path) -> str:
-    """The thread of the demo in ``root`` to continue (refuses a finished one)."""
-    from longtask.runtime import Runner
+def _unfinished(db: str, root: Path) -> tuple[str, str]:
+    """The thread of the demo in ``root`` and its status (refuses a cancelled one)."""
+    from longtask.runtime import Reader
 
-    with Runner(db) as runner:
-        threads = [t for t in runner.threads() if t.task_name == "jwt_migration"]
+    with Reader(db) as reader:
+        threads = [t for t in reader.threads() if t.task_name == "jwt_migration"]
     if not threads:
         raise typer.BadParameter(
             f"{root} holds files but no demo thread; choose another --dir or remove it",
             param_hint="--dir",
         )
     rec = threads[0]
-    if rec.status in ("completed", "cancelled"):
+    if rec.status == "cancelled":
         raise typer.BadParameter(
             f"{root} already holds a {rec.status} demo (thread {rec.thread_id}); choose another "
             "--dir or remove it",
             param_hint="--dir",
         )
-    return rec.thread_id
+    return rec.thread_id, rec.status
+
+
+def _summary(runner: Runner, thread: str, db: str) -> None:
+    """What the finished demo did and where its outputs are."""
+    status = runner.status(thread)
+    result: dict[str, Any] = runner.result(thread, "publish")
+    rounds = sum(s.fix_rounds or 0 for s in status.steps)
+    out.print(
+        f"\nthread {thread} completed: {len(status.steps)} steps, {rounds} fix "
+        f"round{'s' if rounds != 1 else ''}"
+    )
+    out.print(f"branch:       {result['branch']} (checked out in {result['worktree']})")
+    out.print(f"patch:        {result['patch_file']}")
+    out.print(f"MIGRATION.md: {result['migration_file']}")
+    out.print(f"events:       longtask events {thread} --db {shlex.quote(db)}")
 
 
 @app.command()
@@ -131,8 +148,16 @@ def demo(
     repo, worktree, state = root / "authsvc", root / "authsvc-jwt", root / ".longtask"
     db = f"sqlite:///{state / 'longtask.db'}"
     thread: str | None = None
+    # Every command the demo prints (a step's, a pause's) runs against the demo's database.
+    use_db(db)
     if (state / "longtask.db").exists():
-        thread = _unfinished(db, root)
+        thread, was = _unfinished(db, root)
+        if was == "completed":
+            # (the last approval, given with the printed `longtask approve`, finished it)
+            out.print(f"demo directory: {root} holds a completed demo")
+            with Runner(db) as runner:
+                _summary(runner, thread, db)
+            return
         if crash_at is not None:
             raise typer.BadParameter(
                 f"{root} holds an unfinished demo (thread {thread}), which is continued without "
@@ -170,17 +195,7 @@ def demo(
             if runner.status(thread).status not in ("waiting_user", "waiting_external"):
                 runner.resume(thread)
         _answer_until_done(runner, task, thread, root, db, auto=auto, interactive=interactive)
-        status = runner.status(thread)
-        result: dict[str, Any] = runner.result(thread, "publish")
-    rounds = sum(s.fix_rounds or 0 for s in status.steps)
-    out.print(
-        f"\nthread {thread} completed: {len(status.steps)} steps, {rounds} fix "
-        f"round{'s' if rounds != 1 else ''}"
-    )
-    out.print(f"branch:       {result['branch']} (checked out in {result['worktree']})")
-    out.print(f"patch:        {result['patch_file']}")
-    out.print(f"MIGRATION.md: {result['migration_file']}")
-    out.print(f"events:       longtask events {thread} --db {db}")
+        _summary(runner, thread, db)
 
 
 def _answer_until_done(
@@ -208,7 +223,7 @@ def _answer_until_done(
             if item.kind == "effect":
                 # A side effect cut off by a crash: only a person knows whether it happened.
                 print_status(out, status)
-                again = f"longtask demo --dir {root}" + (" --yes" if auto else "")
+                again = f"longtask demo --dir {shlex.quote(str(root))}" + (" --yes" if auto else "")
                 out.print(f"then continue the demo: {again}")
                 raise typer.Exit(3)
             if item.kind == "wait":
@@ -226,8 +241,9 @@ def _answer_until_done(
             if not interactive:
                 out.print(
                     f"waiting for your decision; approve with:\n  longtask approve {thread} "
-                    f"{item.step} --by YOUR_NAME --db {db}\nthen continue the demo (it "
-                    f"simulates CI):\n  longtask demo --dir {root}"
+                    f"{item.step} --by YOUR_NAME --db {shlex.quote(db)}\nthen see the demo "
+                    "through (it simulates CI, and says where the outputs are once the thread "
+                    f"is done):\n  longtask demo --dir {shlex.quote(str(root))}"
                 )
                 raise typer.Exit(3)
             if _ask(f"approve {item.step}?"):

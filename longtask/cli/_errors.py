@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from typer.core import TyperGroup
@@ -18,6 +20,61 @@ session: dict[str, str | None] = {"db": None, "thread": None}
 class Interrupted(Exception):
     """Ctrl-C during a command, carried past Typer (which would exit 130 silently) to the
     one place that prints how to continue."""
+
+
+#: seconds a command has, after Ctrl-C, to stop by itself before the process ends anyway
+CTRL_C_GRACE = 1.5
+#: set once the Ctrl-C message is printed (so it is printed once)
+reported = threading.Event()
+_wakeup: list[Any] = []
+
+
+def stop_on_ctrl_c(hint: Callable[[], str]) -> None:
+    """Make Ctrl-C end this process within about ``CTRL_C_GRACE`` seconds, exit 130.
+
+    Ctrl-C raises KeyboardInterrupt in the main thread, which stops a run at once when
+    the step runs there. But a step LangGraph runs on its executor's threads (steps side by
+    side) holds the run until the step returns: the executor waits for its threads, a
+    minute for a step of a minute. And a signal the kernel hands to another thread does not
+    wake the main thread from a blocking call. So the signal is also written to a wakeup
+    fd, read by a thread of our own: it wakes the main thread if the signal has not reached
+    it, and ends the process if the run is still stopping after the grace. What is
+    committed stays (every step's checkpoint is durable before the next starts): the thread
+    is left as after a crash, running with no process advancing it, for ``longtask resume``.
+    """
+    import os
+    import signal
+    import socket
+    import time
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    main_id = threading.main_thread().ident
+    assert main_id is not None
+    handled = threading.Event()
+    rsock, wsock = socket.socketpair()
+    wsock.setblocking(False)
+    # kept open for the life of the process: the wakeup fd is wsock's number, which a closed
+    # socket would hand to the next file opened
+    _wakeup.extend((rsock, wsock))
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        handled.set()
+        raise KeyboardInterrupt
+
+    def watch() -> None:
+        while signal.SIGINT not in rsock.recv(64):
+            pass
+        if not handled.wait(0.3):
+            signal.pthread_kill(main_id, signal.SIGINT)
+        time.sleep(CTRL_C_GRACE)
+        if not reported.is_set():
+            os.write(2, f"interrupted; {hint()}\n".encode())
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    signal.set_wakeup_fd(wsock.fileno(), warn_on_full_buffer=False)
+    threading.Thread(target=watch, name="longtask-ctrl-c", daemon=True).start()
 
 
 class Group(TyperGroup):

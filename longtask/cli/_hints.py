@@ -28,6 +28,13 @@ def remember_db(argv: list[str]) -> None:
             _db = arg[len("--db=") :]
 
 
+def use_db(url: str) -> None:
+    """Print ``--db URL`` in every command from now on: a command that chose its database
+    itself (``longtask demo --dir D`` uses one inside D) names it in what it prints."""
+    global _db
+    _db = url
+
+
 def db_option() -> str:
     """`` --db URL`` (password redacted) when this process was given --db, else ``""``."""
     if not _db:

@@ -266,24 +266,41 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             out.print(f"  deadline: {req['deadline']}")
 
 
-def print_threads(out: Console, threads: Sequence[ThreadCost]) -> None:
+def print_threads(out: Console, threads: Sequence[ThreadCost], *, wide: bool = False) -> None:
+    """The threads as a table. A thread id is what a user copies: it is never cut. When
+    the table does not fit the terminal, each thread is its id on a line of its own with
+    the rest below it. ``wide`` adds the version, tokens and the time of the last update."""
     if not threads:
         out.print("no threads")
         return
+    columns = ("task", "version", "status", "cost", "tokens", "age", "updated")
+    shown = ("thread", *(columns if wide else ("task", "status", "cost", "age")))
+    rows = [
+        {
+            "thread": t.thread_id,
+            "task": t.task_name,
+            "version": t.task_version,
+            "status": t.status,
+            "cost": money(t.cost),
+            "tokens": str(t.tokens),
+            "age": age(t.age),
+            "updated": f"{t.updated_at:%Y-%m-%d %H:%M:%S}",
+        }
+        for t in threads
+    ]
+    widths = {c: max(len(c), *(len(r[c]) for r in rows)) for c in shown}
+    if sum(widths.values()) + 2 * (len(shown) - 1) > out.width:
+        for r in rows:
+            out.print(escape(r["thread"]), no_wrap=True, overflow="ignore", crop=False)
+            out.print("  " + escape("  ".join(f"{c} {r[c]}" for c in shown[1:])))
+        return
     table = Table(box=None, pad_edge=False)
-    for col in ("thread", "task", "version", "status", "cost", "tokens", "age", "updated"):
-        table.add_column(col, justify="right" if col in ("cost", "tokens", "age") else "left")
-    for t in threads:
-        table.add_row(
-            escape(t.thread_id),
-            escape(t.task_name),
-            escape(t.task_version),
-            t.status,
-            money(t.cost),
-            str(t.tokens),
-            age(t.age),
-            f"{t.updated_at:%Y-%m-%d %H:%M:%S}",
+    for col in shown:
+        table.add_column(
+            col, justify="right" if col in ("cost", "tokens", "age") else "left", no_wrap=True
         )
+    for r in rows:
+        table.add_row(*(escape(r[c]) for c in shown))
     out.print(table)
 
 

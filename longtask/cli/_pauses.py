@@ -14,6 +14,7 @@ from longtask.cli._app import (
     _finish,
     _parse_json,
     _printer,
+    _reader,
     _runner,
     app,
     out,
@@ -193,8 +194,8 @@ def effects(
         raise typer.BadParameter(
             "usage: longtask effects THREAD, or effects resolve THREAD KEY ..."
         )
-    with _runner(db) as runner:
-        rows = runner.effects(args[0])
+    with _reader(db) as reader:
+        rows = reader.effects(args[0])
     if json_:
         print(json.dumps([r.to_json() for r in rows], indent=2))
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,10 +41,13 @@ def when(at: datetime, timezone: str) -> str:
 def _firing_hint(runner: Runner) -> str:
     if runner.db.url.scheme == "postgresql":
         return f"fired by `{cmd('longtask worker')}` (any number of them: one thread per tick)"
-    # cron's environment has no $LONGTASK_DB: the crontab line names the database
+    # cron's environment has no $LONGTASK_DB and cron runs in $HOME: the crontab line
+    # names the database by its absolute path
+    url = runner.db.url
+    named = f"sqlite:///{url.path.resolve()}" if url.path is not None else url.redacted
     return (
         f"fired by `{cmd('longtask serve')}` while it runs, or by `{cmd('longtask tick')}` from "
-        f"the system's crontab: * * * * * longtask tick --db {runner.db.url.redacted}"
+        f"the system's crontab: * * * * * longtask tick --db {shlex.quote(named)}"
     )
 
 

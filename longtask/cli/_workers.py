@@ -219,11 +219,7 @@ def serve(
     $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...;
     off 127.0.0.1 a token is required."""
     from longtask.serve import run_server
-    from longtask.serve._cors import check_origins
 
-    if cors_origin:
-        check_origins(cors_origin)  # refused before "serving on" is printed
-    out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)")
     run_server(
         host=host,
         port=port,
@@ -233,4 +229,6 @@ def serve(
         run_workers=run_workers,
         to_workers=workers,
         cors_origins=cors_origin or None,
+        # said once every check passed: a refusal (no token off loopback) prints only itself
+        on_ready=lambda: out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)"),
     )

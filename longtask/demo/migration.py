@@ -15,6 +15,7 @@ uses the offline scripted model unless ``OPENAI_API_KEY`` is set.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -76,7 +77,8 @@ def maybe_crash(step: str) -> None:
     # The demo continues the unfinished thread it finds in its directory.
     print(
         f"\n!! crashing on purpose inside step {step!r} (--crash-at)\n"
-        f"!! continue with: longtask demo --dir {Path(inputs.state_dir).parent} --yes",
+        f"!! continue with: longtask demo --dir {shlex.quote(str(Path(inputs.state_dir).parent))} "
+        "--yes",
         flush=True,
     )
     os.kill(os.getpid(), signal.SIGKILL)

@@ -59,13 +59,18 @@ class CostMixin(RunnerBase):
         return read_usage(self.db.store, rec, declared)[0]
 
     def threads_with_cost(
-        self, limit: int = 100, status: str | None = None, sort: str = "updated"
+        self,
+        limit: int = 100,
+        status: str | None = None,
+        sort: str = "updated",
+        task: str | None = None,
     ) -> list[ThreadCost]:
-        """Threads with what they cost and their age: ``sort`` is ``updated`` (most recently
-        updated first), ``cost`` (most expensive first) or ``age`` (oldest first). Two
-        queries, whatever the number of threads."""
+        """Threads (with ``status``, of the task named ``task``) with what they cost and
+        their age: ``sort`` is ``updated`` (most recently updated first), ``cost`` (most
+        expensive first) or ``age`` (oldest first). Two queries, whatever the number of
+        threads."""
         records: list[ThreadRecord] = self.db.store.list_threads(
-            limit=limit, status=status, sort=sort
+            limit=limit, status=status, sort=sort, task=task
         )
         costs = self.db.store.costs_of([r.thread_id for r in records])
         now = datetime.now(UTC)

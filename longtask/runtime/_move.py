@@ -200,7 +200,7 @@ def _keep_heads(db: Database, tables: dict[str, Rows]) -> None:
     """Reduce the checkpoint tables to the latest checkpoint of each namespace, rewritten
     as a snapshot (its delta chain stays behind), with only its writes and values."""
     from longtask.checkpointers import _maps
-    from longtask.checkpointers._saver import version_key
+    from longtask.checkpointers._reader import version_key
 
     cps = tables["longtask_cp_checkpoints"]
     latest: dict[str, tuple[Any, ...]] = {}

@@ -426,11 +426,6 @@ class PauseMixin(RunnerBase):
             raise InvalidInput(
                 f"thread {thread_id!r} has no effect {key!r}; see `longtask effects`"
             )
-        if row.status != "started":
-            raise InvalidInput(
-                f"effect {key} is {row.status}, not unknown; only an effect whose call was "
-                "cut off can be resolved"
-            )
         if outcome not in ("succeeded", "failed", "retry"):
             raise InvalidInput("outcome must be succeeded, failed or retry")
         if outcome == "succeeded":
@@ -441,6 +436,30 @@ class PauseMixin(RunnerBase):
             for p in self.pending(thread_id, task=task)
             if p.kind == "effect" and p.request.get("key") == key
         ]
+        if row.status != "started":
+            # Settled, but the thread may not have gone on: a resolve killed between its
+            # ledger write and the resume leaves the pause (and its printed command) in
+            # place. The same answer again continues the thread.
+            settled = _settled_as(row)
+            stuck = items or (rec.status == "running" and not self.db.is_locked(thread_id))
+            if not stuck:
+                raise InvalidInput(
+                    f"effect {key} is {row.status}, not unknown; only an effect whose call "
+                    "was cut off can be resolved"
+                )
+            if settled != outcome or (
+                outcome == "succeeded" and result is not None and result != row.result
+            ):
+                kept = " (the result recorded is kept)" if settled == "succeeded" else ""
+                raise InvalidInput(
+                    f"effect {key} was already resolved as {settled}"
+                    + (" with another result" if settled == outcome else "")
+                    + " and the thread did not go on; continue it with "
+                    f"`longtask effects resolve {thread_id} {key} --{settled}`{kept}"
+                )
+            if items:
+                return self._resume_pending(thread_id, task, items[0], {"resolved": outcome})
+            return self.resume(thread_id, task=task)
         # The record of who settled it first: a crash right after the settle would otherwise
         # lose it for good (the key makes a repeated resolve write it once).
         self.db.store.append_event(
@@ -499,3 +518,10 @@ class PauseMixin(RunnerBase):
             except LongTaskError as exc:
                 results.append(TickResult(thread_id, step, f"error: {exc}"))
         return results
+
+
+def _settled_as(row: Effect) -> str:
+    """The answer ``resolve_effect`` gave a settled effect: succeeded, failed or retry."""
+    if row.status == "succeeded":
+        return "succeeded"
+    return "retry" if row.error == "retry" else "failed"

@@ -2,26 +2,46 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
-from typing import Any
-
-from langchain_core.runnables import RunnableConfig
+from typing import TYPE_CHECKING, Any
 
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._base import RunnerBase
-from longtask.runtime._pauses import USER_KINDS, open_interrupts
-from longtask.runtime._schedules import schedule_of
 from longtask.runtime._usage import read_usage
 from longtask.runtime._views import StepState, ThreadStatus, step_layout
-from longtask.steps import RUN_KEY, result_channel
 from longtask.store import SKIP_MARK, Event, ThreadRecord, is_skipped
+
+if TYPE_CHECKING:
+    from langchain_core.runnables import RunnableConfig
+
+    from longtask.store import Store
+
+# This module imports no LangGraph and no task model: `longtask status` and the other reads
+# use it in processes that never run a graph (see runtime._reader). So the step result
+# channels are named here (`out.STEP`, steps._context.result_channel), and the modules that
+# need LangGraph are imported where they are used.
+
+#: the tick part of a fired thread's id (model._schedule.TICK_SUFFIX_RE, which a unit test
+#: holds equal): a thread without one was started by no schedule, and needs no query
+_TICK_SUFFIX_RE = re.compile(r"-(\d{8}T\d{4}Z)$")
 
 
 def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
     conf: dict[str, Any] = {"thread_id": thread_id, "checkpoint_ns": ""}
     if run is not None:
+        from longtask.steps import RUN_KEY
+
         conf[RUN_KEY] = run
     return {"configurable": conf}
+
+
+def _schedule_of(store: Store, thread_id: str) -> dict[str, Any] | None:
+    if not _TICK_SUFFIX_RE.search(thread_id):
+        return None
+    from longtask.runtime._schedules import schedule_of
+
+    return schedule_of(store, thread_id)
 
 
 def _committed_in(tup: Any) -> set[str]:
@@ -69,6 +89,8 @@ def derived_status(
     if steps and all(s.name in committed for s in steps):
         return "completed", []
     if status == "running":
+        from longtask.runtime._pauses import USER_KINDS, open_interrupts
+
         pending = open_interrupts(tup)
         if pending:
             waiting = [p.summary() for p in pending]
@@ -90,7 +112,7 @@ class ReadingMixin(RunnerBase):
 
     def _done_steps(self, thread_id: str) -> set[str]:
         """Steps whose result is in the latest checkpoint or in its pending writes."""
-        return _done_in(self.db.saver.head(thread_id))
+        return _done_in(self.db.reader.head(thread_id))
 
     def status(self, thread_id: str, *, usage: bool = True) -> ThreadStatus:
         """Status, progress, current stage and per-step states, from the thread record and
@@ -100,7 +122,7 @@ class ReadingMixin(RunnerBase):
         rec = self._thread(thread_id)
         # Without the results: the fix loops' rounds, and the results that may be a skip's
         # mark ({"$longtask": "skipped", ...}), found by the server.
-        tup = self.db.saver.head(thread_id, load="fix.", search=("out.", SKIP_MARK))
+        tup = self.db.reader.head(thread_id, load="fix.", search=("out.", SKIP_MARK))
         committed = _committed_in(tup)
         done = _done_in(tup, committed)
         skipped = _skipped_in(tup)
@@ -173,26 +195,28 @@ class ReadingMixin(RunnerBase):
             created_at=rec.created_at,
             updated_at=rec.updated_at,
             worker=holder[0] if holder else None,
-            schedule=schedule_of(self.db.store, thread_id),
+            schedule=_schedule_of(self.db.store, thread_id),
             usage=totals,
         )
 
     def result(self, thread_id: str, step: str) -> Any:
         """The stored result of ``step`` in the thread's latest checkpoint."""
         rec = self._thread(thread_id)
-        tup = self.db.saver.get_tuple(_config(thread_id))
+        # only the step's channel (and any it is a prefix of): the other values may need
+        # LangGraph's classes to decode
+        tup = self.db.reader.head(thread_id, load=f"out.{step}")
         names = {s["name"] for st in rec.definition["stages"] for s in st["steps"]}
         if step not in names:
             raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
         values = tup.checkpoint["channel_values"] if tup else {}
-        if result_channel(step) not in values:
+        if f"out.{step}" not in values:
             raise InvalidInput(f"step {step!r} of thread {thread_id!r} has no result yet")
-        return self.codec.decode(values[result_channel(step)], strict=False)
+        return self.codec.decode(values[f"out.{step}"], strict=False)
 
     def results(self, thread_id: str) -> dict[str, Any]:
         """Every stored step result of the thread, by step name."""
         self._thread(thread_id)
-        tup = self.db.saver.get_tuple(_config(thread_id))
+        tup = self.db.reader.head(thread_id, load="out.")
         values = tup.checkpoint["channel_values"] if tup else {}
         return {
             k[4:]: self.codec.decode(v, strict=False)

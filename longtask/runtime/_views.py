@@ -9,12 +9,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from html import escape
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, SkipValidation
 
-from longtask.model import LongTask
 from longtask.runtime._usage import StepUsage, ThreadUsage
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
 
 StepStateName = Literal["pending", "running", "waiting", "completed", "skipped", "failed"]
 

@@ -43,11 +43,13 @@ log = logging.getLogger("longtask.serve")
 #: run statuses that are final
 FINAL_RUN = frozenset({"success", "error", "interrupted", "timeout"})
 #: longtask thread status after a run -> the run's status
+#: (a run that stops at a pause succeeded, as on LangGraph's server: "interrupted" is a
+#: run cancelled by request)
 RUN_OUTCOME = {
     "completed": "success",
-    "waiting_user": "interrupted",
-    "waiting_external": "interrupted",
-    "pending": "interrupted",
+    "waiting_user": "success",
+    "waiting_external": "success",
+    "pending": "success",
     "failed": "error",
     "cancelled": "interrupted",
     "cancelling": "interrupted",

@@ -6,8 +6,8 @@ Server API's SSE events for the modes it asked for.
 - ``values``: the state after each super-step (results by step name, ``messages``: the
   conversation, see ``_lg_chat``), with ``__interrupt__`` when the run pauses; again when
   a running agent's conversation grows.
-- ``updates``: ``{step: result}`` as each step finishes, ``{"__interrupt__": [...]}`` at a
-  pause.
+- ``updates``: ``{step: {step: result}}`` as each step finishes (LangGraph's ``{node:
+  update}``), ``{"__interrupt__": [...]}`` at a pause.
 - ``messages-tuple`` / ``messages``: each agent message (the model's, the tools') as its
   call completes, whole (not tokens), with the step as ``langgraph_node``.
 - ``custom``: longtask's events as a step sends them (the stored event's fields; no id).
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from longtask.serve._lg_chat import Conversation, messages_json
 from longtask.serve._lg_json import plain, sse
-from longtask.serve._lg_state import api_values, decode_values
+from longtask.serve._lg_state import api_values, decode_values, interrupt_json
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -97,9 +97,7 @@ class Feeds:
 
 
 def _interrupts(raw: Any) -> list[dict[str, Any]]:
-    return [
-        {"value": plain(getattr(i, "value", i)), "id": getattr(i, "id", None)} for i in raw or ()
-    ]
+    return [interrupt_json(i) for i in raw or ()]
 
 
 class LiveParts:
@@ -114,6 +112,7 @@ class LiveParts:
         modes: set[str],
         subgraphs: bool,
         seen_ids: list[str],
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         self.runner = runner
         self.task = task
@@ -122,6 +121,9 @@ class LiveParts:
         self.modes = modes
         self.subgraphs = subgraphs
         self.chat = Conversation(runner, task, thread_id)
+        #: what each message's metadata carries besides its node (as LangGraph's server:
+        #: the thread's metadata, the graph and the assistant)
+        self.metadata: dict[str, Any] = dict(metadata or {})
         self.sent: set[str] = set(seen_ids)
         #: the task graph's channels as of its last values part
         self.channels: dict[str, Any] | None = None
@@ -213,6 +215,7 @@ class LiveParts:
             if message.get("type") in ("human", "system"):
                 continue  # the prompt: the run's input, which LangGraph does not stream
             meta = {
+                **self.metadata,
                 "run_id": self.run_id,
                 "thread_id": self.thread_id,
                 "langgraph_node": step,
@@ -250,7 +253,9 @@ class LiveParts:
                     # A pause's nodes both write its result: said once.
                     if self._updated.get(step, _INTERRUPT) != value:
                         self._updated[step] = value
-                        out.append(sse("updates", {step: value}))
+                        # LangGraph's shape, {node: {key: value}}: the step's node wrote
+                        # the state key named after it.
+                        out.append(sse("updates", {step: {step: value}}))
         return out
 
     def _custom(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:

@@ -43,7 +43,10 @@ def run_json(run: ApiRun) -> dict[str, Any]:
         "status": run.status,
         "metadata": run.metadata,
         "multitask_strategy": "reject",
-        "kwargs": {"stream_mode": run.request.get("stream_mode", ["values"])},
+        "kwargs": {
+            **(run.request.get("kwargs") or {}),
+            "stream_mode": run.request.get("stream_mode", ["values"]),
+        },
         **({"error": run.error} if run.error else {}),
     }
 
@@ -189,6 +192,13 @@ def routes(api: Api) -> list[Route]:
             )
         request["stream_mode"] = sorted(modes)
         request["stream_subgraphs"] = bool(body.get("stream_subgraphs"))
+        # What the run was asked, as LangGraph's Run shows it (its kwargs).
+        request["kwargs"] = {
+            "input": body.get("input"),
+            "command": body.get("command"),
+            "config": body.get("config") or {},
+            "subgraphs": bool(body.get("stream_subgraphs")),
+        }
         return record(api, thread_id, entry.assistant_id, request, actor, body.get("metadata"))
 
     async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
@@ -241,6 +251,10 @@ def routes(api: Api) -> list[Route]:
             req.get("before_agent") or {},
             task=entry.task if entry is not None else None,
             subgraphs=bool(req.get("stream_subgraphs")),
+            metadata={
+                "graph_id": entry.name if entry is not None else None,
+                "assistant_id": run.assistant_id,
+            },
         )
         response = StreamingResponse(
             body,

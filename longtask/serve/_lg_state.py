@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import TaskRefError
-from longtask.graphs import agent_conversation, entry_node
+from longtask.graphs import agent_conversation
 from longtask.serve._lg_chat import KEY, Conversation, messages_json
 from longtask.serve._lg_json import iso, plain
 from longtask.steps import INPUTS_CHANNEL
@@ -68,8 +68,30 @@ def api_values(
     return values
 
 
-def _interrupt(intr: Any) -> dict[str, Any]:
-    return {"value": plain(intr.value), "id": intr.id}
+def interrupt_json(intr: Any) -> dict[str, Any]:
+    """An Interrupt as the API shows it."""
+    return {
+        "value": plain(getattr(intr, "value", intr)),
+        "id": getattr(intr, "id", None),
+        "response_schema": plain(getattr(intr, "response_schema", None)),
+    }
+
+
+def step_name(node: str) -> str:
+    """The step a node of the task graph belongs to (an approval is two nodes, ``x.request``
+    and ``x.ask``; step names hold no dot), as LangGraph's server names a graph's node."""
+    return node if node.startswith("__") else node.split(".", 1)[0]
+
+
+def _steps(nodes: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(step_name(n) for n in nodes))
+
+
+def _result(runner: Runner, result: Any) -> Any:
+    """A finished task's writes (of a past checkpoint) as results by step name."""
+    if not isinstance(result, dict):
+        return None
+    return decode_values(runner, result) or None
 
 
 def _checkpoint(config: Any) -> dict[str, Any] | None:
@@ -98,28 +120,33 @@ def state_json(
     tasks = []
     interrupts: list[dict[str, Any]] = []
     for task in snapshot.tasks:
-        intrs = [] if finished else [_interrupt(i) for i in task.interrupts]
+        intrs = [] if finished else [interrupt_json(i) for i in task.interrupts]
         interrupts.extend(intrs)
         tasks.append(
             {
                 "id": task.id,
-                "name": task.name,
+                "name": step_name(task.name),
                 "error": str(task.error) if task.error is not None else None,
                 "interrupts": intrs,
                 "checkpoint": None,
                 "state": None,
-                "result": None,
+                "result": _result(runner, getattr(task, "result", None)),
+                "path": plain(list(getattr(task, "path", ()) or ())),
             }
         )
     return {
         "values": api_values(runner, snapshot.values, chat, live),
-        "next": [] if finished else list(snapshot.next),
+        "next": [] if finished else _steps(snapshot.next),
         "checkpoint": _checkpoint(snapshot.config),
         "metadata": plain(dict(snapshot.metadata or {})),
         "created_at": snapshot.created_at,
         "parent_checkpoint": _checkpoint(snapshot.parent_config),
         "tasks": tasks,
         "interrupts": interrupts,
+        "checkpoint_id": (snapshot.config or {}).get("configurable", {}).get("checkpoint_id"),
+        "parent_checkpoint_id": (snapshot.parent_config or {})
+        .get("configurable", {})
+        .get("checkpoint_id"),
     }
 
 
@@ -163,7 +190,7 @@ def thread_state(
         # graph runs inside the step's node, under the task's namespace).
         graph = graph_of(runner, registry, rec)[1]
         for task in state["tasks"]:
-            node = graph.nodes.get(task["name"])
+            node = graph.nodes.get(task["name"])  # an agent step's node is its name
             if node is None or (node.metadata or {}).get("longtask_kind") != "agent":
                 continue
             ns = f"{task['name']}:{task['id']}"
@@ -226,7 +253,7 @@ def current_state(
         # the thread starts those whose dependencies are done (see Runner._stream).
         done = set(state["values"])
         state["next"] = [
-            entry_node(task, name)
+            name
             for name, info in task.layout.items()
             if name not in done and all(d in done for d in info.depends_on)
         ]
@@ -295,12 +322,19 @@ def thread_json(
             for task in state["tasks"]:
                 if task["interrupts"]:
                     interrupts[task["id"]] = task["interrupts"]
+    error = None
+    if rec is not None and rec.status == "failed":
+        error = (rec.error or {}).get("message")
     return {
         "thread_id": thread_id,
         "created_at": created,
         "updated_at": updated,
+        "state_updated_at": updated,
         "metadata": metadata,
         "status": status,
-        "values": values,
+        "config": {},
+        # LangGraph's server: null until a run has written state
+        "values": values if rec is not None else None,
         "interrupts": interrupts,
+        "error": error,
     }

@@ -146,12 +146,15 @@ async def follow(
     *,
     task: LongTask | None = None,
     subgraphs: bool = False,
+    metadata: dict[str, Any] | None = None,
 ) -> AsyncIterator[bytes]:
     """The run's stream: from the run itself when this process carries it out (see
     ``_lg_live``), else read from what the thread stores."""
     yield sse("metadata", {"run_id": run_id, "attempt": 1})
     feed = api.executor.feeds.get(run_id)
     if feed is not None and task is not None:
+        made = await api.call(api.runner.db.store.api_thread, thread_id)
+        metadata = {**(made[0] if made else {}), **(metadata or {})}
         parts = LiveParts(
             api.runner,
             task,
@@ -160,6 +163,7 @@ async def follow(
             modes,
             subgraphs,
             list((before_agent or {}).get("ids") or ()),
+            metadata,
         )
         index = 0
         while True:
@@ -243,7 +247,7 @@ def _state_parts(
             if step == "messages" and reader.agent is not None:
                 continue  # the agent's conversation, not a step's update
             if step not in reader.values or reader.values[step] != value:
-                out.append(sse("updates", {step: value}))
+                out.append(sse("updates", {step: {step: value}}))
         interrupts = state["interrupts"]
         if interrupts and interrupts != reader.interrupts:
             out.append(sse("updates", {"__interrupt__": interrupts}))

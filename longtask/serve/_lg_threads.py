@@ -175,14 +175,13 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
                 # the thread, as on LangGraph's server (idle, with next steps).
                 store.set_status(thread_id, "pending")
         conf = config["configurable"]
-        return {
-            "checkpoint": {
-                "thread_id": thread_id,
-                "checkpoint_ns": conf.get("checkpoint_ns", ""),
-                "checkpoint_id": conf.get("checkpoint_id"),
-                "checkpoint_map": None,
-            }
+        where = {
+            "thread_id": thread_id,
+            "checkpoint_ns": conf.get("checkpoint_ns", ""),
+            "checkpoint_id": conf.get("checkpoint_id"),
         }
+        # Both shapes LangGraph's server answers with (the JS SDK reads `configurable`).
+        return {"checkpoint": {**where, "checkpoint_map": None}, "configurable": where}
 
     def patch(thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
         get_json(thread_id)

@@ -12,6 +12,7 @@ import json
 import secrets
 from typing import Any
 
+from longtask.store import FINAL_STATUSES
 from longtask.store._kinds import EVENT_KINDS as ALL_EVENT_KINDS
 
 #: every event kind the Runner writes; EventSource only delivers named events to listeners
@@ -184,7 +185,7 @@ function mark(state) {
   span.append(svg);
   return span;
 }
-const CLOSED = ["completed", "cancelled"];
+const CLOSED = CONFIG.finalStatuses;
 let lastId = 0, source = null, current = null, pendingKey = null, events = [];
 let missing = false, artifactsShown = false;
 let refreshing = false, again = false;
@@ -539,5 +540,6 @@ def thread_page(thread_id: str, reads_need_token: bool, missing: bool = False) -
         "readsNeedToken": reads_need_token,
         "kinds": EVENT_KINDS,
         "missing": missing,
+        "finalStatuses": list(FINAL_STATUSES),
     }
     return _document(f"longtask · {thread_id}", body, THREAD_JS, config)

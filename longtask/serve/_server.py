@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from longtask.errors import InvalidInput
 from longtask.serve._auth import ENV_TOKEN, ENV_TOKENS, check_tokens, is_loopback, tokens_from_env
@@ -19,6 +19,7 @@ def run_server(
     run_workers: int = 4,
     to_workers: bool = False,
     cors_origins: Sequence[str] | None = None,
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve the API and the pages on ``host:port`` until interrupted.
 
@@ -29,6 +30,8 @@ def run_server(
     ``to_workers`` (PostgreSQL) its runs start threads served by ``longtask worker``.
     ``cors_origins`` (default ``$LONGTASK_CORS_ORIGINS``, else pages on loopback origins):
     the origins whose browser pages may call the API (``longtask.serve._cors``).
+    ``on_ready`` is called once everything is checked, just before serving (the CLI says
+    "serving on ..." there, never before a refusal).
     """
     configured = check_tokens(tokens) if tokens is not None else tokens_from_env(os.environ)
     from longtask.serve._cors import check_origins, cors_origins_from_env
@@ -66,5 +69,7 @@ def run_server(
             to_workers=to_workers,
             cors_origins=cors_origins,
         )
+        if on_ready is not None:
+            on_ready()
         # No access log: a URL may carry an access_token (EventSource cannot send headers).
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from starlette.concurrency import run_in_threadpool
 
+from longtask.store import FINAL_STATUSES
+
 if TYPE_CHECKING:
     from longtask.runtime import Runner
     from longtask.store import Event
 
-FINAL = frozenset({"completed", "failed", "cancelled"})
+FINAL = frozenset(FINAL_STATUSES)
 #: events that usually mean the thread just reached a final status
 FINAL_KINDS = frozenset({"longtask.completed", "longtask.failed", "longtask.cancelled"})
 BATCH = 500

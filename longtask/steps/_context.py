@@ -134,7 +134,9 @@ class StepContext:
             )
         channel = result_channel(name)
         if channel not in self._state:
-            raise ResultNotAvailable(f"step {name!r} has no stored result")
+            missing = ResultNotAvailable(f"step {name!r} has no stored result")
+            missing.missing = name  # type: ignore[attr-defined]
+            raise missing
         if type is not None:
             # With a target type the stored class need not be importable here.
             value = self._codec.decode(self._state[channel], strict=False)

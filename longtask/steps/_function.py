@@ -18,7 +18,7 @@ from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command
 from pydantic import BaseModel
 
-from longtask.errors import StepExited, StepTimeout
+from longtask.errors import ResultNotAvailable, StepExited, StepTimeout
 from longtask.model import FunctionStep, Retry, StepInfo
 from longtask.model._decision import utcnow
 from longtask.steps._attempts import (
@@ -471,6 +471,34 @@ def skipped_by(state: Mapping[str, Any], info: StepInfo, pauses: frozenset[str])
     return None
 
 
+def unanswered(state: Mapping[str, Any], info: StepInfo, pauses: frozenset[str]) -> list[str]:
+    """The approvals and waits before this step with no answer yet: only a goto that went
+    past them (``resume --goto STEP --skip-pending``) runs a step before they end."""
+    return sorted(p for p in info.ancestors & pauses if result_channel(p) not in state)
+
+
+def waits_on_a_pause(
+    env: StepEnv, thread_id: str, state: Mapping[str, Any], info: StepInfo, missing: Any
+) -> bool:
+    """Whether the result ``missing`` that this step read is not there because of a goto past
+    a pause: it is that pause's answer, or the result of a step that waited for it (whose
+    last word is a deferral, below), which runs again when the pause is answered."""
+    if not isinstance(missing, str) or missing not in info.ancestors:
+        return False
+    if missing in unanswered(state, info, env.pauses):
+        return True
+    last = [
+        e
+        for e in env.store.events(thread_id, kinds=["step.completed", "step.skipped"])
+        if e.step == missing
+    ]
+    return bool(last) and last[-1].kind == "step.skipped" and bool(last[-1].data.get("deferred"))
+
+
+#: what a step's attempt returns when it read the result of a pause not answered yet
+_DEFERRED = object()
+
+
 def skip_update(env: StepEnv, call: NodeCall, info: StepInfo, reason: str) -> dict[str, Any]:
     env.emit(call, "step.skipped", call.key("step.skipped"), info, data={"reason": reason})
     return {result_channel(info.name): skipped_value(reason)}
@@ -504,6 +532,14 @@ def function_node(
             token = _CURRENT.set(ctx)
             try:
                 value = call_step(step.fn, (ctx,), step.timeout, f"step {step.name!r}")
+            except ResultNotAvailable as exc:
+                # Run early by a goto past a pause, it needs what the pause is waiting for
+                # (issue 28, item 5): not a failure of the step. It stores no result and
+                # runs again once the pause is answered, as its dependencies then say.
+                missing = getattr(exc, "missing", None)
+                if after_pause and waits_on_a_pause(env, call.thread_id, state, info, missing):
+                    return _DEFERRED
+                raise
             finally:
                 _CURRENT.reset(token)
             return env.codec.encode(value, f"the result of step {step.name!r}")
@@ -517,6 +553,17 @@ def function_node(
             if loop is not None:
                 return fix_loop_failure(env, call, info, state, loop, exc)
             raise
+        if encoded is _DEFERRED:
+            waiting = unanswered(state, info, env.pauses) or sorted(info.ancestors & env.pauses)
+            reason = f"needs the answer to {', '.join(map(repr, waiting))}; runs once it is given"
+            env.emit(
+                call,
+                "step.skipped",
+                call.key("step.skipped", "deferred", attempt),
+                info,
+                data={"reason": reason, "deferred": True, "waiting_for": waiting},
+            )
+            return {}
         took = {"duration": round(time.monotonic() - started, 6), **rounds}
         step_completed(env, call, info, attempt, took)
         if loop is not None:

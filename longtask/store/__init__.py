@@ -14,6 +14,7 @@ from longtask.store._maps import MapProgress
 from longtask.store._schedules import ScheduleRecord
 from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
+    FINAL_STATUSES,
     THREAD_STATUSES,
     Event,
     NewEvent,
@@ -37,6 +38,7 @@ __all__ = [
     "BUDGET_LIMITS",
     "DEFAULT_INLINE_LIMIT",
     "EFFECT_STATUSES",
+    "FINAL_STATUSES",
     "NO_ITEM",
     "SCHEMA_VERSION",
     "SKIP_MARK",

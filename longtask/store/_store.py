@@ -45,6 +45,9 @@ THREAD_STATUSES = (
     "cancelling",
     "cancelled",
 )
+#: the statuses a thread ends in: nothing advances it by itself any more (the event stream
+#: ends, the web page stops listening and shows the artifacts); one list for server and page
+FINAL_STATUSES = ("completed", "failed", "cancelled")
 
 
 def _ts(value: float | None) -> datetime | None:
@@ -299,18 +302,25 @@ class Store(
         return self._threads(rows)[0] if rows else None
 
     def list_threads(
-        self, limit: int = 100, status: str | None = None, sort: str = "updated"
+        self,
+        limit: int = 100,
+        status: str | None = None,
+        sort: str = "updated",
+        task: str | None = None,
     ) -> list[ThreadRecord]:
-        """At most ``limit`` threads (with ``status``), ordered by ``sort`` (THREAD_SORTS)."""
+        """At most ``limit`` threads (with ``status``, of the task named ``task``), ordered
+        by ``sort`` (THREAD_SORTS)."""
         if sort not in THREAD_ORDER:
             raise ValueError(f"sort must be one of {', '.join(THREAD_ORDER)}")
-        where, params = ("WHERE t.status = ?", [status]) if status else ("", [])
+        conditions = [c for c, v in (("t.status = ?", status), ("t.task_name = ?", task)) if v]
+        params: list[Any] = [v for v in (status, task) if v]
+        where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
         # the budget row (what the thread charged) only when the order needs it
         join = (
             "LEFT JOIN longtask_budgets b ON b.thread_id = t.thread_id " if sort == "cost" else ""
         )
         rows = self._run(
-            f"SELECT {_THREAD_READ_T} FROM longtask_threads t {join}{where} "
+            f"SELECT {_THREAD_READ_T} FROM longtask_threads t {join}{where}"
             f"ORDER BY {THREAD_ORDER[sort]} LIMIT ?",
             (*params, limit),
         )

@@ -30,6 +30,16 @@ database, the counter and the server's log):
   its ``effect.started`` event, every ``succeeded`` one its ``effect.succeeded`` (the ledger
   commits on its own, before the outside call, and its events with it).
 
+On PostgreSQL some runs meet a database fault instead of a kill (``--faults``): at a random
+point every connection of the run's database is ended (``cut``: ``pg_terminate_backend``,
+a dropped link), or the database also refuses new connections for a random while
+(``stop``: ``ALLOW_CONNECTIONS false``, as a stopped server would; the shared server itself
+is never stopped). The run is given ``$LONGTASK_DB_TIMEOUT=2``: a short outage is survived
+(the next write reconnects), a long one ends it with "lost the connection"; either way the
+checks run after it, and once more after a SIGKILL that may follow a fault. A step's
+``step.completed`` may be stored at most once: a second one means it ran again after its
+event was stored.
+
 Kills are classified by where they landed, from the marks the task writes and the server's
 log: ``in_effect`` (inside the service call), ``in_model_call`` (a model request the server
 had not answered yet), ``in_step`` (a function step's own code), ``other`` (start-up,
@@ -103,6 +113,9 @@ def _child(args: list[str], out: str, wfd: int) -> None:
         os.dup2(fd, 2)
         os.close(fd)
         os.write(wfd, b"R\n")
+        if os.environ.get("LONGTASK_DB", "").startswith("postgres"):
+            # a database fault ends a run that cannot reach it within 2 s (see --faults)
+            os.environ["LONGTASK_DB_TIMEOUT"] = "2"
         code = _dispatch(args)
     except BaseException:
         traceback.print_exc()
@@ -114,10 +127,12 @@ def _child(args: list[str], out: str, wfd: int) -> None:
 
 
 def _run_child(
-    args: list[str], out: str, kill_after: float | None
+    args: list[str], out: str, kill_after: float | None, fault: Any = None
 ) -> tuple[int, bool, float, int | None]:
-    """Fork the CLI; SIGKILL it ``kill_after`` s after it is ready. Returns its pid, whether
-    it was killed, when (wall clock), and its exit code."""
+    """Fork the CLI; SIGKILL it ``kill_after`` s after it is ready (with ``fault``: call
+    ``fault()`` then instead, and let the child go on to its end, or kill it as many
+    seconds later as ``fault()`` returned). Returns its pid, whether it was killed, when
+    (wall clock), and its exit code."""
     rfd, wfd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -142,6 +157,12 @@ def _run_child(
             readable, _, _ = select.select([rfd], [], [], max(0.0, timeout))
             if not readable:
                 if ready_at is not None and kill_after is not None:
+                    if fault is not None:
+                        then = fault()
+                        fault = None
+                        # the child goes on to its end, or is killed a moment later
+                        kill_after = None if then is None else time.monotonic() - ready_at + then
+                        continue
                     killed_at = time.time()
                     os.kill(pid, signal.SIGKILL)
                     break
@@ -224,9 +245,24 @@ def answered_ids(log: Path) -> set[str]:
 
 
 class Driver:
-    def __init__(self, db: str, log: Path, counter: Path, marks: Path, kills: int, seed: int):
+    def __init__(
+        self,
+        db: str,
+        log: Path,
+        counter: Path,
+        marks: Path,
+        kills: int,
+        seed: int,
+        faults: int = 0,
+        admin: str | None = None,
+    ):
         self.db, self.log, self.counter, self.marks = db, log, counter, marks
         self.target = kills
+        #: database faults to cause (PostgreSQL), through the maintenance database ``admin``
+        self.fault_target = faults if db.startswith("postgres") and admin else 0
+        self.admin = admin
+        self.faults: Counter[str] = Counter()
+        self.fault_outcomes: Counter[str] = Counter()
         self.seed = seed
         self.rng = random.Random(seed)
         self.prefix = f"evchaos-{seed}"
@@ -266,9 +302,36 @@ class Driver:
                 return status, left
             time.sleep(0.02)
 
+    def _fault(self, kind: str) -> float | None:
+        """End every connection to the run's database (``cut``); for ``stop``, also refuse
+        new ones for a random while (the database's own switch: the shared server stays
+        up). Half the time, a random delay after which the run is killed too."""
+        import psycopg
+
+        name = self.db.rsplit("/", 1)[1].split("?", 1)[0]
+        assert self.admin is not None
+        with psycopg.connect(self.admin, autocommit=True, connect_timeout=10) as conn:
+            if kind == "stop":
+                conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS false')
+            try:
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (name,),
+                )
+                if kind == "stop":
+                    # shorter than the run's bound (survived), longer (the run ends), and
+                    # ending while the run gives up
+                    time.sleep(self.rng.uniform(0.2, 4.0))
+            finally:
+                if kind == "stop":
+                    conn.execute(f'ALTER DATABASE "{name}" WITH ALLOW_CONNECTIONS true')
+        return self.rng.uniform(0.0, 1.5) if self.rng.random() < 0.5 else None
+
     def _run(self, thread: str, kill: bool) -> bool:
-        """One run of ``thread`` (killed at a random point when ``kill``); True when the
-        thread is completed afterwards."""
+        """One run of ``thread`` (killed at a random point when ``kill``, or meeting a
+        database fault there, see ``--faults``); True when the thread is completed
+        afterwards."""
         status, left = self._wait_inactive(thread)
         if status == "completed":
             return True
@@ -277,17 +340,35 @@ class Driver:
         else:
             args = ["resume", thread]
         delay = self.rng.uniform(0.0, 1.1 * left) if kill else None
+        fault_kind = None
+        if kill and sum(self.faults.values()) < self.fault_target and self.rng.random() < 0.4:
+            fault_kind = ("cut", "stop")[sum(self.faults.values()) % 2]
         with tempfile.NamedTemporaryFile("r", suffix=".out", delete=False) as f:
             out = f.name
         try:
-            pid, killed, killed_at, code = _run_child(args, out, delay)
+            fault = (lambda: self._fault(fault_kind)) if fault_kind else None
+            pid, killed, killed_at, code = _run_child(args, out, delay, fault)
             output = Path(out).read_text(errors="replace")
         finally:
             os.unlink(out)
         self.runs += 1
         self.resumes += args[0] == "resume"
         phase = None
-        if killed:
+        if fault_kind is not None:
+            self.faults[fault_kind] += 1
+            if killed:
+                self.kills += 1
+                self.fault_outcomes["killed after"] += 1
+            elif code == 0:
+                self.fault_outcomes["survived"] += 1
+            elif code == 1 and "error: lost the connection to the database" in output:
+                self.fault_outcomes["lost"] += 1
+            elif code == 1 and "error: cannot connect to PostgreSQL" in output:
+                self.fault_outcomes["refused at start"] += 1
+            else:
+                self.errors.append(f"{thread} {args[0]} after a {fault_kind}: {output[-3000:]}")
+            self.check(thread)
+        elif killed:
             self.kills += 1
             phase = self._classify(pid, killed_at)
             self.phases[phase] += 1
@@ -362,6 +443,13 @@ class Driver:
                         f"{where}: step.completed of {e.step} with no committed result"
                     )
 
+        # (a'') a step's step.completed is stored once: a second means it ran again after
+        # its event was stored (one that had no checkpoint behind it)
+        completed = Counter(e.step for e in events if e.kind == "step.completed")
+        for step, n in sorted(completed.items()):
+            if n > 1:
+                self.violations.append(f"{where}: {n} step.completed events of {step}")
+
         # (b) stored model answers were answered by the server and have their model.call
         recorded = {str(e.data.get("response_id")) for e in events if e.kind == "model.call"}
         for rid in sorted(responses):
@@ -410,8 +498,10 @@ class Driver:
         thread = self._new_thread()
         # The requested kills, and more (up to three times as many) until a kill has landed
         # in each kind of place: random delays, but every kind is checked.
-        while self.kills < self.target or (
-            not all(self.phases[p] for p in PHASES) and self.kills < 3 * self.target
+        while (
+            self.kills < self.target
+            or sum(self.faults.values()) < self.fault_target
+            or (not all(self.phases[p] for p in PHASES) and self.kills < 3 * self.target)
         ):
             if self._run(thread, kill=True):
                 self.check(thread)
@@ -449,6 +539,8 @@ class Driver:
             "completed_events_checked": self.facts_checked,
             "model_responses_checked": self.model_calls_checked,
             "kills_by_phase": dict(sorted(self.phases.items())),
+            "faults": dict(sorted(self.faults.items())),
+            "fault_outcomes": dict(sorted(self.fault_outcomes.items())),
             "errors": self.errors,
             "violations": self.violations,
             "duration": round(time.monotonic() - self.started, 2),
@@ -462,6 +554,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", required=True, help="a directory for the counter and marks")
     parser.add_argument("--kills", type=int, default=25)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--faults", type=int, default=0, help="database faults to cause (PostgreSQL only)"
+    )
+    parser.add_argument("--admin", help="the server's maintenance database (for the faults)")
     args = parser.parse_args(argv)
     work = Path(args.work)
     marks = work / "marks"
@@ -477,7 +573,16 @@ def main(argv: list[str] | None = None) -> int:
     import langchain.agents  # noqa: F401
     import langchain_openai  # noqa: F401
 
-    driver = Driver(args.db, Path(args.log), work / "counter.db", marks, args.kills, args.seed)
+    driver = Driver(
+        args.db,
+        Path(args.log),
+        work / "counter.db",
+        marks,
+        args.kills,
+        args.seed,
+        faults=args.faults,
+        admin=args.admin,
+    )
     figures = driver.run()
     print(json.dumps(figures), flush=True)
     return 0

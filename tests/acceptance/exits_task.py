@@ -46,3 +46,13 @@ def leave(ctx: StepContext) -> int:
 
 
 task = LongTask("exits", stages=[Stage("a", [first]), Stage("b", [leave])])
+
+
+@function_step
+def beside(ctx: StepContext) -> int:
+    return 3
+
+
+#: ``nap`` beside another step of its stage: LangGraph runs both on its executor's threads,
+#: and the main thread only waits for them
+parallel = LongTask("exits_parallel", stages=[Stage("a", [first]), Stage("b", [leave, beside])])

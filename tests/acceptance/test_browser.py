@@ -215,3 +215,25 @@ def test_approve_on_the_page_and_watch_the_thread_complete(
         assert runner.result(THREAD, "publish") == (
             "published s3://reports/weekly-2030-08.md (approved by alice)"
         )
+
+
+def test_the_page_of_a_failed_thread_stops_listening_and_shows_its_artifacts(
+    sqlite_url: str, server: str, browser: Any
+) -> None:
+    """Issue 29, point 3: `failed` is a final status on the page as on the server (one list):
+    the page does not reopen the ended event stream again and again, and shows what the
+    thread stored before it failed."""
+    from playwright.sync_api import expect
+
+    failed = run_cli("run", f"{HERE / 'web_task.py'}:broken", "--thread", "broken", db=sqlite_url)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    page = browser.new_page()
+    opened: list[str] = []
+    page.on("request", lambda r: opened.append(r.url) if "/stream" in r.url else None)
+    page.goto(f"{server}/threads/broken")
+    expect(page.locator("#status")).to_have_text("failed", timeout=WAIT)
+    expect(page.locator("#live")).to_have_text("finished", timeout=WAIT)
+    expect(page.locator('#artifacts li[data-name="draft.md"] a')).to_be_visible(timeout=WAIT)
+    page.wait_for_timeout(3000)  # a reconnecting page would open the stream again meanwhile
+    assert len(opened) == 1, opened
+    expect(page.locator("#live")).to_have_text("finished")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -135,7 +136,63 @@ def test_demo_crash_in_verify_then_resume(tmp_path: Path) -> None:
         stages = [e.stage for e in runner.events(thread, kinds=["stage.completed"])]
         assert stages == STAGES
         _pauses_answered_by_the_demo(runner, thread)
-    # A finished demo is not run again in its directory.
+    # A finished demo is not run again in its directory: it says what it did.
     again = run_cli("demo", "--dir", str(root), "--yes", db=db)
-    assert again.returncode == 2
-    assert f"already holds a completed demo (thread {thread})" in again.stderr
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"{root} holds a completed demo" in again.stdout
+    assert f"thread {thread} completed" in again.stdout
+
+
+def _paste(line: str, cwd: Path, **fill: str) -> subprocess.CompletedProcess[str]:
+    """A printed command line run as pasted (placeholders filled), in a directory with no
+    database and without $LONGTASK_DB: it works only if it names the demo's database."""
+    words = [fill.get(w, w) for w in shlex.split(line)]
+    assert words[0] == "longtask", line
+    return run_cli(*words[1:], db="", cwd=cwd, timeout=300)
+
+
+def _printed(output: str, prefix: str) -> str:
+    found = [ln.strip() for ln in output.splitlines() if ln.strip().startswith(prefix)]
+    assert found, (prefix, output)
+    return found[-1]
+
+
+def test_every_command_the_demo_prints_works_when_pasted(tmp_path: Path) -> None:
+    """Issue 29, points 2 and 6: the effect to settle after a crash (`effects resolve`, with
+    the demo's --db), the approval, and the demo's last hint (`longtask demo --dir D`, which
+    tells what happened and where the outputs are once the last approval finished it)."""
+    root = tmp_path / "demo dir"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    db = _db(root)
+    crashed = run_cli("demo", "--dir", str(root), "--crash-at", "backend", db=db, timeout=300)
+    assert crashed.returncode == -signal.SIGKILL, crashed.stdout + crashed.stderr
+    again = _paste(
+        _printed(crashed.stdout, "!! continue with: ")[len("!! continue with: ") :], elsewhere
+    )
+    assert again.returncode == 3, again.stdout + again.stderr
+    resolve = _printed(again.stdout, "longtask effects resolve")
+    command, alternatives = resolve.split("  (or ")
+    assert command.endswith(" --succeeded --result JSON") and "--retry" in alternatives
+    # the file the cut-off write was making is not there: the honest answer is --retry
+    resolved = _paste(command.replace(" --succeeded --result JSON", " --retry"), elsewhere)
+    # the thread goes on to the CI wait (which the demo simulates)
+    assert resolved.returncode == 3, resolved.stdout + resolved.stderr
+    assert "waiting_external" in resolved.stdout
+    demo = _paste(
+        _printed(again.stdout, "then continue the demo: ")[
+            len("then continue the demo: ") :
+        ].replace(" --yes", ""),
+        elsewhere,
+    )
+    assert demo.returncode == 3, demo.stdout + demo.stderr
+    approve = _printed(demo.stdout, "longtask approve")
+    approved = _paste(approve, elsewhere, YOUR_NAME="alice")
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    last = _paste(_printed(demo.stdout, "longtask demo --dir"), elsewhere)
+    assert last.returncode == 0, last.stdout + last.stderr
+    assert "holds a completed demo" in last.stdout
+    assert f"MIGRATION.md: {root / 'authsvc-jwt' / 'MIGRATION.md'}" in last.stdout
+    events = _paste(_printed(last.stdout, "events:")[len("events:") :].strip(), elsewhere)
+    assert events.returncode == 0 and "longtask.completed" in events.stdout
+    assert not (elsewhere / ".longtask").exists()

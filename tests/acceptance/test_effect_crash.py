@@ -289,3 +289,71 @@ def test_crash_before_the_call_leaves_no_ledger_row(db_url: str, tmp_path: Path,
         kinds = [e.kind for e in runner.events(thread)]
         assert kinds.count("effect.started") == 1 and kinds.count("effect.succeeded") == 1
         assert "effect.unknown" not in kinds
+
+
+#: ``longtask ARGS`` that dies (``os._exit``) right after the ledger write of a resolve:
+#: before the thread continues, as a kill in that moment leaves it (issue 28, item 4)
+DIES_AFTER_SETTLE = """\
+import os, sys
+from longtask.store import _effects
+
+settle = _effects.EffectTables.effect_finish
+
+def effect_finish(self, *args, **kwargs):
+    settle(self, *args, **kwargs)
+    os._exit(9)
+
+_effects.EffectTables.effect_finish = effect_finish
+from longtask.cli._app import main
+main(sys.argv[1:])
+"""
+
+
+def test_a_resolve_killed_after_the_ledger_write_is_finished_by_its_own_command(
+    db_url: str, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    thread = "eff-resolve-killed"
+    service = tmp_path / "service.db"
+    env, key = _cut_off_call(db_url, tmp_path, "manual", thread)
+    _waiting_for_person(db_url, thread, key, env)
+    answer = ["--succeeded", "--result", json.dumps({"charged": AMOUNT}), "--by", "ops"]
+    killed = subprocess.run(
+        [sys.executable, "-c", DIES_AFTER_SETTLE, "effects", "resolve", thread, key, *answer],
+        env={**os.environ, "LONGTASK_DB": db_url, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == 9, killed.stdout + killed.stderr
+    _wait_inactive(db_url, thread)
+    [row] = _ledger(db_url, thread)
+    assert row["status"] == "succeeded"
+    # the pause and its command are still there ...
+    status = _status(db_url, thread, cli=True)
+    assert status["status"] == "waiting_user" and status["waiting"][0]["key"] == key
+    shown = run_cli("status", thread, db=db_url)
+    assert f"longtask effects resolve {thread} {key} --succeeded --result JSON" in shown.stdout
+
+    # ... another answer is refused, naming the one that continues it, and changes nothing
+    other = run_cli("effects", "resolve", thread, key, "--retry", db=db_url, env=env)
+    assert other.returncode == 1, other.stdout + other.stderr
+    assert (
+        f"was already resolved as succeeded and the thread did not go on; continue it with "
+        f"`longtask effects resolve {thread} {key} --succeeded`" in other.stderr
+    ), other.stderr
+    assert _status(db_url, thread)["status"] == "waiting_user"
+
+    # ... and the printed command, pasted, continues the thread once
+    again = run_cli("effects", "resolve", thread, key, *answer, db=db_url, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"thread {thread} completed" in again.stdout
+    assert effect_task.service_calls(service) == [(key, AMOUNT)]
+    with Runner(db_url) as runner:
+        assert runner.status(thread).status == "completed"
+        assert runner.result(thread, "receipt") == {"charged": AMOUNT, "pay": {"charged": AMOUNT}}
+        [manual] = runner.events(thread, kinds=["manual.resolve"])
+        assert manual.data == {"key": key, "outcome": "succeeded", "by": "ops"}

@@ -10,6 +10,11 @@ committed checkpoint or pending write has its ``model.call`` event, that no func
 ran again after its result was committed, and that every succeeded effect was called once.
 See its docstring for the details.
 
+On PostgreSQL the driver also causes database faults in runs (``LONGTASK_CHAOS_FAULTS``,
+12 by default): every connection of the run's database ended (a dropped link), or the
+database refusing connections for a while (a stopped server, without stopping the shared
+one), after which the same checks hold and no step has two ``step.completed`` events.
+
 ``LONGTASK_CHAOS_KILLS`` sets the kills per backend (default 25, which keeps the suite's
 time in CI; the issue's 100 per backend is ``LONGTASK_CHAOS_KILLS=100``); ``LT_CHAOS_SEED``
 the driver's seed.
@@ -34,6 +39,7 @@ from longtask import Runner
 
 HERE = Path(__file__).resolve().parent
 KILLS = int(os.environ.get("LONGTASK_CHAOS_KILLS", "25"))
+FAULTS = int(os.environ.get("LONGTASK_CHAOS_FAULTS", "12"))
 SEED = int(os.environ.get("LT_CHAOS_SEED", "14014"))
 KEY = "sk-test-events-chaos-7d1e"
 
@@ -45,6 +51,8 @@ def _serve(request: Any) -> Any:
 def test_random_kills_lose_no_event_of_committed_work(
     db_url: str, tmp_path: Path, record_property: Any
 ) -> None:
+    from conftest import PG_ADMIN_URL
+
     log = tmp_path / "requests.jsonl"
     work = tmp_path / "work"
     with FakeOpenAI(_serve, log_path=log) as server:
@@ -62,6 +70,10 @@ def test_random_kills_lose_no_event_of_committed_work(
                 str(KILLS),
                 "--seed",
                 str(SEED),
+                "--faults",
+                str(FAULTS),
+                "--admin",
+                PG_ADMIN_URL,
             ],
             env={
                 **os.environ,
@@ -71,7 +83,7 @@ def test_random_kills_lose_no_event_of_committed_work(
             },
             capture_output=True,
             text=True,
-            timeout=60 + 12 * KILLS,
+            timeout=60 + 12 * KILLS + 20 * FAULTS,
         )
         assert not server.script_errors, server.script_errors
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -91,6 +103,9 @@ def test_random_kills_lose_no_event_of_committed_work(
     # the checks looked at something: committed steps and stored model answers
     assert figures["steps_checked"] > 0 and figures["model_responses_checked"] > 0, figures
     assert figures["completed_events_checked"] > 0, figures
+    if figures["backend"] == "postgres" and FAULTS:
+        # both kinds of database fault were caused (the outcomes, survived or lost, vary)
+        assert figures["faults"].get("cut", 0) > 0 and figures["faults"].get("stop", 0) > 0
 
     threads = figures["thread_ids"]
     answered = driver.answered_ids(log)

@@ -317,3 +317,24 @@ def test_readme_command_table_and_tests_section_match_the_cli(tmp_path: Path) ->
     tests = readme.split("## Tests", 1)[1].split("\n## ", 1)[0]
     assert "test_browser.py" in tests and "apt-get install chromium" in tests
     assert "apt-get install chromium" in (HERE / "test_browser.py").read_text()
+
+
+def test_ls_never_cuts_a_thread_id_and_filters_by_task_and_status(db_url: str) -> None:
+    """Issue 29, point 5: the id is what a user copies, whole, at 80 columns as wider."""
+    long_id = "lt-74420f6e8a1b-" + "x" * 50
+    assert cli("run", QUICKSTART, "--thread", long_id, env_db=db_url).returncode == 0
+    assert cli("run", QUICKSTART, "--thread", "short", env_db=db_url).returncode == 0
+    paused = cli("run", TASK, "--thread", "fh", "--input", '{"topic": "x"}', env_db=db_url)
+    assert paused.returncode == 3
+    for columns in ("60", "80", "200"):
+        for wide in ([], ["--wide"]):
+            shown = run_cli("ls", *wide, db=db_url, env={"COLUMNS": columns})
+            assert shown.returncode == 0, shown.stderr
+            assert long_id in shown.stdout.split(), (columns, shown.stdout)
+            assert ("updated" in shown.stdout) == bool(wide)
+    only = cli("ls", "--task", "quickstart", env_db=db_url)
+    assert long_id in only.stdout and "short" in only.stdout and "fh" not in only.stdout.split()
+    waiting = cli("ls", "--status", "waiting_external", "--json", env_db=db_url)
+    assert [t["thread_id"] for t in json.loads(waiting.stdout)] == ["fh"]
+    both = cli("ls", "--task", "quickstart", "--status", "waiting_external", env_db=db_url)
+    assert both.returncode == 0 and both.stdout.strip() == "no threads"

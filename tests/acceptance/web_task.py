@@ -67,3 +67,13 @@ task = LongTask(
         Stage("publish", [publish]),
     ],
 )
+
+
+@function_step
+def draft(ctx: StepContext) -> str:
+    ctx.artifact("draft.md", "# draft\n", media_type="text/markdown")
+    raise ValueError("the draft does not parse")
+
+
+#: a thread that fails after storing an artifact (the page of a failed thread)
+broken = LongTask(name="broken_report", version="1", stages=[Stage("write", [draft])])

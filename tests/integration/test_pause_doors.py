@@ -25,11 +25,11 @@ from starlette.testclient import TestClient
 
 from longtask import (
     InvalidInput,
-    StepFailed,
     LongTask,
     Runner,
     Stage,
     StepContext,
+    StepFailed,
     approval,
     function_step,
 )

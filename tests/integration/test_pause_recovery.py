@@ -221,3 +221,54 @@ def test_cli_goto_past_a_pending_wait_is_refused(db_url: str) -> None:
         assert manual.data == {"by": "ops", "goto": ["publish"], "skipped_pending": ["ci"]}
         done = [e.step for e in runner.events("cli-jump", kinds=["step.completed"])]
         assert done == ["build", "publish"]
+
+
+def _publish_approved(ctx: Any) -> dict[str, Any]:
+    ran["publish"] += 1
+    return {"published": True, "approved_by": ctx.result("gate")["by"]}
+
+
+def _notify(ctx: Any) -> dict[str, Any]:
+    ran["notify"] += 1
+    return {"told": ctx.result("publish")}
+
+
+#: build -> gate (an approval) -> publish, which reads the approval -> notify, which reads
+#: publish
+READS_GATE = LongTask(
+    "recovery_reads_gate",
+    stages=[
+        Stage("prepare", [function_step(_build, name="build")]),
+        Stage("approve", [approval("gate", plan=_plan, approvers=["carol", "dave"], timeout=3600)]),
+        Stage("ship", [function_step(_publish_approved, name="publish")]),
+        Stage("tell", [function_step(_notify, name="notify")]),
+    ],
+)
+
+
+def test_goto_past_a_pause_to_a_step_that_needs_its_answer_keeps_the_thread_answerable(
+    runner: Runner, clock: FakeClock
+) -> None:
+    """Issue 28, item 5: the step gone to reads the skipped approval's result. It must not
+    fail the thread (after which the approval could no longer be given and every resume or
+    retry failed the same way): it waits, with the approval, and runs once it is given."""
+    thread = runner.start(READS_GATE, thread_id="jump-reads")
+    runner.resume(thread, Command(goto="publish"), skip_pending=True, by="ops")
+    st = runner.status(thread)
+    assert st.status == "waiting_user", st.error
+    assert [p.step for p in runner.pending(thread)] == ["gate"]
+    (deferred,) = runner.events(thread, kinds=["step.skipped"])
+    assert deferred.step == "publish" and deferred.data["waiting_for"] == ["gate"]  # type: ignore[index]
+
+    runner.approve(thread, "gate", by="dave")
+    assert runner.status(thread).status == "completed"
+    published = {"published": True, "approved_by": "dave"}
+    assert runner.result(thread, "publish") == published
+    # notify, set off by the early publish, waited for its result too
+    assert runner.result(thread, "notify") == {"told": published}
+    assert [e.step for e in runner.events(thread, kinds=["step.completed"])] == [
+        "build",
+        "gate",
+        "publish",
+        "notify",
+    ]

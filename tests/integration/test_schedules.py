@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -516,3 +517,21 @@ def test_workers_fire_a_missed_tick_once_and_run_its_thread(
         assert thread_ids(runner) == [thread]
         rec = runner.schedule("missed")
         assert rec.last_thread == thread and rec.next_fire_at > datetime.now(UTC)
+
+
+def test_the_crontab_line_names_the_sqlite_database_by_its_absolute_path(tmp_path: Path) -> None:
+    """Issue 29, point 8: cron runs in $HOME, so a relative sqlite:///.longtask/... names
+    another database there. The printed line, run from elsewhere, ticks this one."""
+    work, home = tmp_path / "project", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    for args in (["schedule", "add", REF], ["schedule", "ls"]):
+        shown = run_cli(*args, db="sqlite:///.longtask/longtask.db", cwd=work)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        (line,) = [ln for ln in shown.stdout.splitlines() if "crontab:" in ln]
+        command = line.split("* * * * * ", 1)[1]
+        assert f"--db sqlite:///{work.resolve() / '.longtask' / 'longtask.db'}" in command
+        words = shlex.split(command)
+        ticked = run_cli(*words[1:], db="", cwd=home)
+        assert ticked.returncode == 0, ticked.stdout + ticked.stderr
+        assert not (home / ".longtask").exists()

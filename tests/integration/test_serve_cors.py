@@ -117,3 +117,26 @@ def test_serve_refuses_a_bad_origin_before_it_starts(sqlite_url: str) -> None:
     assert proc.returncode != 0
     assert "not an origin: 'http://x/path'" in proc.stderr
     assert "serving on" not in proc.stdout
+
+
+@pytest.mark.parametrize("env_origins", [None, "bad origin"])
+def test_serve_off_loopback_without_a_token_refuses_before_saying_it_serves(
+    sqlite_url: str, env_origins: str | None
+) -> None:
+    """Issue 29, point 7: nothing misleading before the refusal, whatever refuses."""
+    env = {**os.environ, "LONGTASK_DB": sqlite_url}
+    for name in ("LONGTASK_API_TOKEN", "LONGTASK_API_TOKENS", "LONGTASK_CORS_ORIGINS"):
+        env.pop(name, None)
+    if env_origins:
+        env["LONGTASK_CORS_ORIGINS"] = env_origins
+    proc = subprocess.run(
+        [sys.executable, "-m", "longtask", "serve", "--host", "0.0.0.0", "--port", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("error: ")
+    assert ("not an origin" if env_origins else "without an API token") in proc.stderr
