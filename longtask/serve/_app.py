@@ -306,7 +306,20 @@ def create_app(
         return await accepted(thread_id, run_id)
 
     async def info(request: Request) -> Response:
-        return JSONResponse({"version": __version__, "flags": {"assistants": True}})
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            langgraph = version("langgraph")
+        except PackageNotFoundError:  # pragma: no cover - langgraph is a dependency
+            langgraph = "unknown"
+        return JSONResponse(
+            {
+                "version": __version__,
+                "langgraph_py_version": langgraph,
+                "flags": {"assistants": True, "crons": False, "langsmith": False},
+                "metadata": {"server": "longtask"},
+            }
+        )
 
     async def ok(request: Request) -> Response:
         return JSONResponse({"ok": True})

@@ -30,7 +30,8 @@ log = logging.getLogger("longtask.serve")
 def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     # A malformed request also carries LangGraph's shape ({"detail": ...}), which its
     # SDKs show.
-    body = {"error": message, "detail": message} if status == 422 else {"error": message}
+    # LangGraph's error shape ({"detail": ...}) beside longtask's own ({"error": ...}).
+    body = {"error": message, "detail": message}
     return JSONResponse(body, status_code=status, headers=headers)
 
 

@@ -140,7 +140,7 @@ def _schemas(entry: Registered) -> dict[str, Any]:
         "input_schema": inputs,
         "output_schema": state,
         "state_schema": state,
-        "config_schema": None,
+        "config_schema": {"type": "object", "properties": {}},
         "context_schema": None,
     }
 

@@ -18,6 +18,22 @@ def integer_field(body: dict[str, Any], key: str, default: int, low: int, high: 
     return value
 
 
+def query_integer(query: Any, key: str, default: int, low: int, high: int) -> int:
+    """An integer query parameter (given once), or a 422 naming it."""
+    values = query.getlist(key)
+    if not values:
+        return default
+    try:
+        value = int(values[-1])
+    except ValueError:
+        value = None
+    if len(values) > 1 or value is None or not low <= value <= high:
+        raise HTTPException(
+            422, f"{key} must be one integer from {low} to {high}, not {', '.join(values)}"
+        )
+    return value
+
+
 def mapping_field(body: dict[str, Any], key: str) -> dict[str, Any]:
     value = body.get(key)
     if value is None:

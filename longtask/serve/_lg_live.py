@@ -28,9 +28,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from longtask.serve._lg_chat import Conversation, messages_json
+from longtask.serve._lg_chat import KEY, Conversation, messages_json
 from longtask.serve._lg_json import plain, sse
-from longtask.serve._lg_state import api_values, decode_values, interrupt_json
+from longtask.serve._lg_state import api_values, decode_values, interrupt_json, step_name
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -237,7 +237,9 @@ class LiveParts:
                 "langgraph_checkpoint_ns": "|".join(ns),
             }
             if "messages-tuple" in self.modes:
-                out.append(sse("messages", [message, meta]))
+                # With subgraphs, a subgraph's messages name it, as LangGraph's server does.
+                name = self._event("messages", ns) if self.subgraphs else "messages"
+                out.append(sse(name, [message, meta]))
             if "messages" in self.modes:
                 out.append(sse("messages/metadata", {mid: {"metadata": meta}}))
                 out.append(sse("messages/complete", [message]))
@@ -250,13 +252,31 @@ class LiveParts:
                 )
         return out
 
+    def start(self) -> list[bytes]:
+        """What a run's stream says before its first part: the run's chain starts."""
+        if "events" not in self.modes:
+            return []
+        return [sse("events", self._lc_event("on_chain_start", None, None, {"input": {}}))]
+
     def _updates(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
         if not isinstance(chunk, dict):
             return []
         if ns:
-            if not self.subgraphs or "updates" not in self.modes:
-                return []
-            return [sse(self._event("updates", ns), {k: self._sub(v) for k, v in chunk.items()})]
+            out: list[bytes] = []
+            agent = self._agent_of(ns)
+            if agent is not None:
+                # A model's or a tool's message as its node ends, before the agent's state.
+                said = [
+                    m
+                    for update in chunk.values()
+                    if isinstance(update, dict)
+                    for m in messages_json(update.get(KEY) or [])
+                ]
+                out += self._said(ns, agent, said)
+            if self.subgraphs and "updates" in self.modes:
+                parts = {k: self._sub(v) for k, v in chunk.items()}
+                out.append(sse(self._event("updates", ns), parts))
+            return out
         if "updates" not in self.modes:
             return []
         out = []
@@ -269,8 +289,12 @@ class LiveParts:
                     if self._updated.get(step, _INTERRUPT) != value:
                         self._updated[step] = value
                         # LangGraph's shape, {node: {key: value}}: the step's node wrote
-                        # the state key named after it.
-                        out.append(sse("updates", {step: {step: value}}))
+                        # the state key named after it (an agent's, its conversation too).
+                        said_update: dict[str, Any] = {step: value}
+                        if step in self.chat.agents:
+                            talk = self.live.get(step) or self.chat._transcripts.get(step)
+                            said_update[KEY] = self.chat._said(talk or [], chat=False)
+                        out.append(sse("updates", {step: said_update}))
         return out
 
     def _custom(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
@@ -303,7 +327,7 @@ class LiveParts:
             return []
         if not isinstance(chunk, dict):
             return []
-        payload = plain(self._task_payload(chunk))
+        payload = plain(self._task_payload(chunk, not ns))
         started = "result" not in chunk
         if started and not ns and isinstance(chunk.get("triggers"), list | tuple):
             self._triggers[str(chunk.get("name"))] = [str(t) for t in chunk["triggers"]]
@@ -326,12 +350,17 @@ class LiveParts:
             out.append(sse("events", event))
         return out
 
-    def _task_payload(self, chunk: dict[str, Any]) -> dict[str, Any]:
+    def _task_payload(self, chunk: dict[str, Any], ns_root: bool) -> dict[str, Any]:
         out = dict(chunk)
         if "input" in out:
-            out["input"] = None  # the task's whole state: ``values`` shows it
+            # the state the task starts from, as the API shows state
+            if ns_root and self.channels is not None:
+                out["input"] = self._state_values(self.channels)
+            else:
+                out["input"] = self._sub(out["input"]) if not ns_root else None
         if isinstance(out.get("result"), dict):
-            out["result"] = decode_values(self.runner, out["result"]) or plain(out["result"])
+            result = out["result"]
+            out["result"] = decode_values(self.runner, result) if ns_root else self._sub(result)
         if "interrupts" in out:
             out["interrupts"] = _interrupts(out["interrupts"])
         return out
@@ -344,6 +373,8 @@ class LiveParts:
             payload["values"] = self._state_values(chunk["values"])
         elif isinstance(chunk.get("values"), dict):
             payload["values"] = self._sub(chunk["values"])
+        if isinstance(payload.get("next"), list | tuple) and not ns:
+            payload["next"] = list(dict.fromkeys(step_name(str(n)) for n in payload["next"]))
         tasks = []
         for t in chunk.get("tasks") or ():
             item = dict(t) if isinstance(t, dict) else {"value": t}
@@ -352,9 +383,6 @@ class LiveParts:
             item["state"] = None  # a subgraph's state: its own checkpoints parts say it
             tasks.append(item)
         payload["tasks"] = tasks
-        # The checkpoint and its parent as the API names them (beside LangGraph's configs).
-        payload["checkpoint"] = _where(chunk.get("config"))
-        payload["parent_checkpoint"] = _where(chunk.get("parent_config"))
         step = (chunk.get("metadata") or {}).get("step")
         if isinstance(step, int):
             self._steps[ns] = step
@@ -365,7 +393,16 @@ class LiveParts:
         if "checkpoints" in self.modes:
             out.append(sse(self._event("checkpoints", ns), payload))
         if "debug" in self.modes:
-            out.append(sse(self._event("debug", ns), self._debug("checkpoint", payload, step)))
+            # The checkpoint and its parent as the API names them (beside LangGraph's
+            # configs), which the debug parts of LangGraph's server carry.
+            wrapped = {
+                **payload,
+                "checkpoint": _where(chunk.get("config")),
+                "parent_checkpoint": _where(chunk.get("parent_config")),
+            }
+            out.append(
+                sse(self._event("debug", ns), self._debug("checkpoint", plain(wrapped), step))
+            )
         return out
 
     def _debug(self, kind: str, payload: Any, step: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from starlette.routing import Route
 
 from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound, TooLateToCancel
 from longtask.serve._executor import FINAL_RUN
+from longtask.serve._lg_body import query_integer
 from longtask.serve._lg_chat import chat_input
 from longtask.serve._lg_commands import plan_command, plan_continue
 from longtask.serve._lg_json import iso
@@ -43,6 +44,7 @@ def run_json(run: ApiRun) -> dict[str, Any]:
         "status": run.status,
         "metadata": run.metadata,
         "multitask_strategy": "reject",
+        "langsmith_session_name": None,
         "kwargs": {
             **(run.request.get("kwargs") or {}),
             "stream_mode": run.request.get("stream_mode", ["values"]),
@@ -81,6 +83,23 @@ def refuse_unsupported(body: dict[str, Any]) -> None:
             "a run from a past checkpoint (checkpoint_id / checkpoint) is not supported: "
             "branch the thread there with `longtask fork THREAD CHECKPOINT`, then resume it",
         )
+
+
+def _at_head(api: Api, thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without a checkpoint that is the thread's latest one (Agent Chat UI sends
+    the head it shows with every resume): a run from there is a run of the thread."""
+    given = body.get("checkpoint_id")
+    checkpoint = body.get("checkpoint")
+    if isinstance(checkpoint, dict):
+        given = given or checkpoint.get("checkpoint_id")
+        if checkpoint.get("checkpoint_ns") not in (None, ""):
+            return body
+    if not given or not isinstance(given, str) or thread_id is None:
+        return body
+    head = api.runner.db.saver.head(thread_id)
+    if head is not None and head.config["configurable"].get("checkpoint_id") == given:
+        return {k: v for k, v in body.items() if k not in ("checkpoint_id", "checkpoint")}
+    return body
 
 
 def refuse_busy(api: Api, thread_id: str) -> None:
@@ -138,6 +157,8 @@ def routes(api: Api) -> list[Route]:
     def prepare(
         thread_id: str | None, entry: Registered, body: dict[str, Any], actor: str
     ) -> ApiRun:
+        thread_id_given = thread_id
+        body = _at_head(api, thread_id, body)
         refuse_unsupported(body)
         if thread_id is None:  # a stateless run: a thread of its own
             thread_id = str(uuid.uuid4())
@@ -193,11 +214,26 @@ def routes(api: Api) -> list[Route]:
         request["stream_mode"] = sorted(modes)
         request["stream_subgraphs"] = bool(body.get("stream_subgraphs"))
         # What the run was asked, as LangGraph's Run shows it (its kwargs).
+        raw_config = body.get("config")
+        config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
         request["kwargs"] = {
             "input": body.get("input"),
             "command": body.get("command"),
-            "config": body.get("config") or {},
+            "config": {
+                **config,
+                "configurable": {**(config.get("configurable") or {}), "thread_id": thread_id},
+                "metadata": dict(config.get("metadata") or {}),
+            },
+            "context": body.get("context") or {},
             "subgraphs": bool(body.get("stream_subgraphs")),
+            "resumable": bool(body.get("stream_resumable")),
+            "temporary": thread_id_given is None,
+            "webhook": None,
+            "feedback_keys": None,
+            "interrupt_before": None,
+            "interrupt_after": None,
+            "checkpoint_during": True,
+            "durability": "sync",  # every step is checkpointed before the next starts
         }
         return record(api, thread_id, entry.assistant_id, request, actor, body.get("metadata"))
 
@@ -292,8 +328,8 @@ def routes(api: Api) -> list[Route]:
         found = await api.call(
             store.api_runs,
             request.path_params["thread_id"],
-            limit=int(q.get("limit") or 10),
-            offset=int(q.get("offset") or 0),
+            limit=query_integer(q, "limit", 10, 1, 1000),
+            offset=query_integer(q, "offset", 0, 0, 10**9),
             status=q.get("status") or None,
         )
         return JSONResponse([run_json(r) for r in found])

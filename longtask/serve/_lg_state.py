@@ -156,12 +156,7 @@ def empty_state(thread_id: str) -> dict[str, Any]:
     return {
         "values": {},
         "next": [],
-        "checkpoint": {
-            "thread_id": thread_id,
-            "checkpoint_ns": "",
-            "checkpoint_id": None,
-            "checkpoint_map": None,
-        },
+        "checkpoint": {"thread_id": thread_id, "checkpoint_ns": ""},  # no checkpoint yet
         "metadata": {},
         "created_at": None,
         "parent_checkpoint": None,
@@ -336,6 +331,5 @@ def thread_json(
     }
     if rec is not None:
         out["interrupts"] = interrupts
-        if rec.status == "failed":
-            out["error"] = (rec.error or {}).get("message")
+        out["error"] = (rec.error or {}).get("message") if rec.status == "failed" else None
     return out

@@ -165,6 +165,8 @@ async def follow(
             list((before_agent or {}).get("ids") or ()),
             metadata,
         )
+        for chunk in parts.start():
+            yield chunk
         index = 0
         while True:
             got, done = await api.call(feed.wait, index, 0.5)

@@ -181,7 +181,11 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             "checkpoint_id": conf.get("checkpoint_id"),
         }
         # Both shapes LangGraph's server answers with (the JS SDK reads `configurable`).
-        return {"checkpoint": {**where, "checkpoint_map": None}, "configurable": where}
+        return {
+            "checkpoint": where,
+            "configurable": where,
+            "checkpoint_id": where["checkpoint_id"],
+        }
 
     def patch(thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
         get_json(thread_id)

@@ -326,16 +326,90 @@ INTENDED: list[Intended] = [
         "langgraph_plan, langgraph_api_url...).",
     ),
     Intended(
-        "*",
-        r".*\.next",
-        "An approval is two nodes, step.request (records the request) and step.ask (the "
-        "interrupt), so next names the node: approve.ask.",
-        text=r".*'approve\.(ask|request)'.*",
+        "runs.stream*",
+        r"\[(checkpoints|debug)\]\[\+\d+\]",
+        "An approval's two nodes make one more checkpoint per approval in the checkpoints "
+        "and debug streams too.",
+        text=r"extra in longtask .*",
+    ),
+    Intended(
+        "runs.stream*",
+        r"\[messages(\|[^\]]*)?\]\[\+?\d+\]",
+        "messages-tuple sends each agent message whole, once, as its call completes: "
+        "LangGraph's server sends the model's tokens as chunks, and then the tool's message.",
+        text=r"(extra|missing) in longtask .*",
     ),
     Intended(
         "threads.get_history*",
-        r"\[\+\d+\]",
-        "The history has one more checkpoint per approval: the one after step.request.",
-        text=r"extra in longtask .*'next': \['approve\.(ask|request)'\].*",
+        r"(\[\+\d+\]|\[\d+\]\.(values\.approve|interrupts\[\d+\]|tasks\[\d+\]\.interrupts\[\d+\]))",
+        "An approval is two nodes, step.request (records the request) and step.ask (the "
+        "interrupt), so the history has one more checkpoint per approval: the one after "
+        "step.request; the entries after it are one further down.",
+    ),
+    Intended(
+        "runs.stream*",
+        r"\[(tasks|debug)(\|[^\]]*)?\](\[\d+\]|\[\+\d+\])?(\.payload)?"
+        r"(\.result\.pause\..*|\.interrupts.*)?",
+        "An approval's two nodes are two tasks in the tasks and debug streams (the request "
+        "node's result is its request; its interrupt shows on the ask node's task).",
+        text=r"(extra in longtask|missing in longtask).*",
+    ),
+    Intended(
+        "*",
+        r".*messages(\|[^\]]*)?\]?(\[\d+\])*(\[0\])?\.name|.*\.output\.name",
+        "An agent step's AI messages are named after the step (LangChain's create_agent "
+        "name), so a chat UI can tell several agents apart; LangGraph's example agent has "
+        "no name.",
+        text=r"reference 'null', longtask 'str'",
+    ),
+    Intended(
+        "*",
+        r".*messages\[\+?\d+\]",
+        "When every step is done, the conversation ends with one AI message holding the "
+        "final steps' results (a task's last step need not be an agent's answer).",
+        text=r"extra in longtask \(\{'additional_kwargs': \{\}, 'content': 'str', 'id': "
+        r"'str', 'invalid_tool_calls': \[\], 'name': 'null'.*",
+    ),
+    Intended(
+        "runs.stream*",
+        r"\[events\].*",
+        "The events stream is made from the run's own parts (on_chain_start/on_chain_end "
+        "per step, on_chat_model_end per whole model message, on_custom_event per longtask "
+        "event), not from LangChain's callback tree: no token events, no tool or model "
+        "start events, no per-runnable inputs and tags.",
+    ),
+    Intended(
+        "runs.stream*",
+        r".*checkpoint_map\..*",
+        "A subgraph's checkpoint_map is keyed by its namespace, which holds the task id: "
+        "each run's own.",
+    ),
+    Intended(
+        "runs.stream*",
+        r"\[(tasks|debug|checkpoints)(\|[^\]]*)?\]\[\d+\](\.payload)?\.(input|result|"
+        r"tasks\[\d+\]\.(state|checkpoint))(\..*)?",
+        "A task's input and result are shown as the API shows state (results by step "
+        "name; an agent's conversation is the thread's messages, not a channel of the "
+        "task graph), and a pending task's subgraph state is in its own checkpoints parts.",
+    ),
+    Intended(
+        "threads.get_history*",
+        r"\[\d+\]\.tasks\[\d+\]\.(checkpoint|result)(\..*)?",
+        "A past task's result is its step's result by step name, and its subgraph "
+        "checkpoint is not named in the history (get_state(subgraphs=True) has it).",
+    ),
+    Intended(
+        "*after update*",
+        r".*",
+        "update_state during a pause restarts the steps after the updated one: the thread "
+        "is idle with its next steps, and the approval is asked again (with a plan from the "
+        "new results) by the next run; a resume sent before then is refused, since no "
+        "decision may be made for a plan nobody was shown.",
+    ),
+    Intended(
+        "*goto __end__*",
+        r".*",
+        'goto "__end__" is refused (409, naming cancel): a longtask thread ends when its '
+        "steps are done, or by a cancel, which runs its compensations and is recorded.",
     ),
 ]
