@@ -100,6 +100,13 @@ def plan_command(
         thread_id = rec.thread_id
         pending = runner.pending(thread_id, task=task)
         if not pending:
+            if rec.status == "pending":
+                raise InvalidInput(
+                    f"thread {thread_id!r} is not waiting for an answer: its state was "
+                    "updated (or forked), so the steps after the change run again; start a "
+                    "run with no command to continue it, then answer what it asks (an "
+                    "approval asks again, with its plan from the new results)"
+                )
             raise InvalidInput(
                 f"thread {thread_id!r} is not waiting for an answer (status: {rec.status})"
             )
