@@ -145,6 +145,8 @@ class LiveParts:
         self._step: int = 0
         self._triggers: dict[str, list[str]] = {}
         self._steps: dict[tuple[str, ...], int] = {}
+        #: how many longtask events of each (kind, stage, step, attempt) were sent
+        self._events_sent: dict[tuple[str, Any, Any, Any], int] = {}
         self._handlers: dict[str, Callable[[tuple[str, ...], Any], list[bytes]]] = {
             "values": self._values,
             "updates": self._updates,
@@ -310,8 +312,25 @@ class LiveParts:
                 "ts": datetime.now(UTC).isoformat(),
             }
             name = str(chunk["longtask"])
+            key = (name, data["stage"], data["step"], data["attempt"])
+            self._events_sent[key] = self._events_sent.get(key, 0) + 1
         else:
             data, name = plain(chunk), "custom"
+        return self._custom_parts(ns, data, name)
+
+    def stored(self, events: list[Any]) -> list[bytes]:
+        """The run's stored events its steps did not send (the Runner's own: the task's
+        start and end, stages, recoveries), once the run is over: none is left out."""
+        out: list[bytes] = []
+        for event in events:
+            key = (event.kind, event.stage, event.step, event.attempt)
+            if self._events_sent.get(key, 0) > 0:
+                self._events_sent[key] -= 1  # sent while the step ran
+                continue
+            out += self._custom_parts((), event.to_json(), event.kind)
+        return out
+
+    def _custom_parts(self, ns: tuple[str, ...], data: Any, name: str) -> list[bytes]:
         out = []
         if "custom" in self.modes and (not ns or self.subgraphs):
             out.append(sse(self._event("custom", ns if self.subgraphs else ()), data))

@@ -177,6 +177,12 @@ async def follow(
             if feed.remote:
                 break  # a worker carries it out: read what it stores
             if done and not got:
+                if modes & {"custom", "events"}:
+                    stored = await api.call(
+                        api.runner.db.store.events, thread_id, since=since_event, limit=5000
+                    )
+                    for chunk in await api.call(parts.stored, stored):
+                        yield chunk
                 run = await api.call(api.runner.db.store.api_run, run_id)
                 if run is not None and run.status == "error":
                     yield sse("error", {"error": "RunError", "message": run.error or "run failed"})

@@ -238,7 +238,9 @@ def test_a_task_that_cannot_keep_a_chat_refuses_it(runner: Runner, client: TestC
     assert client.get(f"/threads/{thread}/runs").json() == []
 
 
-def test_the_stream_modes_of_langgraph_come_from_the_run(client: TestClient, llm: Any) -> None:
+def test_the_stream_modes_of_langgraph_come_from_the_run(
+    runner: Runner, client: TestClient, llm: Any
+) -> None:
     llm([Reply.tool_calls([("weather", {"city": "Lyon"})]), Reply.text(ANSWER)])
     thread = _thread(client)
     modes = ["tasks", "checkpoints", "debug", "events", "updates", "custom"]
@@ -264,7 +266,19 @@ def test_the_stream_modes_of_langgraph_come_from_the_run(client: TestClient, llm
     assert debug_types == {"checkpoint", "task", "task_result"}
     events = {e["event"] for e in by_kind["events"]}
     assert {"on_chain_start", "on_chain_end", "on_chat_model_end", "on_custom_event"} <= events
-    assert any(d["kind"] == "step.started" for d in by_kind["custom"])
+    # (an agent's model calls come from its own graph: as "custom|answer:<task>" parts)
+    custom = [
+        (d["kind"], d["stage"], d["step"], d["attempt"])
+        for event, data in by_kind.items()
+        if event.split("|")[0] == "custom"
+        for d in data
+    ]
+    assert ("step.started", "talk", "answer", 1) in custom
+    # The Runner's own events (no step sends them) come too, once the run is over: each
+    # stored event once.
+    assert any(kind == "longtask.started" for kind, *_ in custom)
+    stored = [(e.kind, e.stage, e.step, e.attempt) for e in runner.events(thread)]
+    assert sorted(custom, key=str) == sorted(stored, key=str)
     # The agent's own graph, as subgraph parts: "mode|namespace".
     agent = [e for e in by_kind if e.startswith("updates|answer:")]
     assert agent, sorted(by_kind)
