@@ -45,6 +45,7 @@ from longtask.graphs import (
 )
 from longtask.model import FunctionStep, LongTask, PauseStep
 from longtask.model._decision import utcnow
+from longtask.runtime._clock import ServerClock
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._costs import CostMixin
 from longtask.runtime._history import HistoryMixin
@@ -189,8 +190,9 @@ class Runner(
         #: events wait here to commit with their thread's next checkpoint (see EventWriter)
         self.events_writer = self.db.events
         self.on_update = on_update
-        #: the time, for deadlines and decision validity (inject one to test)
-        self.clock: Callable[[], datetime] = clock or utcnow
+        #: the time, for deadlines and decision validity (inject one to test): on
+        #: PostgreSQL the database server's, so one clock decides for every process
+        self.clock: Callable[[], datetime] = clock or self._default_clock()
         #: how steps wait between attempts (inject one to test back-offs without waiting)
         self.sleep: Callable[[float], None] = sleep or time.sleep
         #: seconds between checks, while a run advances a thread, for a cancel request
@@ -229,6 +231,10 @@ class Runner(
         ``update_state`` and ``Command`` work on it with ``{"configurable":
         {"thread_id": ...}}``."""
         return self._compiled(task)[1]
+
+    def _default_clock(self) -> Callable[[], datetime]:
+        server_time = getattr(self.db.store, "server_time", None)
+        return utcnow if server_time is None else ServerClock(server_time)
 
     def _compiled(self, task: LongTask) -> tuple[StepEnv, CompiledStateGraph[Any, Any, Any, Any]]:
         cached = self._graphs.get(id(task))

@@ -32,6 +32,8 @@ def run_server(
     the origins whose browser pages may call the API (``longtask.serve._cors``).
     ``on_ready`` is called once everything is checked, just before serving (the CLI says
     "serving on ..." there, never before a refusal).
+    Connections are bounded (``longtask.serve._limits``): a request's head must arrive
+    within 10 s and take at most 32 KiB, and an idle keep-alive is closed after 5 s.
     """
     configured = check_tokens(tokens) if tokens is not None else tokens_from_env(os.environ)
     from longtask.serve._cors import check_origins, cors_origins_from_env
@@ -52,6 +54,12 @@ def run_server(
     from longtask.runtime import Runner
     from longtask.serve._app import create_app
     from longtask.serve._lg_assistants import load_registry
+    from longtask.serve._limits import (
+        KEEP_ALIVE_TIMEOUT,
+        MAX_HEAD_BYTES,
+        BoundedH11Protocol,
+        bounded_heads,
+    )
 
     registry = load_registry(tasks or [], config)
     with Runner(db) as runner:
@@ -72,4 +80,13 @@ def run_server(
         if on_ready is not None:
             on_ready()
         # No access log: a URL may carry an access_token (EventSource cannot send headers).
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(
+            bounded_heads(app),
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            http=BoundedH11Protocol,
+            timeout_keep_alive=KEEP_ALIVE_TIMEOUT,
+            h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        )

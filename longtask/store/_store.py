@@ -644,6 +644,12 @@ class PostgresStore(Store):
     def _sql(sql: str) -> str:
         return sql.replace("?", "%s")
 
+    def server_time(self) -> float:
+        """The database server's clock (seconds since the epoch): the one clock every
+        process sharing this database decides deadlines and schedule fires by."""
+        rows = self._run("SELECT EXTRACT(EPOCH FROM clock_timestamp())")
+        return float(rows[0][0])
+
     def _run(
         self, sql: str, params: Sequence[Any] = (), binary: bool = False
     ) -> list[tuple[Any, ...]]:

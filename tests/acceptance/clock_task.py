@@ -4,6 +4,7 @@ to the file ``$LT_RUNS_LOG`` first, so a test counts how often each ran.
 - ``chain``: a -> b -> c -> d; ``b`` raises while ``$LT_FAIL`` is set.
 - ``gated``: a -> approval ``gate`` -> c -> d.
 - ``waiting``: a -> wait_for ``ci`` -> c -> d.
+- ``timed``: a -> approval ``gate`` with an hour to answer -> c -> d.
 """
 
 from __future__ import annotations
@@ -41,3 +42,4 @@ def _task(name: str, second: Any) -> LongTask:
 chain = _task("chain", function_step(_logged("b", fail=True), name="b"))
 gated = _task("gated", approval("gate", plan=lambda ctx: {"after": ctx.result("a")}))
 waiting = _task("waiting", wait_for("ci"))
+timed = _task("timed", approval("gate", plan=lambda ctx: {"after": ctx.result("a")}, timeout=3600))
