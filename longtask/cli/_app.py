@@ -261,7 +261,10 @@ def resume(
     ] = False,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who skips (recorded in the event) [default: you]."),
+        typer.Option(
+            "--by",
+            help="Who skips (with --goto) or answers (with --resume) [default: you].",
+        ),
     ] = None,
     db: DbOpt = None,
 ) -> None:
@@ -276,15 +279,23 @@ def resume(
             "answers a pause: use it with --resume only (not with --update or --goto)",
             param_hint="--interrupt",
         )
-    if (skip_pending or by is not None) and not goto:
+    if skip_pending and not goto:
         raise typer.BadParameter(
             "goes with --goto (a jump past a pending approval or wait)",
-            param_hint="--skip-pending" if skip_pending else "--by",
+            param_hint="--skip-pending",
+        )
+    if by is not None and not goto and resume_value is None:
+        raise typer.BadParameter(
+            "goes with --goto (a jump past a pending approval or wait) or --resume (who answers)",
+            param_hint="--by",
         )
     if resume_value is not None and update is None and not goto:
-        # An answer to a pause: checked against what the thread waits for.
+        # An answer to a pause: checked against what the thread waits for, and made by the
+        # caller (--by, else this user): a decision naming anybody else is refused.
         with _runner(db, thread_id, on_update=_printer()) as runner:
-            runner.answer(thread_id, resume_v, interrupt=interrupt)
+            from longtask.runtime._control import whoami
+
+            runner.answer(thread_id, resume_v, interrupt=interrupt, by=by or whoami())
             raise typer.Exit(_finish(runner, thread_id))
     update_v = _parse_json(update, "--update")
     if update_v is not None and not isinstance(update_v, dict):

@@ -27,6 +27,7 @@ from longtask.model import ApprovalRequest, Decision, LongTask, PauseStep, WaitS
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._control import whoami
 from longtask.runtime._streams import check_config, using_config
+from longtask.runtime._text import refuse_bad_text
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
 from longtask.steps._attempts import GATE_KINDS
@@ -245,6 +246,8 @@ class PauseMixin(RunnerBase):
         self, thread_id: str, task: LongTask, item: Pending, value: Any, by: str | None = None
     ) -> Any:
         """The checked resume value for ``item`` (raises InvalidInput, changing nothing)."""
+        refuse_bad_text(value, "the answer")
+        refuse_bad_text(by, "the name it is answered by")
         if item.kind == "effect":
             raise InvalidInput(
                 f"step {item.step!r} waits for a person to settle effect {item.request['key']}: "
@@ -370,7 +373,7 @@ class PauseMixin(RunnerBase):
         check_config(config)
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, name, "wait")
-        value = self._answer(thread_id, task, item, payload)
+        value = self._answer(thread_id, task, item, payload, by)
         with using_config(config):
             return self._resume_pending(thread_id, task, item, signal_value(value, by or whoami()))
 
@@ -393,6 +396,8 @@ class PauseMixin(RunnerBase):
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, interrupt, None)
         if by is not None and item.kind == "approval" and not is_hitl(value):
+            if isinstance(value, dict) and "by" not in value:
+                value = {**value, "by": by}  # made by the caller: the payload need not say
             named = value.get("by") if isinstance(value, dict) else getattr(value, "by", None)
             if named != by:
                 raise InvalidInput(
