@@ -149,3 +149,20 @@ def test_not_json_serialisable_is_a_clear_error() -> None:
         codec.encode(value, "the result of step 'x'")
     with pytest.raises(InvalidInput):
         codec.encode(float("nan"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql:/alice:s3cr3t-pw@db/prod",
+        "alice:s3cr3t-pw@db/prod",
+        "sqlite:/alice:s3cr3t-pw@db/x.db",
+        "postgresql:alice:s3cr3t-pw@db@x/prod",
+    ],
+)
+def test_a_url_that_cannot_be_parsed_is_shown_without_its_password(url: str) -> None:
+    # Issue 28, item 12: redact() finds a password only in a well-formed URL.
+    with pytest.raises(DatabaseError) as info:
+        parse_url(url)
+    assert "s3cr3t-pw" not in str(info.value)
+    assert "***@" in str(info.value)
