@@ -43,16 +43,14 @@ def test_an_invalid_byte_in_a_comment_or_payload_is_refused(db_url: str) -> None
     task = load_task(TASK_REF)
     with Runner(db_url) as runner:
         runner.start(task, {"version": "2.0.1"}, thread_id="cli-odd-ci")
-    cli_refused(
-        db_url,
-        "cli-odd-ci",
-        "signal",
-        "cli-odd-ci",
-        "ci",
-        "--payload",
-        json.dumps({"status": "passed", "url": "\udcff"}),
-        expect=["the answer['url'] (character 0", "not valid Unicode text"],
-    )
+    before = status(db_url, "cli-odd-ci")
+    payload = json.dumps({"status": "passed", "url": "\udcff"}, ensure_ascii=False)
+    refused = run_cli("signal", "cli-odd-ci", "ci", "--payload", payload, db=db_url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr  # a usage error
+    assert "--payload" in refused.stderr and "not valid Unicode text" in refused.stderr
+    assert "internal error" not in refused.stderr
+    after = status(db_url, "cli-odd-ci")
+    assert (after.checkpoint_id, after.status) == (before.checkpoint_id, before.status)
     ok = run_cli("approve", thread, STEP, "--by", "bob", "--comment", "fine", db=db_url)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     assert status(db_url, thread).status == "completed"
