@@ -316,7 +316,13 @@ def resume(
         with _runner(db, thread_id, on_update=_printer()) as runner:
             from longtask.runtime._control import whoami
 
-            runner.answer(thread_id, resume_v, interrupt=interrupt, by=by or whoami())
+            runner.answer(
+                thread_id,
+                resume_v,
+                interrupt=interrupt,
+                by=by or whoami(),
+                allow_changed_definition=allow_changed_definition,
+            )
             raise typer.Exit(_finish(runner, thread_id))
     update_v = _parse_json(update, "--update")
     if update_v is not None and not isinstance(update_v, dict):

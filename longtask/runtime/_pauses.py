@@ -268,13 +268,21 @@ class PauseMixin(RunnerBase):
         assert isinstance(step, WaitStep)
         return check_payload(step, value)
 
-    def _resume_pending(self, thread_id: str, task: LongTask, item: Pending, value: Any) -> str:
+    def _resume_pending(
+        self,
+        thread_id: str,
+        task: LongTask,
+        item: Pending,
+        value: Any,
+        allow_changed_definition: bool = False,
+    ) -> str:
         """Continue the thread with ``value`` for ``item``, if it is still pending then."""
         return self.resume(
             thread_id,
             Command(resume={item.interrupt_id: value}),
             task=task,
             expect_interrupt=item.interrupt_id,
+            allow_changed_definition=allow_changed_definition,
         )
 
     def decide(
@@ -385,6 +393,7 @@ class PauseMixin(RunnerBase):
         interrupt: str | None = None,
         task: LongTask | None = None,
         by: str | None = None,
+        allow_changed_definition: bool = False,
     ) -> str:
         """Resume a pending interrupt (by step name or interrupt id) with a raw value:
         a decision for an approval (longtask's, or LangChain's ``{"decisions": [...]}``), a
@@ -392,7 +401,8 @@ class PauseMixin(RunnerBase):
 
         ``by``: who answers, as the calling layer knows it (an HTTP API takes it from the
         token): a HITL decision is recorded with it (else the user of this process), and a
-        decision that names somebody else is refused."""
+        decision that names somebody else is refused. ``allow_changed_definition`` as for
+        ``resume``."""
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, interrupt, None)
         if by is not None and item.kind == "approval" and not is_hitl(value):
@@ -405,7 +415,7 @@ class PauseMixin(RunnerBase):
                     f"is given by {by!r}; a decision can only be given in one's own name"
                 )
         checked = self._answer(thread_id, task, item, value, by=by)
-        return self._resume_pending(thread_id, task, item, checked)
+        return self._resume_pending(thread_id, task, item, checked, allow_changed_definition)
 
     def effects(self, thread_id: str) -> list[Effect]:
         """The side-effect ledger of a thread, oldest first."""
