@@ -38,7 +38,7 @@ def parse_url(url: str) -> DatabaseURL:
         rest = url[len("sqlite:") :]
         if not rest.startswith("///"):
             raise DatabaseError(
-                f"cannot read SQLite URL {redact(url)!r}: write sqlite:///relative/path.db or "
+                f"cannot read SQLite URL {_unparsed(url)!r}: write sqlite:///relative/path.db or "
                 "sqlite:////absolute/path.db"
             )
         path = rest[3:]
@@ -51,7 +51,7 @@ def parse_url(url: str) -> DatabaseURL:
     if "://" not in url and url.endswith((".db", ".sqlite", ".sqlite3")):
         return DatabaseURL(raw=f"sqlite:///{url}", scheme="sqlite", path=Path(url))
     raise DatabaseError(
-        f"unsupported database URL {redact(url)!r}: use sqlite:///path/to/file.db or "
+        f"unsupported database URL {_unparsed(url)!r}: use sqlite:///path/to/file.db or "
         "postgresql://user@host:5432/dbname (set it with --db or $LONGTASK_DB)"
     )
 
@@ -60,6 +60,14 @@ _KV_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 # scheme://user:PASSWORD@host... : everything up to the last "@" is the password, as libpq
 # reads it, even when it holds "/", "#" or "?" (common in generated passwords).
 _URL_PASSWORD = re.compile(r"^([A-Za-z][\w+.-]*://[^:/@]*:)(.*)@")
+
+
+def _unparsed(url: str) -> str:
+    """A URL that could not be parsed, shown without what may be credentials: redact()
+    knows where a password sits only in a well-formed URL, so everything up to the last
+    "@" is hidden (``postgresql:/u:PW@h/db`` shows as ``***@h/db``)."""
+    url = redact(url)
+    return "***@" + url.rsplit("@", 1)[1] if "@" in url else url
 
 
 def redact(url: str) -> str:

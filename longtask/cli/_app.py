@@ -68,6 +68,9 @@ DbOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")]
+#: the largest count an option takes: what a database integer holds (a larger one was an
+#: internal OverflowError)
+MAX_INT = 2**63 - 1
 ThreadArg = Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")]
 WhoOpt = Annotated[
     str | None, typer.Option("--by", help="Who acts (recorded in the event) [default: you].")
@@ -104,13 +107,19 @@ def _parse_json(value: str | None, option: str) -> Any:
     if value.startswith("@"):
         path = Path(value[1:])
         try:
-            text = path.read_text()
+            text = path.read_bytes().decode("utf-8")
         except OSError as exc:
             raise typer.BadParameter(
                 f"cannot read {path}: {exc.strerror}", param_hint=option
             ) from exc
+        except UnicodeDecodeError as exc:
+            raise typer.BadParameter(
+                f"{path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x}); "
+                "give a JSON file in UTF-8",
+                param_hint=option,
+            ) from None
     try:
-        return json.loads(text)
+        found = json.loads(text)
     except json.JSONDecodeError as exc:
         raise typer.BadParameter(f"not valid JSON ({exc})", param_hint=option) from None
     except ValueError:
@@ -125,6 +134,18 @@ def _parse_json(value: str | None, option: str) -> Any:
         raise typer.BadParameter(
             "is nested too deeply (thousands of brackets); flatten the value", param_hint=option
         ) from None
+    from longtask.runtime._text import bad_text
+
+    # An invalid byte of an argument (or a "\ud800" escape) is a lone surrogate, which no
+    # database can store: refused here, before a thread is touched.
+    where = bad_text(found, "the value")
+    if where is not None:
+        raise typer.BadParameter(
+            f"{where} is not valid Unicode text (a lone surrogate or an invalid byte); "
+            "give UTF-8 text",
+            param_hint=option,
+        )
+    return found
 
 
 def _printer(header: str | None = None) -> Any:
@@ -261,7 +282,10 @@ def resume(
     ] = False,
     by: Annotated[
         str | None,
-        typer.Option("--by", help="Who skips (recorded in the event) [default: you]."),
+        typer.Option(
+            "--by",
+            help="Who skips (with --goto) or answers (with --resume) [default: you].",
+        ),
     ] = None,
     db: DbOpt = None,
 ) -> None:
@@ -276,15 +300,29 @@ def resume(
             "answers a pause: use it with --resume only (not with --update or --goto)",
             param_hint="--interrupt",
         )
-    if (skip_pending or by is not None) and not goto:
+    if skip_pending and not goto:
         raise typer.BadParameter(
             "goes with --goto (a jump past a pending approval or wait)",
-            param_hint="--skip-pending" if skip_pending else "--by",
+            param_hint="--skip-pending",
+        )
+    if by is not None and not goto and resume_value is None:
+        raise typer.BadParameter(
+            "goes with --goto (a jump past a pending approval or wait) or --resume (who answers)",
+            param_hint="--by",
         )
     if resume_value is not None and update is None and not goto:
-        # An answer to a pause: checked against what the thread waits for.
+        # An answer to a pause: checked against what the thread waits for, and made by the
+        # caller (--by, else this user): a decision naming anybody else is refused.
         with _runner(db, thread_id, on_update=_printer()) as runner:
-            runner.answer(thread_id, resume_v, interrupt=interrupt)
+            from longtask.runtime._control import whoami
+
+            runner.answer(
+                thread_id,
+                resume_v,
+                interrupt=interrupt,
+                by=by or whoami(),
+                allow_changed_definition=allow_changed_definition,
+            )
             raise typer.Exit(_finish(runner, thread_id))
     update_v = _parse_json(update, "--update")
     if update_v is not None and not isinstance(update_v, dict):
@@ -379,7 +417,9 @@ def result(
 
 @app.command("ls")
 def list_threads(
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=MAX_INT, help="At most this many.")
+    ] = 50,
     status_filter: Annotated[
         str | None,
         typer.Option("--status", metavar="STATUS", help="Only threads with this status."),
@@ -430,7 +470,9 @@ def events(
         list[str] | None,
         typer.Option("--kind", metavar="KIND", help="Only events of this kind (repeatable)."),
     ] = None,
-    since: Annotated[int, typer.Option("--since", min=0, help="Only events after this id.")] = 0,
+    since: Annotated[
+        int, typer.Option("--since", min=0, max=MAX_INT, help="Only events after this id.")
+    ] = 0,
     follow: Annotated[
         bool,
         typer.Option(

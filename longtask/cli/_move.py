@@ -23,9 +23,12 @@ def export_(
             "-o",
             "--output",
             metavar="FILE.ltz",
-            help="The file to write (replaced if it exists).",
+            help="The file to write (an existing one only with --force).",
         ),
     ],
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace FILE.ltz if it exists (a regular file).")
+    ] = False,
     head_only: Annotated[
         bool,
         typer.Option(
@@ -41,7 +44,7 @@ def export_(
     Checkpoints, events, the effect ledger, artifacts: everything the thread owns;
     `longtask import` loads it into another database."""
     with _runner(db) as runner:
-        summary = runner.export_thread(thread_id, output, head_only=head_only)
+        summary = runner.export_thread(thread_id, output, head_only=head_only, force=force)
     if json_:
         print(json.dumps(summary.to_json(), indent=2))
         return

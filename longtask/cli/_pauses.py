@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from longtask.cli._app import (
+    MAX_INT,
     DbOpt,
     JsonOpt,
     _finish,
@@ -115,7 +116,9 @@ def pending(
 
 @app.command()
 def tick(
-    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many.")] = 100,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=MAX_INT, help="At most this many.")
+    ] = 100,
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:

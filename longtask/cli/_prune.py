@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from longtask.cli._app import DbOpt, JsonOpt, _runner, app, out
+from longtask.cli._app import MAX_INT, DbOpt, JsonOpt, _runner, app, out
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -64,7 +64,9 @@ def prune(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Change nothing; print what would go.")
     ] = False,
-    batch: Annotated[int, typer.Option("--batch", min=1, help="Threads selected per page.")] = 100,
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, max=MAX_INT, help="Threads selected per page.")
+    ] = 100,
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:

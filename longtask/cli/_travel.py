@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from longtask.cli._app import DbOpt, JsonOpt, _parse_json, _runner, app, out
+from longtask.cli._app import MAX_INT, DbOpt, JsonOpt, _parse_json, _runner, app, out
 from longtask.cli._hints import cmd
 from longtask.cli._output import print_history
 from longtask.cli._values import jsonable, render
@@ -20,7 +20,9 @@ CheckpointArg = Annotated[str, typer.Argument(metavar="CHECKPOINT", help="A chec
 @app.command()
 def history(
     thread_id: ThreadArg,
-    limit: Annotated[int, typer.Option("--limit", min=1, help="Newest N checkpoints.")] = 20,
+    limit: Annotated[
+        int, typer.Option("--limit", min=1, max=MAX_INT, help="Newest N checkpoints.")
+    ] = 20,
     step: Annotated[
         str | None, typer.Option("--step", help="Only checkpoints that stored this step.")
     ] = None,

@@ -7,6 +7,7 @@ only the id and parent id of each checkpoint, never their state.
 
 from __future__ import annotations
 
+import shlex
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -91,6 +92,12 @@ class HistoryMixin(RunnerBase):
         rec = self._thread(thread_id)
         if limit < 1:
             raise InvalidInput("limit must be at least 1")
+        if before is not None and self.db.saver.get_tuple(_cfg(thread_id, before)) is None:
+            # Else the page is silently the newest: nothing is older than an unknown id.
+            raise InvalidInput(
+                f"thread {thread_id!r} has no checkpoint {before!r}; see `longtask history "
+                f"{shlex.quote(thread_id)}`"
+            )
         wanted: set[str] | None = None
         names = {s["name"]: st["name"] for st in rec.definition["stages"] for s in st["steps"]}
         if step is not None or stage is not None:

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shlex
+import stat
 import tempfile
 import time
 import zipfile
@@ -35,6 +36,7 @@ from longtask.errors import (
     ExportFileInvalid,
     ExportFormatTooNew,
     ImportThreadExists,
+    InvalidInput,
     MoveRefused,
     ThreadBusy,
     ThreadNotFound,
@@ -87,8 +89,34 @@ def _version() -> str:
 # -- export ----------------------------------------------------------------------------------
 
 
+def _check_target(target: Path, force: bool) -> None:
+    """Refuse a target the rename would destroy: a directory, a device or anything else
+    that is not a regular file (the rename would replace the node itself), and an existing
+    file unless ``force``."""
+    try:
+        st = target.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise InvalidInput(
+            f"{target} is a directory; name the file to write, e.g. {target / 'THREAD.ltz'}"
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidInput(
+            f"{target} exists and is not a regular file (a device, link, pipe or socket); "
+            "export to a file path"
+        )
+    if not force:
+        raise InvalidInput(f"{target} exists; pass --force (force=True) to replace it")
+
+
 def export_thread(
-    db: Database, thread_id: str, path: str | os.PathLike[str], *, head_only: bool = False
+    db: Database,
+    thread_id: str,
+    path: str | os.PathLike[str],
+    *,
+    head_only: bool = False,
+    force: bool = False,
 ) -> MoveSummary:
     """Write ``thread_id`` with everything it owns to ``path`` (see the module docstring).
 
@@ -101,6 +129,7 @@ def export_thread(
     rec = store.get_thread(thread_id)
     if rec is None:
         raise ThreadNotFound(thread_id, db.url.redacted)
+    _check_target(Path(path), force)
     with db.lock(thread_id):
         held = store.lease_holder(thread_id)
         # A single process holds the writer lock as well as its lease (an unreleased lease
@@ -506,11 +535,16 @@ class MoveMixin:
     db: Database
 
     def export_thread(
-        self, thread_id: str, path: str | os.PathLike[str], *, head_only: bool = False
+        self,
+        thread_id: str,
+        path: str | os.PathLike[str],
+        *,
+        head_only: bool = False,
+        force: bool = False,
     ) -> MoveSummary:
         """Write the thread to one file that ``import_thread`` (or ``longtask import``)
         loads into another database; see :func:`export_thread`."""
-        return export_thread(self.db, thread_id, path, head_only=head_only)
+        return export_thread(self.db, thread_id, path, head_only=head_only, force=force)
 
     def import_thread(
         self, path: str | os.PathLike[str], *, as_id: str | None = None

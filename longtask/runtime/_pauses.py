@@ -27,6 +27,7 @@ from longtask.model import ApprovalRequest, Decision, LongTask, PauseStep, WaitS
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._control import whoami
 from longtask.runtime._streams import check_config, using_config
+from longtask.runtime._text import refuse_bad_text
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
 from longtask.steps._attempts import GATE_KINDS
@@ -245,6 +246,8 @@ class PauseMixin(RunnerBase):
         self, thread_id: str, task: LongTask, item: Pending, value: Any, by: str | None = None
     ) -> Any:
         """The checked resume value for ``item`` (raises InvalidInput, changing nothing)."""
+        refuse_bad_text(value, "the answer")
+        refuse_bad_text(by, "the name it is answered by")
         if item.kind == "effect":
             raise InvalidInput(
                 f"step {item.step!r} waits for a person to settle effect {item.request['key']}: "
@@ -265,13 +268,21 @@ class PauseMixin(RunnerBase):
         assert isinstance(step, WaitStep)
         return check_payload(step, value)
 
-    def _resume_pending(self, thread_id: str, task: LongTask, item: Pending, value: Any) -> str:
+    def _resume_pending(
+        self,
+        thread_id: str,
+        task: LongTask,
+        item: Pending,
+        value: Any,
+        allow_changed_definition: bool = False,
+    ) -> str:
         """Continue the thread with ``value`` for ``item``, if it is still pending then."""
         return self.resume(
             thread_id,
             Command(resume={item.interrupt_id: value}),
             task=task,
             expect_interrupt=item.interrupt_id,
+            allow_changed_definition=allow_changed_definition,
         )
 
     def decide(
@@ -370,7 +381,7 @@ class PauseMixin(RunnerBase):
         check_config(config)
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, name, "wait")
-        value = self._answer(thread_id, task, item, payload)
+        value = self._answer(thread_id, task, item, payload, by)
         with using_config(config):
             return self._resume_pending(thread_id, task, item, signal_value(value, by or whoami()))
 
@@ -382,6 +393,7 @@ class PauseMixin(RunnerBase):
         interrupt: str | None = None,
         task: LongTask | None = None,
         by: str | None = None,
+        allow_changed_definition: bool = False,
     ) -> str:
         """Resume a pending interrupt (by step name or interrupt id) with a raw value:
         a decision for an approval (longtask's, or LangChain's ``{"decisions": [...]}``), a
@@ -389,10 +401,13 @@ class PauseMixin(RunnerBase):
 
         ``by``: who answers, as the calling layer knows it (an HTTP API takes it from the
         token): a HITL decision is recorded with it (else the user of this process), and a
-        decision that names somebody else is refused."""
+        decision that names somebody else is refused. ``allow_changed_definition`` as for
+        ``resume``."""
         task = task or self._load(self._thread(thread_id))
         item = self._select(thread_id, task, interrupt, None)
         if by is not None and item.kind == "approval" and not is_hitl(value):
+            if isinstance(value, dict) and "by" not in value:
+                value = {**value, "by": by}  # made by the caller: the payload need not say
             named = value.get("by") if isinstance(value, dict) else getattr(value, "by", None)
             if named != by:
                 raise InvalidInput(
@@ -400,7 +415,7 @@ class PauseMixin(RunnerBase):
                     f"is given by {by!r}; a decision can only be given in one's own name"
                 )
         checked = self._answer(thread_id, task, item, value, by=by)
-        return self._resume_pending(thread_id, task, item, checked)
+        return self._resume_pending(thread_id, task, item, checked, allow_changed_definition)
 
     def effects(self, thread_id: str) -> list[Effect]:
         """The side-effect ledger of a thread, oldest first."""

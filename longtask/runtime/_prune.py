@@ -33,21 +33,28 @@ SWEEP_AT = 100_000
 #: the PostgreSQL advisory lock that lets one worker at a time run a scheduled prune
 PRUNE_LOCK = 7428061905413
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+# ASCII digits only (\d would take "٣٠d"), a whole number, the unit right after it: the
+# README's forms, and nothing else.
+_DURATION = re.compile(r"([0-9]{1,9})([smhdw])", re.ASCII)
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+#: the longest age (100 years): a longer one is a typo, and timedelta overflows
+_LONGEST = 36500 * 86400
 
 Age = timedelta | float | str | None
 
 
 def parse_duration(text: str, what: str = "duration") -> timedelta:
     """``90m``, ``12h``, ``30d``, ``2w`` (also ``45s``) as a timedelta."""
-    m = _DURATION.match(text or "")
+    m = _DURATION.fullmatch(text or "")
     if not m:
         raise InvalidInput(
-            f"{what} {text!r} is not a duration: write a number and a unit, like 90m, 12h, "
-            "30d or 2w (s, m, h, d, w)"
+            f"{what} {text!r} is not a duration: write a whole number and a unit, like 90m, "
+            "12h, 30d or 2w (s, m, h, d, w)"
         )
-    return timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
+    seconds = int(m.group(1)) * _UNITS[m.group(2)]
+    if seconds > _LONGEST:
+        raise InvalidInput(f"{what} {text!r} is too long: at most {_LONGEST // 86400}d")
+    return timedelta(seconds=seconds)
 
 
 def _age(value: Age, what: str) -> float | None:

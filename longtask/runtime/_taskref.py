@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from longtask.errors import TaskRefError
 from longtask.model import LongTask
@@ -39,12 +41,33 @@ def _load_file(path: Path) -> ModuleType:
     sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
-    except Exception:
+    except BaseException:
         sys.modules.pop(name, None)
         raise
     finally:
         sys.path.remove(str(path.parent))
     return module
+
+
+def _from_factory(factory: Any, ref: str) -> Any:
+    """What a callable the reference names makes, called with no arguments (a task
+    factory); a callable that needs arguments, or fails, is no task."""
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise TaskRefError(
+            f"{ref!r} is a {type(factory).__name__} that takes arguments, not a LongTask (or a "
+            "function that makes one with no arguments); name the task itself"
+        ) from None
+    except ValueError:  # no signature to read (some builtins): try the call
+        pass
+    try:
+        return factory()
+    except Exception as exc:
+        raise TaskRefError(
+            f"{ref!r} is not a LongTask, and calling it to make one failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def load_task(ref: str) -> LongTask:
@@ -71,6 +94,13 @@ def load_task(ref: str) -> LongTask:
             module = importlib.import_module(target)
     except TaskRefError:
         raise
+    except SystemExit as exc:
+        # Else the file's exit code would become longtask's (3 reads as "paused").
+        raise TaskRefError(
+            f"importing {target!r} for task reference {ref!r} called sys.exit({exc.code!r}); "
+            "a task file must define its task without exiting (guard a script's own code "
+            'with `if __name__ == "__main__":`)'
+        ) from None
     except Exception as exc:
         raise TaskRefError(
             f"cannot import {target!r} for task reference {ref!r}: {type(exc).__name__}: {exc}"
@@ -79,7 +109,7 @@ def load_task(ref: str) -> LongTask:
     if task is None:
         raise TaskRefError(f"{target!r} has no attribute {attr!r} (from {ref!r})")
     if callable(task) and not isinstance(task, LongTask):
-        task = task()
+        task = _from_factory(task, ref)
     if not isinstance(task, LongTask):
         raise TaskRefError(f"{ref!r} is a {type(task).__name__}, not a LongTask")
     return task

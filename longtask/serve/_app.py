@@ -260,9 +260,11 @@ def create_app(
             return None  # no run of serve's: a worker carries it out
         entry = tasks.find(rec.task_name)
         task = entry.task if entry is not None else runner._load(rec)
-        lg_runs.refuse_busy(lg, thread_id)
+        seen = lg_runs.refuse_busy(lg, thread_id)
+        rec = runner._thread(thread_id)  # read after the mark: what the check sees is current
         request = plan_answer(runner, rec, task, target, kind, value, by)
-        return lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by).run_id
+        run = lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by, seen=seen)
+        return run.run_id
 
     async def accepted(thread_id: str, run_id: str | None) -> Response:
         status = await call(runner.status, thread_id)

@@ -79,10 +79,23 @@ def is_loopback(host: str) -> bool:
 
 
 def host_of(header: str) -> str:
-    """The host part of a ``Host`` header (``[::1]:8000`` -> ``::1``)."""
-    if header.startswith("["):
-        return header[1 : header.find("]")] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+    """The host part of a ``Host`` header (``[::1]:8000`` -> ``::1``); a header whose port
+    is not digits is returned whole, so that ``127.0.0.1:80@evil.example`` is no loopback
+    name."""
+    if header.startswith("[") and "]" in header:
+        end = header.find("]")
+        rest = header[end + 1 :]
+        if rest == "" or (rest[:1] == ":" and _port(rest[1:])):
+            return header[1:end]
+        return header
+    if header.count(":") == 1:
+        name, port = header.split(":")
+        return name if _port(port) else header
+    return header
+
+
+def _port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 5
 
 
 class Tokens:

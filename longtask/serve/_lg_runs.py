@@ -102,13 +102,20 @@ def _at_head(api: Api, thread_id: str | None, body: dict[str, Any]) -> dict[str,
     return body
 
 
-def refuse_busy(api: Api, thread_id: str) -> None:
-    """One run of a thread at a time (the SDK's ``multitask_strategy="reject"``)."""
-    runs = api.runner.db.store.api_runs(thread_id, limit=50)
-    if any(r.status in ("pending", "running") for r in runs):
-        raise HTTPException(
-            409, f"thread {thread_id!r} has a run in progress; join it or cancel it first"
-        )
+def refuse_busy(api: Api, thread_id: str) -> int:
+    """One run of a thread at a time (the SDK's ``multitask_strategy="reject"``); returns
+    the mark ``record`` checks again when it stores the run, so that of two requests
+    checked at once only one is recorded."""
+    mark = api.runner.db.store.api_run_mark(thread_id)
+    if mark is None:
+        raise _busy(thread_id)
+    return mark
+
+
+def _busy(thread_id: str) -> HTTPException:
+    return HTTPException(
+        409, f"thread {thread_id!r} has a run in progress; join it or cancel it first"
+    )
 
 
 def record(
@@ -118,8 +125,12 @@ def record(
     request: dict[str, Any],
     actor: str,
     metadata: dict[str, Any] | None = None,
+    *,
+    seen: int | None = None,
 ) -> ApiRun:
-    """Record a checked run request and hand it to the executor; returns the run."""
+    """Record a checked run request and hand it to the executor; returns the run. With
+    ``seen`` (from ``refuse_busy`` before the request was checked): a 409 if another run
+    of the thread was recorded since, as the check may no longer hold."""
     runner = api.runner
     store = runner.db.store
     request.setdefault("stream_mode", ["values"])
@@ -128,7 +139,10 @@ def record(
     request["before"] = sorted(runner.results(thread_id)) if rec is not None else []
     request["before_agent"] = _conversation(api, rec)
     run_id = str(uuid.uuid4())
-    store.api_run_create(run_id, thread_id, assistant_id, request, actor, metadata)
+    if not store.api_run_create(
+        run_id, thread_id, assistant_id, request, actor, metadata, seen=seen
+    ):
+        raise _busy(thread_id)
     api.executor.submit(run_id)
     found = store.api_run(run_id)
     assert found is not None
@@ -163,12 +177,12 @@ def routes(api: Api) -> list[Route]:
         if thread_id is None:  # a stateless run: a thread of its own
             thread_id = str(uuid.uuid4())
             store.api_thread_put(thread_id, {"graph_id": entry.name})
+        seen = refuse_busy(api, thread_id)
         rec = store.get_thread(thread_id)
         if rec is None and store.api_thread(thread_id) is None:
             if body.get("if_not_exists") != "create":
                 raise ThreadNotFound(thread_id, runner.db.url.redacted)
             store.api_thread_put(thread_id, {"graph_id": entry.name})
-        refuse_busy(api, thread_id)
         if rec is not None and rec.task_name != entry.name:
             raise InvalidInput(
                 f"thread {thread_id!r} runs task {rec.task_name!r}, not {entry.name!r}"
@@ -235,7 +249,9 @@ def routes(api: Api) -> list[Route]:
             "checkpoint_during": True,
             "durability": "sync",  # every step is checkpointed before the next starts
         }
-        return record(api, thread_id, entry.assistant_id, request, actor, body.get("metadata"))
+        return record(
+            api, thread_id, entry.assistant_id, request, actor, body.get("metadata"), seen=seen
+        )
 
     async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
         body = await api.json_body(request)

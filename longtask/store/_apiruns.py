@@ -53,6 +53,8 @@ class ApiTables:
     """Runs and run-less threads of the LangGraph Server API, mixed into Store."""
 
     _run: Any
+    _transaction: Any
+    dialect: Any
 
     def api_run_create(
         self,
@@ -62,23 +64,53 @@ class ApiTables:
         request: dict[str, Any],
         actor: str | None,
         metadata: dict[str, Any] | None,
-    ) -> None:
+        *,
+        seen: int | None = None,
+    ) -> bool:
+        """Record a pending run; with ``seen`` (``api_run_mark`` taken before the request
+        was checked), only if no run of the thread is open and none was recorded since,
+        in one step: of two requests checked at once, one is recorded. Whether it was."""
         now = time.time()
-        self._run(
-            f"INSERT INTO longtask_api_runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (
-                run_id,
-                thread_id,
-                assistant_id,
-                "pending",
-                json.dumps(request),
-                actor,
-                json.dumps(metadata or {}),
-                None,
-                now,
-                now,
-            ),
+        row = (
+            run_id,
+            thread_id,
+            assistant_id,
+            "pending",
+            json.dumps(request),
+            actor,
+            json.dumps(metadata or {}),
+            None,
+            now,
+            now,
         )
+        insert = f"INSERT INTO longtask_api_runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+        if seen is None:
+            self._run(insert, row)
+            return True
+        with self._transaction(serialise=False) as execute:
+            if self.dialect.name == "postgresql":
+                # Two transactions cannot see each other's insert: one per thread at a time
+                # (SQLite's BEGIN IMMEDIATE already serialises writers).
+                execute("SELECT pg_advisory_xact_lock(7428062, hashtext(?))", (thread_id,))
+            if self._mark(execute, thread_id) != seen:
+                return False
+            execute(insert, row)
+        return True
+
+    def api_run_mark(self, thread_id: str) -> int | None:
+        """What ``api_run_create(seen=...)`` compares: the number of the thread's runs, or
+        None when one is open (pending or running)."""
+        return self._mark(self._run, thread_id)
+
+    @staticmethod
+    def _mark(execute: Any, thread_id: str) -> int | None:
+        rows = execute(
+            "SELECT COUNT(*), SUM(CASE WHEN status IN (?, ?) THEN 1 ELSE 0 END) "
+            "FROM longtask_api_runs WHERE thread_id = ?",
+            (*OPEN_RUN_STATUSES, thread_id),
+        )
+        total, still_open = rows[0]
+        return None if still_open else int(total)
 
     def api_run(self, run_id: str) -> ApiRun | None:
         rows = self._run(f"SELECT {_RUN_COLS} FROM longtask_api_runs WHERE run_id = ?", (run_id,))

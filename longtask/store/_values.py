@@ -27,7 +27,6 @@ written before carry envelopes (``{"v": value}``, ``{"ref": digest, "size": n}``
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import sys
 import threading
@@ -119,15 +118,15 @@ def _model_path(cls: type[BaseModel]) -> str:
 
 def _load_model(path: str) -> type[BaseModel]:
     module_name, _, qualname = path.partition(":")
+    # Never import what the database names: a value written through the raw graph's
+    # update_state could name any module, and importing it runs its code. The task's
+    # definition (and what it imports) is loaded before its values are read.
     module = sys.modules.get(module_name)
     if module is None:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise LongTaskError(
-                f"cannot rebuild a stored {qualname} value: module {module_name!r} is not "
-                "importable in this process (load the task that defines it first)"
-            ) from exc
+        raise LongTaskError(
+            f"cannot rebuild a stored {qualname} value: module {module_name!r} is not loaded "
+            "in this process (load the task that defines it first)"
+        )
     obj: Any = module
     for part in qualname.split("."):
         obj = getattr(obj, part, None)

@@ -228,7 +228,7 @@ def test_malformed_decision_exits_1_with_one_line(db_url: str) -> None:
         "resume",
         thread,
         "--resume",
-        json.dumps({"approved": "maybe", "by": "alice"}),
+        json.dumps({"approved": "maybe"}),
         "--interrupt",
         STEP,
         expect=[f"the answer to approval '{STEP}' is not a decision"],

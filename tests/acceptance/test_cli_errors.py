@@ -257,3 +257,81 @@ def test_the_runner_refuses_an_empty_approver_in_one_line(sqlite_url: str) -> No
             "the decision is not valid: by: String should have at least 1 character"
         )
         assert runner.status("g2").status == "waiting_user"
+
+
+# -- issue 28, item 12: inputs that were internal errors ----------------------------------
+
+HUGE = str(10**30)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ls", "--limit", HUGE],
+        ["events", "t1", "--since", HUGE],
+        ["history", "t1", "--limit", HUGE],
+        ["prune", "--completed-before", "1d", "--batch", HUGE],
+        ["prune", "--completed-before", HUGE + "d"],
+    ],
+    ids=["ls-limit", "events-since", "history-limit", "prune-batch", "prune-age"],
+)
+def test_a_huge_number_in_an_option_is_a_usage_error(
+    db_url: str, ref: str, args: list[str]
+) -> None:
+    started = run_cli("run", ref, "--thread", "t1", db=db_url)
+    assert started.returncode == 0, started.stdout + started.stderr
+    refused = run_cli(*args, db=db_url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = _one_error_line(refused.stderr)
+    assert f"--{args[-2].lstrip('-')}" in line, line
+    assert _threads(db_url) == ["t1"]
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b'{"x": "\xff\xfe"}', "is not UTF-8 text (byte 7: 0xff)"),
+        (b"\x7fELF\x02\x01\x01\x00\xd0\xff", "is not UTF-8 text"),
+        (b'{"x": "\\ud800"}', "the value['x'] (character 0: '\\ud800') is not valid Unicode"),
+    ],
+    ids=["bad-byte", "binary", "lone-surrogate"],
+)
+def test_input_that_is_not_text_is_one_line(
+    sqlite_url: str, ref: str, tmp_path: Path, content: bytes, says: str
+) -> None:
+    (tmp_path / "input.json").write_bytes(content)
+    refused = run_cli(
+        "run", ref, "--thread", "t1", "--input", f"@{tmp_path / 'input.json'}", db=sqlite_url
+    )
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = _one_error_line(refused.stderr)
+    assert "--input" in line and says in line, line
+    assert _threads(sqlite_url) == []
+
+
+def test_an_invalid_byte_in_an_input_argument_is_one_line(sqlite_url: str, ref: str) -> None:
+    # Python decodes the byte 0xff of an argument to the lone surrogate \udcff.
+    refused = run_cli("run", ref, "--thread", "t1", "--input", '{"x": "\udcff"}', db=sqlite_url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = _one_error_line(refused.stderr)
+    assert "--input" in line and "is not valid Unicode text" in line, line
+    assert _threads(sqlite_url) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "says"),
+    [
+        ("def f(x):\n    return x\n", "f", "is a function that takes arguments, not a LongTask"),
+        ("def f():\n    raise ValueError('boom')\n", "f", "calling it to make one failed"),
+        ("import sys\nsys.exit(3)\n", "task", "called sys.exit(3)"),
+    ],
+    ids=["needs-arguments", "factory-fails", "exits-at-import"],
+)
+def test_a_task_reference_to_no_task_is_one_line(
+    sqlite_url: str, tmp_path: Path, source: str, name: str, says: str
+) -> None:
+    (tmp_path / "notask.py").write_text(source)
+    refused = run_cli("run", f"{tmp_path / 'notask.py'}:{name}", "--thread", "t1", db=sqlite_url)
+    assert refused.returncode == 1, refused.stdout + refused.stderr  # not 3 ("paused")
+    line = _one_error_line(refused.stderr)
+    assert says in line, line

@@ -130,3 +130,33 @@ def test_changed_definition_is_refused_then_allowed(db_url: str, tmp_path: Path)
         assert {s.state for s in done.steps} == {"completed"}
         assert runner.results(thread) == {"a": 1, "b": 2, "c": 3, "d": 13, "e": 14}
         assert len(runner.events(thread)) > events_before
+
+
+WAITS = (
+    HEADER.replace("function_step", "function_step, wait_for", 1)
+    + """
+
+task = LongTask("drift_wait", stages=[Stage("one", [a]), Stage("ci", [wait_for("ci")])])
+"""
+)
+
+
+def test_an_answer_with_allow_changed_definition_is_allowed(db_url: str, tmp_path: Path) -> None:
+    # Issue 28, item 12: resume --resume V --allow-changed-definition was refused with a
+    # message telling the user to pass --allow-changed-definition.
+    thread = "drift-wait"
+    task_file = tmp_path / "drift_wait_task.py"
+    task_file.write_text(WAITS)
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    paused = run_cli("run", f"{task_file}:task", "--thread", thread, db=db_url, env=env)
+    assert paused.returncode == 3, paused.stdout + paused.stderr
+    task_file.write_text(WAITS.replace('Stage("one", [a])', 'Stage("first", [a])'))
+    answer = ["resume", thread, "--resume", '{"ok": true}', "--interrupt", "ci"]
+    refused = run_cli(*answer, db=db_url, env=env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "--allow-changed-definition" in refused.stderr
+    allowed = run_cli(*answer, "--allow-changed-definition", db=db_url, env=env)
+    assert allowed.returncode == 0, allowed.stdout + allowed.stderr
+    with Runner(db_url) as runner:
+        assert runner.status(thread).status == "completed"
+        assert runner.result(thread, "ci") == {"ok": True}

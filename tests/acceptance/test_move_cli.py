@@ -6,7 +6,9 @@ and approved there with the printed commands; every step runs once. A refused im
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import stat
 from pathlib import Path
 
 import counter
@@ -87,3 +89,29 @@ def test_import_of_a_file_that_is_not_an_export(pg_url: str, tmp_path: Path) -> 
     [line] = result.stderr.splitlines()
     assert "corrupt or not a longtask export" in line, line
     assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_export_refuses_a_target_it_would_destroy(db_url: str, tmp_path: Path) -> None:
+    from longtask.runtime import load_task
+
+    with Runner(db_url) as runner:
+        runner.start(load_task(TASK_REF), {"version": "1.0.0"}, thread_id="rel-x")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    kept = tmp_path / "kept.ltz"
+    kept.write_bytes(b"an earlier export")
+    for target, fragment in [
+        (tmp_path, "is a directory; name the file to write"),
+        (fifo, "exists and is not a regular file"),
+        (kept, "exists; pass --force"),
+    ]:
+        result = run_cli("export", "rel-x", "-o", str(target), db=db_url)
+        assert result.returncode == 1, result.stdout + result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith("error: ") and fragment in line, line
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert kept.read_bytes() == b"an earlier export"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".export-")]
+    forced = run_cli("export", "rel-x", "-o", str(kept), "--force", db=db_url)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert kept.read_bytes()[:2] == b"PK"  # a zip: the export replaced the old file

@@ -110,6 +110,9 @@ def test_history_filters_by_step_and_stage(runner: Runner) -> None:
     page = runner.history(thread, 2)
     older = runner.history(thread, 2, before=page[-1].checkpoint_id)
     assert older[0].checkpoint_id == page[-1].parent_id
+    # Issue 28, item 12: an unknown --before was ignored (the newest page came back).
+    with pytest.raises(InvalidInput, match="has no checkpoint 'bogus'"):
+        runner.history(thread, 2, before="bogus")
     assert "<table" in page._repr_html_()  # type: ignore[attr-defined]
 
 

@@ -241,6 +241,15 @@ def test_bad_ages_are_refused_and_change_nothing(db_url: str, tasks: tuple[Any, 
         before = ret.count_rows(r.db.store, "t")
         with pytest.raises(InvalidInput, match="30x"):
             r.prune(completed_before="30x")
+        # Issue 28, item 12: only the README's forms (a whole number of ASCII digits, the
+        # unit right after it), and not past what a date can hold.
+        for bad in ("1.5d", "30 d", " 30d", "\u0663\u0660d", "1e3d", "-1d", "30D"):
+            with pytest.raises(InvalidInput, match="is not a duration"):
+                r.prune(completed_before=bad)
+        with pytest.raises(InvalidInput, match="too long"):
+            r.prune(completed_before="999999999w")
+        with pytest.raises(InvalidInput, match="is not a duration"):
+            r.prune(completed_before="1" * 31 + "d")
         with pytest.raises(InvalidInput, match="nothing to prune"):
             r.prune()
         assert ret.count_rows(r.db.store, "t") == before

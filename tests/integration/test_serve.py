@@ -521,6 +521,9 @@ def test_loopback_server_refuses_other_host_names(runner: Runner) -> None:
         assert client.get("/api/threads", headers={"Host": "[::1]:8765"}).status_code == 200
         rebound = client.get("/api/threads", headers={"Host": "evil.example:8765"})
         assert rebound.status_code == 421
+        # Issue 28, item 12: what follows the last colon is no port, so no loopback name.
+        for forged in ("127.0.0.1:80@evil.example", "[::1]@evil.example", "[::1]:x.evil"):
+            assert client.get("/api/threads", headers={"Host": forged}).status_code == 421
 
 
 def test_the_page_escapes_the_thread_id_and_sets_a_nonce_policy(runner: Runner) -> None:

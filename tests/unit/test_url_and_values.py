@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -149,3 +151,42 @@ def test_not_json_serialisable_is_a_clear_error() -> None:
         codec.encode(value, "the result of step 'x'")
     with pytest.raises(InvalidInput):
         codec.encode(float("nan"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql:/alice:s3cr3t-pw@db/prod",
+        "alice:s3cr3t-pw@db/prod",
+        "sqlite:/alice:s3cr3t-pw@db/x.db",
+        "postgresql:alice:s3cr3t-pw@db@x/prod",
+    ],
+)
+def test_a_url_that_cannot_be_parsed_is_shown_without_its_password(url: str) -> None:
+    # Issue 28, item 12: redact() finds a password only in a well-formed URL.
+    with pytest.raises(DatabaseError) as info:
+        parse_url(url)
+    assert "s3cr3t-pw" not in str(info.value)
+    assert "***@" in str(info.value)
+
+
+def test_a_stored_model_path_is_never_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Issue 28, item 12: a value forged through the raw graph's update_state named a
+    # module, and every later read imported it (running its code).
+    marker = tmp_path / "imported"
+    (tmp_path / "forged_lt_module.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from pydantic import BaseModel\n\n\nclass X(BaseModel):\n    a: int = 0\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    codec = ValueCodec(Blobs())
+    forged = {"$longtask": "model", "model": "forged_lt_module:X", "value": {"a": 1}}
+    with pytest.raises(LongTaskError, match="is not loaded in this process"):
+        codec.decode(forged)
+    assert codec.decode(forged, strict=False) == {"a": 1}  # shown as its JSON
+    assert not marker.exists()
+    assert "forged_lt_module" not in sys.modules
+    # A model this process has loaded (the task's own) is rebuilt as before.
+    assert codec.decode(codec.encode(Report(title="t", items=[1]))) == Report(title="t", items=[1])
