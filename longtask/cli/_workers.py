@@ -45,7 +45,9 @@ def submit(
     Returns at once. Approve, reject, signal, resume, retry and cancel it as usual: they
     go to the queue."""
     from longtask.runtime import load_task
+    from longtask.runtime._queue import require_postgres
 
+    require_postgres(db)
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
@@ -110,8 +112,10 @@ def worker(
     only."""
     from longtask.cli._prune import _duration
     from longtask.runtime._prune import PruneSchedule
+    from longtask.runtime._queue import require_postgres
     from longtask.runtime._worker import Worker
 
+    require_postgres(db)
     schedule = None
     completed = _duration(prune_completed_before, "--prune-completed-before")
     failed = _duration(prune_failed_before, "--prune-failed-before")

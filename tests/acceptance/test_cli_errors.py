@@ -257,3 +257,28 @@ def test_the_runner_refuses_an_empty_approver_in_one_line(sqlite_url: str) -> No
             "the decision is not valid: by: String should have at least 1 character"
         )
         assert runner.status("g2").status == "waiting_user"
+
+
+# -- workers on SQLite (issue 29, item 12) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["option", "env", "default"])
+@pytest.mark.parametrize("command", ["submit", "worker"])
+def test_workers_refuse_sqlite_before_creating_a_database(
+    tmp_path: Path, ref: str, command: str, how: str
+) -> None:
+    db = tmp_path / "new" / "queue.db"
+    args = ["submit", ref, "--thread", "t1"] if command == "submit" else ["worker"]
+    env_db = f"sqlite:///{db}"
+    if how == "option":
+        args += ["--db", f"sqlite:///{db}"]
+        env_db = "sqlite:///elsewhere.db"
+    elif how == "default":
+        env_db = ""
+    proc = run_cli(*args, db=env_db, cwd=tmp_path)
+    assert proc.returncode != 0
+    line = _one_error_line(proc.stderr)
+    assert "workers share threads through PostgreSQL" in line, line
+    assert "--db postgresql://" in line, line
+    # Nothing was created: not the file, not its directory, not the default one.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.py"], list(tmp_path.iterdir())
