@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from longtask.cli._app import app, out
 from longtask.cli._hints import use_db
+from longtask.cli._output import plural
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -92,8 +93,8 @@ def _summary(runner: Runner, thread: str, db: str) -> None:
     result: dict[str, Any] = runner.result(thread, "publish")
     rounds = sum(s.fix_rounds or 0 for s in status.steps)
     out.print(
-        f"\nthread {thread} completed: {len(status.steps)} steps, {rounds} fix "
-        f"round{'s' if rounds != 1 else ''}"
+        f"\nthread {thread} completed: {plural(len(status.steps), 'step')}, "
+        f"{plural(rounds, 'fix round')}"
     )
     out.print(f"branch:       {result['branch']} (checked out in {result['worktree']})")
     out.print(f"patch:        {result['patch_file']}")

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.text import Text
 
-from longtask.cli._output import MARKS, continue_commands, progress_text, stage_state
+from longtask.cli._output import MARKS, continue_commands, plural, progress_text, stage_state
 
 if TYPE_CHECKING:
     from longtask.runtime import ThreadStatus
@@ -80,7 +80,7 @@ def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
         if step.fix_rounds:
             text += f" [yellow](fix round {step.fix_rounds})[/yellow]"
         if state.retries.get(step.name):
-            text += f" [yellow]({state.retries[step.name]} retries)[/yellow]"
+            text += f" [yellow]({plural(state.retries[step.name], 'retry')})[/yellow]"
         start, stop = state.started.get(step.name), state.finished.get(step.name)
         if start and stop and step.state == "completed":
             text += f" [dim]{_clock((stop - start).total_seconds())}[/dim]"

@@ -282,3 +282,21 @@ def test_workers_refuse_sqlite_before_creating_a_database(
     assert "--db postgresql://" in line, line
     # Nothing was created: not the file, not its directory, not the default one.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small.py"], list(tmp_path.iterdir())
+
+
+def test_run_on_a_completed_thread_points_at_its_results(tmp_path: Path, ref: str) -> None:
+    """Not at `resume`, which would only say there is nothing to resume (issue 29, item 9);
+    one step is "1 step"."""
+    url = f"sqlite:///{tmp_path / 'lt.db'}"
+    first = run_cli("run", ref, "--thread", "t1", "--db", url, db="sqlite:///elsewhere.db")
+    assert first.returncode == 0, first.stderr
+    assert "thread t1 completed (1 step)" in first.stdout, first.stdout
+    again = run_cli("run", ref, "--thread", "t1", "--db", url, db="sqlite:///elsewhere.db")
+    assert again.returncode != 0
+    line = _one_error_line(again.stderr)
+    assert "already exists and is completed" in line and "resume" not in line, line
+    printed = line.split("`")[1]
+    assert printed == f"longtask result t1 --db {url}", line
+    pasted = run_cli(*shlex.split(printed)[1:], db="sqlite:///elsewhere.db")
+    assert pasted.returncode == 0, pasted.stderr
+    assert '"n": 1' in pasted.stdout, pasted.stdout
