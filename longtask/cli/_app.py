@@ -543,7 +543,7 @@ def watch(
     waits for. Exits when it completes (0), fails (1) or pauses (3), like `run`."""
     from rich.live import Live
 
-    from longtask.cli._watch import WatchState, render
+    from longtask.cli._watch import WatchState, render, waiting_lines
 
     with _runner(db) as runner:
         state = WatchState()
@@ -562,9 +562,12 @@ def watch(
                         state.add(e)
                         status = runner.status(thread_id, usage=False)
                         live.update(render(status, state, quiet_after))
-                    live.update(render(runner.status(thread_id, usage=False), state, quiet_after))
+                    last = runner.status(thread_id, usage=False)
+                    live.update(render(last, state, quiet_after, waiting=False))
                 if not out.is_terminal:
                     out.print()  # Live leaves its last line open when not on a terminal
+                for line in waiting_lines(last):
+                    out.print(escape(line))  # whole, however wide: these are pasted
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         raise typer.Exit(status_exit_code(runner.status(thread_id).status))

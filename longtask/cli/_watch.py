@@ -58,7 +58,16 @@ class WatchState:
             self.retries[step] = self.retries.get(step, 0) + 1
 
 
-def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
+def waiting_lines(st: ThreadStatus) -> list[str]:
+    """What a paused thread waits for and the commands that continue it."""
+    if st.status not in ("waiting_user", "waiting_external"):
+        return []
+    return ["waiting for:", *(f"  {line}" for line in continue_commands(st))]
+
+
+def render(
+    st: ThreadStatus, state: WatchState, quiet_after: float, *, waiting: bool = True
+) -> Group:
     now = datetime.now(UTC)
     # A thread that stopped is timed to its last event; a live one to now.
     end = state.last if st.status not in ("running", "pending") and state.last else now
@@ -97,13 +106,16 @@ def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
             continue  # a finished stage is one line
         lines.append(Text.from_markup("    " + "   ".join(items)))
     if st.error:
+        message = str(st.error.get("message"))
+        message = message if len(message) <= 300 else message[:299] + "…"
         lines.append(
             Text.from_markup(
-                f"[red]error[/red] in {escape(str(st.error.get('step')))}: "
-                f"{escape(str(st.error.get('message')))[:300]}"
+                f"[red]error[/red] in {escape(str(st.error.get('step')))}: {escape(message)}"
             )
         )
-    if st.status in ("waiting_user", "waiting_external"):
-        lines.append(Text("waiting for:"))
-        lines.extend(Text(f"  {line}") for line in continue_commands(st))
+    if waiting and st.status in ("waiting_user", "waiting_external"):
+        # The live view crops what is wider than the terminal: a cut line ends in "…" (not
+        # mid-JSON, as if whole). The last frame leaves this out and `waiting_lines` are
+        # printed after it in full, to be pasted.
+        lines.extend(Text(line, no_wrap=True, overflow="ellipsis") for line in waiting_lines(st))
     return Group(*lines)

@@ -3,6 +3,7 @@ error, and leaves the database as it was (issue 15: thread ids, --input, --by, -
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -300,3 +301,25 @@ def test_run_on_a_completed_thread_points_at_its_results(tmp_path: Path, ref: st
     pasted = run_cli(*shlex.split(printed)[1:], db="sqlite:///elsewhere.db")
     assert pasted.returncode == 0, pasted.stderr
     assert '"n": 1' in pasted.stdout, pasted.stdout
+
+
+def test_watch_prints_the_whole_schema_and_commands_however_narrow(tmp_path: Path) -> None:
+    """A terminal narrower than the schema: what the paused thread waits for is printed
+    after the live view whole (it was cut mid-JSON with no sign of it), and the command
+    works pasted (issue 29, item 9)."""
+    release = Path(__file__).resolve().parents[2] / "examples" / "release.py"
+    url = f"sqlite:///{tmp_path / 'lt.db'}"
+    inputs = '{"version": "1.4.0"}'
+    run = run_cli("run", f"{release}:task", "--thread", "r", "--input", inputs, db=url)
+    assert run.returncode == 3, run.stderr
+    watch = run_cli("watch", "r", "--db", url, db="sqlite:///elsewhere.db", env={"COLUMNS": "60"})
+    assert watch.returncode == 3, watch.stderr
+    lines = watch.stdout.splitlines()
+    assert lines.count("waiting for:") == 1, watch.stdout
+    schema = next(line for line in lines if "JSON schema:" in line).split("schema: ", 1)[1]
+    assert set(json.loads(schema)["properties"]) == {"status", "url"}, watch.stdout
+    signal = next(line.strip() for line in lines if line.strip().startswith("longtask signal"))
+    assert signal == f"longtask signal r ci --db {url} --payload JSON", watch.stdout
+    payload = '{"status": "passed", "url": "https://ci/1"}'
+    pasted = run_cli(*shlex.split(signal.replace("JSON", shlex.quote(payload)))[1:], db="x.db")
+    assert pasted.returncode == 3, pasted.stderr  # on to the approval
