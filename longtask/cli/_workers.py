@@ -115,7 +115,6 @@ def worker(
     from longtask.runtime._queue import require_postgres
     from longtask.runtime._worker import Worker
 
-    require_postgres(db)
     schedule = None
     completed = _duration(prune_completed_before, "--prune-completed-before")
     failed = _duration(prune_failed_before, "--prune-failed-before")
@@ -132,6 +131,7 @@ def worker(
             "give --prune-completed-before and/or --prune-failed-before too",
             param_hint="--prune-keep-last-checkpoint",
         )
+    require_postgres(db)  # after the usage checks (exit 2), before anything opens the URL
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("psycopg").setLevel(logging.NOTSET)  # a worker's log keeps them
     Worker(
