@@ -71,11 +71,19 @@ class ThreadNotFound(LongTaskError):
 
 
 class ThreadExists(LongTaskError):
-    def __init__(self, thread_id: str) -> None:
+    def __init__(self, thread_id: str, status: str | None = None) -> None:
+        """``status``: the existing thread's, when known; an ended thread has nothing to
+        resume, so the message points at what can be done with it instead."""
         self.thread_id = thread_id
+        self.status = status
+        how = {
+            "completed": f"see its results with `longtask result {thread_id}`",
+            "failed": f"run its failed step again with `longtask retry {thread_id}`",
+            "cancelled": f"see it with `longtask status {thread_id}`",
+        }.get(status or "", f"continue it with `longtask resume {thread_id}`")
+        state = f" and is {status}" if status in ("completed", "failed", "cancelled") else ""
         super().__init__(
-            f"thread {thread_id!r} already exists; continue it with "
-            f"`longtask resume {thread_id}` or choose another --thread"
+            f"thread {thread_id!r} already exists{state}; {how}, or choose another --thread"
         )
 
 

@@ -28,6 +28,7 @@ from longtask.cli._errors import (
 from longtask.cli._hints import cmd, in_text, remember_db
 from longtask.cli._output import (
     continue_commands,
+    plural,
     print_status,
     print_threads,
     status_exit_code,
@@ -38,6 +39,42 @@ if TYPE_CHECKING:
     from longtask.runtime import Reader, Runner
     from longtask.store import Event
 
+
+def _plain_metavars() -> None:
+    """Usage lines and option lists as people read and paste them: ``THREAD``, ``[STEP]``,
+    ``--reason REASON``, ``--concurrency N``. Typer 0.29 writes a required argument as
+    ``{THREAD}`` (read as a literal brace by a shell user) and every value's Python type,
+    ``<str>``, which says nothing about what to write."""
+    from typer import core
+
+    def usage(self: core.TyperArgument) -> str:
+        name = self.metavar or (self.name or "").upper()
+        name = name if self.required else f"[{name}]"
+        return name + ("..." if self.nargs != 1 else "")
+
+    def option_value(self: core.TyperOption, ctx: Any) -> str | None:
+        if self.metavar is not None:
+            return self.metavar
+        desc = self.type_descriptor
+        if desc.is_choice:
+            value = option_type(self, ctx) or ""
+            return value.strip("<>").replace("list[", "").rstrip("]") or None
+        bare = self.bare_type().replace("list[", "").rstrip("]")
+        name = (self.name or "").upper()
+        value = {"int": "N", "float": "NUMBER"}.get(bare) or (name if len(name) <= 10 else "TEXT")
+        return value + ("..." if self.nargs != 1 else "")
+
+    option_type = core.TyperOption.display_type_rich
+    core.TyperArgument._usage_display_name = usage  # type: ignore[method-assign]
+    core.TyperArgument.display_type_rich = lambda self, ctx: None  # type: ignore[method-assign]
+    name_column = core.TyperArgument._rich_display_name
+    core.TyperArgument._rich_display_name = (  # type: ignore[method-assign]
+        lambda self: name_column(self) if self.metavar else name_column(self).upper()
+    )
+    core.TyperOption.display_type_rich = option_value  # type: ignore[method-assign]
+
+
+_plain_metavars()
 
 app = typer.Typer(
     name="longtask",
@@ -61,6 +98,7 @@ DbOpt = Annotated[
     str | None,
     typer.Option(
         "--db",
+        metavar="URL",
         envvar="LONGTASK_DB",
         help="Database URL: sqlite:///path.db or postgresql://user@host/db "
         "[default: sqlite:///.longtask/longtask.db]",
@@ -73,7 +111,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tex
 MAX_INT = 2**63 - 1
 ThreadArg = Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")]
 WhoOpt = Annotated[
-    str | None, typer.Option("--by", help="Who acts (recorded in the event) [default: you].")
+    str | None,
+    typer.Option("--by", metavar="NAME", help="Who acts (recorded in the event) [default: you]."),
 ]
 
 
@@ -173,7 +212,7 @@ def _finish(runner: Runner, thread_id: str) -> int:
     status = runner.status(thread_id)
     code = status_exit_code(status.status)
     if status.status == "completed":
-        out.print(f"thread {escape(thread_id)} completed ({len(status.steps)} steps)")
+        out.print(f"thread {escape(thread_id)} completed ({plural(len(status.steps), 'step')})")
         out.print(f"results: {escape(cmd(f'longtask result {thread_id}'))}")
     elif code == 3:
         out.print(f"thread {escape(thread_id)} is paused ({status.status}); continue with:")
@@ -546,7 +585,7 @@ def watch(
     waits for. Exits when it completes (0), fails (1) or pauses (3), like `run`."""
     from rich.live import Live
 
-    from longtask.cli._watch import WatchState, render
+    from longtask.cli._watch import WatchState, render, waiting_lines
 
     with _runner(db) as runner:
         state = WatchState()
@@ -565,9 +604,12 @@ def watch(
                         state.add(e)
                         status = runner.status(thread_id, usage=False)
                         live.update(render(status, state, quiet_after))
-                    live.update(render(runner.status(thread_id, usage=False), state, quiet_after))
+                    last = runner.status(thread_id, usage=False)
+                    live.update(render(last, state, quiet_after, waiting=False))
                 if not out.is_terminal:
                     out.print()  # Live leaves its last line open when not on a terminal
+                for line in waiting_lines(last):
+                    out.print(escape(line))  # whole, however wide: these are pasted
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         raise typer.Exit(status_exit_code(runner.status(thread_id).status))

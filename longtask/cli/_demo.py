@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from longtask.cli._app import app, out
 from longtask.cli._hints import use_db
+from longtask.cli._output import plural
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -49,8 +50,10 @@ def _ask(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _printer(task: LongTask) -> Any:
-    """Prints each finished step under its stage, as they finish: the demo's one view."""
+def _printer(task: LongTask, db: str) -> Any:
+    """Prints each finished step under its stage, as they finish: the demo's one view. A
+    step that got there through fix rounds shows each: the failure, and the agent's round
+    (the best moment of the demo: the tests fail and the agent fixes the code)."""
     stage_of = {step.name: stage.name for stage in task.stages for step in stage.steps}
     last: list[str | None] = [None]
 
@@ -60,9 +63,43 @@ def _printer(task: LongTask) -> Any:
             if stage != last[0]:
                 out.print(f"[bold]{escape(stage)}[/bold]")
                 last[0] = stage
-            out.print(f"  [green]✓[/green] {escape(step)}")
+            rounds = _fix_rounds(db, thread_id, step)
+            for data in rounds:
+                out.print(f"  [red]✗[/red] {escape(step)}: {escape(_failure_line(data))}")
+                out.print(
+                    f"    [yellow]fix round {data.get('round')} of {data.get('max_rounds')}"
+                    f"[/yellow]: the {escape(str(data.get('agent')))} agent changes the code, "
+                    f"then {escape(step)} runs again"
+                )
+            after = f" (after {plural(len(rounds), 'fix round')})" if rounds else ""
+            out.print(f"  [green]✓[/green] {escape(step)}{after}")
 
     return on_update
+
+
+def _fix_rounds(db: str, thread_id: str, step: str) -> list[dict[str, Any]]:
+    from longtask.runtime import Reader
+
+    with Reader(db) as reader:
+        events = reader.events(thread_id, kinds=["fix.round"])
+    return [dict(e.data) for e in events if e.step == step]
+
+
+def _failure_line(data: dict[str, Any]) -> str:
+    """The failing test, from the tail of the test run's output."""
+    lines = [line.strip() for line in str(data.get("failure") or "").splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("=", "_"))]
+    # pytest's short summary (FAILED path::test - why), else the plain runner's lines
+    for pick in (
+        lambda line: line.startswith("FAILED "),
+        lambda line: "FAIL" in line,
+        lambda line: "Error" in line or "assert" in line,
+    ):
+        named = [line for line in lines if pick(line)]
+        if named:
+            break
+    line = (named or lines or ["the tests failed"])[0]
+    return line if len(line) <= 160 else line[:159] + "…"
 
 
 def _unfinished(db: str, root: Path) -> tuple[str, str]:
@@ -92,8 +129,8 @@ def _summary(runner: Runner, thread: str, db: str) -> None:
     result: dict[str, Any] = runner.result(thread, "publish")
     rounds = sum(s.fix_rounds or 0 for s in status.steps)
     out.print(
-        f"\nthread {thread} completed: {len(status.steps)} steps, {rounds} fix "
-        f"round{'s' if rounds != 1 else ''}"
+        f"\nthread {thread} completed: {plural(len(status.steps), 'step')}, "
+        f"{plural(rounds, 'fix round')}"
     )
     out.print(f"branch:       {result['branch']} (checked out in {result['worktree']})")
     out.print(f"patch:        {result['patch_file']}")
@@ -178,8 +215,9 @@ def demo(
             "OPENAI_API_KEY (and OPENAI_BASE_URL for an OpenAI-compatible server) and pass "
             "--model NAME."
         )
+        out.print(f"model requests are logged to {state / 'model-requests.jsonl'}")
     interactive = sys.stdin.isatty() and not auto
-    with Runner(db, on_update=_printer(task)) as runner:
+    with Runner(db, on_update=_printer(task, db)) as runner:
         if thread is None:
             state.mkdir(parents=True, exist_ok=True)
             _make_repo(repo)

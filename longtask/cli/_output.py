@@ -14,6 +14,14 @@ from rich.table import Table
 from longtask.cli._hints import cmd, in_text
 from longtask.cli._values import render
 
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``1 step``, ``2 steps``, ``1 retry``, ``3 retries``."""
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {many or (word[:-1] + 'ies' if word.endswith('y') else word + 's')}"
+
+
 if TYPE_CHECKING:
     from longtask.runtime import CheckpointView, ThreadCost, ThreadStatus
     from longtask.runtime._views import Pending

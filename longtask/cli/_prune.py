@@ -1,4 +1,5 @@
-"""``longtask prune``: delete old finished threads with everything they own."""
+"""``longtask prune``: delete old finished threads with everything they own; ``longtask
+delete``: one of them, by id."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from longtask.cli._app import MAX_INT, DbOpt, JsonOpt, _runner, app, out
+from longtask.cli._app import MAX_INT, DbOpt, JsonOpt, ThreadArg, _runner, app, out
+from longtask.cli._hints import cmd
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -97,9 +99,35 @@ def prune(
     _print(report)
 
 
-def _print(report: PruneReport) -> None:
+@app.command()
+def delete(
+    thread_id: ThreadArg,
+    force: Annotated[
+        bool, typer.Option("--force", help="Delete it (without: print what would go).")
+    ] = False,
+    json_: JsonOpt = False,
+    db: DbOpt = None,
+) -> None:
+    """Delete one ended thread and all it owns.
+
+    A completed, failed or cancelled thread goes with everything it owns, as `longtask
+    prune` deletes an old one. Without --force, nothing changes: it prints what would go.
+    A thread that has not ended (running, paused, waiting) is refused: cancel it first;
+    so is a thread a process or worker is advancing."""
+    with _runner(db, thread_id) as runner:
+        report = runner.delete(thread_id, dry_run=not force)
+    if json_:
+        print(json.dumps(report.to_json(), indent=2))
+        return
+    _print(report, "delete")
+    if not force:
+        again = cmd(f"longtask delete {thread_id} --force")
+        out.print(f"nothing deleted; delete it with: {escape(again)}")
+
+
+def _print(report: PruneReport, verb: str = "prune") -> None:
     n = len(report.threads)
-    verb = "would prune" if report.dry_run else "pruned"
+    verb = f"would {verb}" if report.dry_run else f"{verb[:-1] if verb.endswith('e') else verb}ed"
     what = " (history only: the last checkpoint kept)" if report.keep_last_checkpoint else ""
     by = ", ".join(f"{k} {v}" for k, v in sorted(report.by_status.items()))
     out.print(f"{verb} {n} thread{'' if n == 1 else 's'}{what}" + (f": {by}" if by else ""))

@@ -9,7 +9,7 @@ from rich.console import Group
 from rich.markup import escape
 from rich.text import Text
 
-from longtask.cli._output import MARKS, continue_commands, progress_text, stage_state
+from longtask.cli._output import MARKS, continue_commands, plural, progress_text, stage_state
 
 if TYPE_CHECKING:
     from longtask.runtime import ThreadStatus
@@ -58,7 +58,16 @@ class WatchState:
             self.retries[step] = self.retries.get(step, 0) + 1
 
 
-def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
+def waiting_lines(st: ThreadStatus) -> list[str]:
+    """What a paused thread waits for and the commands that continue it."""
+    if st.status not in ("waiting_user", "waiting_external"):
+        return []
+    return ["waiting for:", *(f"  {line}" for line in continue_commands(st))]
+
+
+def render(
+    st: ThreadStatus, state: WatchState, quiet_after: float, *, waiting: bool = True
+) -> Group:
     now = datetime.now(UTC)
     # A thread that stopped is timed to its last event; a live one to now.
     end = state.last if st.status not in ("running", "pending") and state.last else now
@@ -80,7 +89,7 @@ def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
         if step.fix_rounds:
             text += f" [yellow](fix round {step.fix_rounds})[/yellow]"
         if state.retries.get(step.name):
-            text += f" [yellow]({state.retries[step.name]} retries)[/yellow]"
+            text += f" [yellow]({plural(state.retries[step.name], 'retry')})[/yellow]"
         start, stop = state.started.get(step.name), state.finished.get(step.name)
         if start and stop and step.state == "completed":
             text += f" [dim]{_clock((stop - start).total_seconds())}[/dim]"
@@ -97,13 +106,16 @@ def render(st: ThreadStatus, state: WatchState, quiet_after: float) -> Group:
             continue  # a finished stage is one line
         lines.append(Text.from_markup("    " + "   ".join(items)))
     if st.error:
+        message = str(st.error.get("message"))
+        message = message if len(message) <= 300 else message[:299] + "…"
         lines.append(
             Text.from_markup(
-                f"[red]error[/red] in {escape(str(st.error.get('step')))}: "
-                f"{escape(str(st.error.get('message')))[:300]}"
+                f"[red]error[/red] in {escape(str(st.error.get('step')))}: {escape(message)}"
             )
         )
-    if st.status in ("waiting_user", "waiting_external"):
-        lines.append(Text("waiting for:"))
-        lines.extend(Text(f"  {line}") for line in continue_commands(st))
+    if waiting and st.status in ("waiting_user", "waiting_external"):
+        # The live view crops what is wider than the terminal: a cut line ends in "…" (not
+        # mid-JSON, as if whole). The last frame leaves this out and `waiting_lines` are
+        # printed after it in full, to be pasted.
+        lines.extend(Text(line, no_wrap=True, overflow="ellipsis") for line in waiting_lines(st))
     return Group(*lines)

@@ -45,7 +45,9 @@ def submit(
     Returns at once. Approve, reject, signal, resume, retry and cancel it as usual: they
     go to the queue."""
     from longtask.runtime import load_task
+    from longtask.runtime._queue import require_postgres
 
+    require_postgres(db)
     inputs = _parse_json(input, "--input")
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
@@ -110,6 +112,7 @@ def worker(
     only."""
     from longtask.cli._prune import _duration
     from longtask.runtime._prune import PruneSchedule
+    from longtask.runtime._queue import require_postgres
     from longtask.runtime._worker import Worker
 
     schedule = None
@@ -128,6 +131,7 @@ def worker(
             "give --prune-completed-before and/or --prune-failed-before too",
             param_hint="--prune-keep-last-checkpoint",
         )
+    require_postgres(db)  # after the usage checks (exit 2), before anything opens the URL
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("psycopg").setLevel(logging.NOTSET)  # a worker's log keeps them
     Worker(

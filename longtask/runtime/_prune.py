@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import re
 import time
 from collections.abc import Iterator
@@ -19,8 +20,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from longtask.errors import InvalidInput, ThreadBusy
+from longtask.errors import InvalidInput, ThreadBusy, ThreadNotFound
 from longtask.runtime._base import RunnerBase
+from longtask.store import FINAL_STATUSES
 from longtask.store import _retention as ret
 
 log = logging.getLogger("longtask.runtime")
@@ -188,6 +190,44 @@ class PruneMixin(RunnerBase):
                 # A long backlog: free what is collected so far (bounded memory).
                 self._free(report, pruned, started, blobs, files)
         self._free(report, pruned, started, blobs, files)
+        return report
+
+    def delete(self, thread_id: str, *, dry_run: bool = False) -> PruneReport:
+        """Delete one ended thread (completed, failed, cancelled) now, with everything it
+        owns, as ``prune`` deletes an old one: the same tables, blobs and artifact files.
+
+        Refused (nothing changes) for a thread that has not ended (running, paused, waiting:
+        cancel it first), one a process is advancing, or one with a command waiting for a
+        worker. ``dry_run``: change nothing and report what would go."""
+        store = self.db.store
+        rows = store._run(
+            "SELECT status, updated_at FROM longtask_threads WHERE thread_id = ?", (thread_id,)
+        )
+        if not rows:
+            raise ThreadNotFound(thread_id, self.db.url.redacted)
+        cand = ret.Candidate(thread_id, str(rows[0][0]), float(rows[0][1]))
+        if cand.status not in FINAL_STATUSES:
+            raise InvalidInput(
+                f"thread {thread_id!r} is {cand.status}, not ended: only a completed, failed "
+                f"or cancelled thread can be deleted. Cancel it first (`longtask cancel "
+                f"{thread_id}`), then delete it"
+            )
+        report = PruneReport(dry_run=dry_run, keep_last_checkpoint=False)
+        started = time.time()
+        blobs: set[str] = set()
+        files: set[str] = set()
+        deleted: dict[str, int] = {}
+        if dry_run:
+            deleted = self._prune_preview(cand, False)
+        # Deleted only if it is unchanged since read: same status, no update, no command
+        # waiting, no lease taken since (a run on its way).
+        elif not self._prune_one(
+            cand, math.nextafter(cand.updated_at, math.inf), False, deleted, blobs, files
+        ):
+            raise ThreadBusy(thread_id)
+        report._add(deleted)
+        report.threads.append((thread_id, cand.status))
+        self._free(report, {thread_id}, started, blobs, files)
         return report
 
     # -- one thread --------------------------------------------------------------------------

@@ -44,15 +44,27 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+_NEED_POSTGRES = (
+    "workers share threads through PostgreSQL; use --db postgresql://... (or "
+    "$LONGTASK_DB) for `longtask submit` and `longtask worker`"
+)
+
+
+def require_postgres(url: str | None) -> None:
+    """Refuse a database URL (else ``$LONGTASK_DB``, else the default) that is not
+    PostgreSQL, before anything opens it: opening an SQLite URL would create its file."""
+    from longtask.checkpointers._url import parse_url, resolve_url
+
+    if parse_url(resolve_url(url)).scheme != "postgresql":
+        raise WorkersNeedPostgres(_NEED_POSTGRES)
+
+
 def make_app(db: Database) -> Any:
     """A procrastinate App on the thread database (PostgreSQL only)."""
     import procrastinate
 
     if db.url.scheme != "postgresql":
-        raise WorkersNeedPostgres(
-            "workers share threads through PostgreSQL; use --db postgresql://... (or "
-            "$LONGTASK_DB) for `longtask submit` and `longtask worker`"
-        )
+        raise WorkersNeedPostgres(_NEED_POSTGRES)
     return procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=db.url.raw))
 
 

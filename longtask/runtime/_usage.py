@@ -101,7 +101,9 @@ def read_usage(
 ) -> tuple[ThreadUsage, dict[str, StepUsage]]:
     """The thread's usage and each step's: two indexed reads."""
     now = datetime.now(UTC)
-    at = now.timestamp()
+    # A run still open when the thread ended (the step a cancel cut off, or a crashed
+    # process's) counts up to the end, as the thread's total does, not on and on.
+    at = rec.updated_at.timestamp() if rec.status in FINISHED else now.timestamp()
     rows: dict[str, StepUsage] = {}
     # one row per step (Store.usage: step, then USAGE_KEYS in order); a run under way
     # counts up to now. Unpacked here, not in a helper: status reads one per step of

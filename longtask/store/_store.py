@@ -293,7 +293,10 @@ class Store(
             ),
         )
         if not rows:
-            raise ThreadExists(rec.thread_id)
+            existing = self._run(
+                "SELECT status FROM longtask_threads WHERE thread_id = ?", (rec.thread_id,)
+            )
+            raise ThreadExists(rec.thread_id, str(existing[0][0]) if existing else None)
 
     def get_thread(self, thread_id: str) -> ThreadRecord | None:
         rows = self._run(

@@ -3,6 +3,7 @@ error, and leaves the database as it was (issue 15: thread ids, --input, --by, -
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -335,3 +336,68 @@ def test_a_task_reference_to_no_task_is_one_line(
     assert refused.returncode == 1, refused.stdout + refused.stderr  # not 3 ("paused")
     line = _one_error_line(refused.stderr)
     assert says in line, line
+
+
+# -- workers on SQLite (issue 29, item 12) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["option", "env", "default"])
+@pytest.mark.parametrize("command", ["submit", "worker"])
+def test_workers_refuse_sqlite_before_creating_a_database(
+    tmp_path: Path, ref: str, command: str, how: str
+) -> None:
+    db = tmp_path / "new" / "queue.db"
+    args = ["submit", ref, "--thread", "t1"] if command == "submit" else ["worker"]
+    env_db = f"sqlite:///{db}"
+    if how == "option":
+        args += ["--db", f"sqlite:///{db}"]
+        env_db = "sqlite:///elsewhere.db"
+    elif how == "default":
+        env_db = ""
+    proc = run_cli(*args, db=env_db, cwd=tmp_path)
+    assert proc.returncode != 0
+    line = _one_error_line(proc.stderr)
+    assert "workers share threads through PostgreSQL" in line, line
+    assert "--db postgresql://" in line, line
+    # Nothing was created: not the file, not its directory, not the default one.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.py"], list(tmp_path.iterdir())
+
+
+def test_run_on_a_completed_thread_points_at_its_results(tmp_path: Path, ref: str) -> None:
+    """Not at `resume`, which would only say there is nothing to resume (issue 29, item 9);
+    one step is "1 step"."""
+    url = f"sqlite:///{tmp_path / 'lt.db'}"
+    first = run_cli("run", ref, "--thread", "t1", "--db", url, db="sqlite:///elsewhere.db")
+    assert first.returncode == 0, first.stderr
+    assert "thread t1 completed (1 step)" in first.stdout, first.stdout
+    again = run_cli("run", ref, "--thread", "t1", "--db", url, db="sqlite:///elsewhere.db")
+    assert again.returncode != 0
+    line = _one_error_line(again.stderr)
+    assert "already exists and is completed" in line and "resume" not in line, line
+    printed = line.split("`")[1]
+    assert printed == f"longtask result t1 --db {url}", line
+    pasted = run_cli(*shlex.split(printed)[1:], db="sqlite:///elsewhere.db")
+    assert pasted.returncode == 0, pasted.stderr
+    assert '"n": 1' in pasted.stdout, pasted.stdout
+
+
+def test_watch_prints_the_whole_schema_and_commands_however_narrow(tmp_path: Path) -> None:
+    """A terminal narrower than the schema: what the paused thread waits for is printed
+    after the live view whole (it was cut mid-JSON with no sign of it), and the command
+    works pasted (issue 29, item 9)."""
+    release = Path(__file__).resolve().parents[2] / "examples" / "release.py"
+    url = f"sqlite:///{tmp_path / 'lt.db'}"
+    inputs = '{"version": "1.4.0"}'
+    run = run_cli("run", f"{release}:task", "--thread", "r", "--input", inputs, db=url)
+    assert run.returncode == 3, run.stderr
+    watch = run_cli("watch", "r", "--db", url, db="sqlite:///elsewhere.db", env={"COLUMNS": "60"})
+    assert watch.returncode == 3, watch.stderr
+    lines = watch.stdout.splitlines()
+    assert lines.count("waiting for:") == 1, watch.stdout
+    schema = next(line for line in lines if "JSON schema:" in line).split("schema: ", 1)[1]
+    assert set(json.loads(schema)["properties"]) == {"status", "url"}, watch.stdout
+    signal = next(line.strip() for line in lines if line.strip().startswith("longtask signal"))
+    assert signal == f"longtask signal r ci --db {url} --payload JSON", watch.stdout
+    payload = '{"status": "passed", "url": "https://ci/1"}'
+    pasted = run_cli(*shlex.split(signal.replace("JSON", shlex.quote(payload)))[1:], db="x.db")
+    assert pasted.returncode == 3, pasted.stderr  # on to the approval

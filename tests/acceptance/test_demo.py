@@ -80,9 +80,19 @@ def test_demo_runs_the_migration(tmp_path: Path) -> None:
     assert root.parent == tmp and root.name.startswith("longtask-demo-")
     assert "offline demo model" in done.stdout
     # One view of the steps: each finished step once, under its stage.
-    for step in ("prepare", "approve_plan", "verify", "ci", "approve_release", "publish"):
+    for step in ("prepare", "approve_plan", "ci", "approve_release", "publish"):
         assert done.stdout.count(f"✓ {step}\n") == 1, done.stdout
+    # The failing test, the fix round, then verify passing (issue 29, item 10).
+    lines = done.stdout.splitlines()
+    at = lines.index("  ✓ verify (after 1 fix round)")
+    assert lines[at - 2] == (
+        "  ✗ verify: FAILED tests/test_api.py::test_tampered_credentials - assert 200 == 401"
+    ), done.stdout
+    assert lines[at - 1].startswith("    fix round 1 of 3: the fix_tests agent"), done.stdout
     assert "completed: 11 steps, 1 fix round" in done.stdout
+    requests = root / ".longtask" / "model-requests.jsonl"
+    assert f"model requests are logged to {requests}" in done.stdout
+    assert requests.read_text().count("\n") >= 1
     worktree = root / "authsvc-jwt"
     assert (worktree / "MIGRATION.md").is_file()
     assert (root / "migration.patch").read_text().startswith("From ")

@@ -401,3 +401,48 @@ def test_serve_shows_usage_lists_cost_and_serves_the_report(
         assert 'id="cost-section"' in page and "renderUsage" in page
         index = client.get("/", headers={"Accept": "text/html"}).text
         assert "?sort=cost" in index and "money(t.cost)" in index
+
+
+def test_a_cancelled_threads_total_wall_time_covers_its_steps(db_url: str, tmp_path: Path) -> None:
+    """A step cut off mid-run (its process killed, then the thread cancelled) is timed to
+    the thread's end, as the thread's total is: it went on counting up to every read, past
+    the total (issue 29, item 9)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from longtask import Runner
+
+    ref = f"{Path(__file__).resolve().parent / 'prune_task.py'}:task"
+    marker, gate = tmp_path / "blocking", tmp_path / "never"
+    env = {**os.environ, "LT_PRUNE_MARKER": str(marker), "LT_PRUNE_GATE": str(gate)}
+    args = ["run", ref, "--thread", "cut", "--input", '{"block": true}', "--db", db_url]
+    proc = subprocess.Popen([sys.executable, "-m", "longtask", *args], env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert marker.exists()
+        with Runner(db_url) as r:  # the step's start is stored a moment after it starts
+            while not any(
+                e.step == "gate" for e in r.db.store.events("cut", kinds=["step.started"])
+            ):
+                assert time.monotonic() < deadline, "the gate step's start was never stored"
+                time.sleep(0.05)
+            while not any(s.name == "gate" and s.usage for s in r.status("cut").steps):
+                assert time.monotonic() < deadline, "the gate step's run was never stored"
+                time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    with Runner(db_url) as r:
+        assert r.cancel("cut", reason="cut off")
+        time.sleep(1.5)  # a step timed to now would now be past the thread's total
+        st = r.status("cut")
+        assert st.status == "cancelled"
+        rows = {s.name: s.usage for s in st.steps if s.usage}
+        assert rows.get("gate"), st.steps  # the step cut off has its running time
+        total = st.usage.wall_time if st.usage else 0.0
+        for name, u in rows.items():
+            assert u["wall_time"] <= total + 1e-6, (name, u, total)

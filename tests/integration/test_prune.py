@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 from conftest import run_cli
 
-from longtask import InvalidInput, Runner, StepFailed
+from longtask import InvalidInput, Runner, StepFailed, ThreadBusy
 from longtask.runtime._taskref import load_task
 from longtask.store import _retention as ret
 from longtask.store._writer import LIVE_DELAY
@@ -398,3 +399,110 @@ def test_a_long_backlog_frees_blobs_as_it_goes(
         assert refs["kept"] <= blobs
         assert not (own & blobs)
         assert r.result("kept", "gate") == "x" * 2000
+
+
+# -- longtask delete THREAD (issue 29, item 13) -------------------------------------------------
+
+
+def test_delete_one_thread_by_id(db_url: str, tasks: tuple[Any, Any]) -> None:
+    """``delete`` without --force changes nothing and prints the command that deletes; that
+    command, pasted, deletes the thread's rows in every table prune empties, and nothing of
+    the other threads (a blob they share stays)."""
+    task, paused = tasks
+    r = Runner(db_url)
+    try:
+        r.start(task, {"shared": True}, thread_id="done")
+        r.start(task, {"shared": True}, thread_id="other")
+        with pytest.raises(StepFailed):
+            r.start(task, {"fail": True}, thread_id="failed")
+        r.start(paused, {}, thread_id="waiting")
+        every = ["done", "other", "failed", "waiting"]
+        before = _counts(r, every)
+        shared = ret.blob_refs(r.db.store, "done") & ret.blob_refs(r.db.store, "other")
+        assert shared
+        for table in ("longtask_events", "longtask_effects", "longtask_artifacts"):
+            assert before["done"][table] > 0, table
+    finally:
+        r.close()
+
+    dry = run_cli("delete", "done", "--db", db_url, db="sqlite:///elsewhere.db")
+    assert dry.returncode == 0, dry.stderr
+    assert "would delete 1 thread: completed 1" in dry.stdout, dry.stdout
+    printed = dry.stdout.strip().splitlines()[-1]
+    assert printed.startswith("nothing deleted; delete it with: longtask delete done --db ")
+    assert printed.endswith(" --force"), printed
+    r = Runner(db_url)
+    try:
+        assert _counts(r, every) == before
+    finally:
+        r.close()
+
+    pasted = shlex.split(printed.split(": ", 1)[1])[1:]
+    done = run_cli(*pasted, db="sqlite:///elsewhere.db")
+    assert done.returncode == 0, done.stderr
+    assert "deleted 1 thread: completed 1" in done.stdout, done.stdout
+    assert f"longtask_events: {before['done']['longtask_events']} rows" in done.stdout
+
+    failed = run_cli("delete", "failed", "--force", "--json", db=db_url)
+    assert failed.returncode == 0, failed.stderr
+    assert json.loads(failed.stdout)["threads"] == [{"thread_id": "failed", "status": "failed"}]
+
+    r = Runner(db_url)
+    try:
+        after = _counts(r, every)
+        assert set(after["done"].values()) == {0}, after["done"]
+        assert set(after["failed"].values()) == {0}, after["failed"]
+        assert after["other"] == before["other"]
+        assert after["waiting"] == before["waiting"]
+        assert shared <= _blobs(r)
+        assert r.result("other", "big")["text"].startswith("shared")
+    finally:
+        r.close()
+
+    gone = run_cli("delete", "done", "--force", db=db_url)
+    assert gone.returncode != 0
+    assert "no thread 'done'" in gone.stderr, gone.stderr
+
+
+def test_delete_refuses_a_thread_that_has_not_ended(
+    db_url: str, tasks: tuple[Any, Any], live: dict[str, Any]
+) -> None:
+    """A paused thread and one running in another process stay, every row of them; the
+    message says to cancel first, with a command that works pasted."""
+    r = Runner(db_url)
+    try:
+        r.start(tasks[1], {}, thread_id="waiting")
+        before = _counts(r, ["waiting", "live"])
+        with pytest.raises(InvalidInput, match="waiting_user, not ended"):
+            r.delete("waiting")
+    finally:
+        r.close()
+
+    for tid, status in (("waiting", "waiting_user"), ("live", "running")):
+        proc = run_cli("delete", tid, "--force", "--db", db_url, db="sqlite:///elsewhere.db")
+        assert proc.returncode != 0
+        assert f"is {status}, not ended" in proc.stderr, proc.stderr
+        assert f"`longtask cancel {tid} --db " in proc.stderr, proc.stderr
+
+    r = Runner(db_url)
+    try:
+        assert _counts(r, ["waiting", "live"]) == before
+    finally:
+        r.close()
+    live["gate"].write_text("go")
+    out, err = live["proc"].communicate(timeout=120)
+    assert live["proc"].returncode == 0, (out, err)
+
+
+def test_delete_refuses_an_ended_thread_a_process_holds(
+    db_url: str, tasks: tuple[Any, Any]
+) -> None:
+    r = Runner(db_url)
+    try:
+        r.start(tasks[0], {}, thread_id="done")
+        before = ret.count_rows(r.db.store, "done")
+        with r.db.lock("done"), Runner(db_url) as other, pytest.raises(ThreadBusy):
+            other.delete("done")
+        assert ret.count_rows(r.db.store, "done") == before
+    finally:
+        r.close()

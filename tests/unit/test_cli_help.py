@@ -47,3 +47,64 @@ def test_bad_db_url_is_one_line_error_without_password() -> None:
     assert proc.returncode == 1
     assert proc.stderr.startswith("error: unsupported database URL")
     assert "hunter2" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_usage_lines_and_options_name_values_not_python_types() -> None:
+    """Every command's --help writes THREAD and [STEP] as a shell user pastes them, and
+    names each option's value (--db URL, --by NAME), never ``{THREAD}`` or ``<str>``
+    (issue 29, item 9)."""
+    import re
+    from typing import Any
+
+    import typer.main
+
+    from longtask.cli import app
+
+    group: Any = typer.main.get_command(app)  # Typer's own click, not the click package
+    seen = 0
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        nonlocal seen
+        if hasattr(cmd, "commands"):
+            for name, sub in cmd.commands.items():
+                walk(sub, [*path, name])
+            return
+        with cmd.context_class(cmd, info_name=" ".join(path)) as ctx:
+            text = cmd.get_help(ctx)
+        seen += 1
+        assert not re.search(r"<[a-z][a-z\[\]|]*>", text), (path, text)
+        assert not re.search(r"\{[A-Za-z_]+\}", text), (path, text)
+        if any(p.name == "db" for p in cmd.params):
+            assert "--db URL" in text, (path, text)
+
+    walk(group, ["longtask"])
+    assert seen > 30
+    retry = group.commands["retry"]
+    with retry.context_class(retry, info_name="longtask retry") as ctx:
+        usage = retry.get_usage(ctx)
+    assert usage.strip() == "Usage: longtask retry [OPTIONS] THREAD [STEP]", usage
+
+
+def test_counts_are_pluralised() -> None:
+    from longtask.cli._output import plural
+
+    assert plural(1, "retry") == "1 retry" and plural(2, "retry") == "2 retries"
+    assert plural(1, "step") == "1 step" and plural(0, "fix round") == "0 fix rounds"
+
+
+def test_readme_approves_only_steps_an_example_has() -> None:
+    """A pasted `longtask approve T STEP` from the README names an approval some example
+    defines (issue 29, item 9: the export example approved a ``ship_ok`` none has)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    # the commands of its code blocks, the ones a reader pastes
+    readme = "".join(
+        re.findall(r"```(?:bash|console)\n(.*?)```", (root / "README.md").read_text(), re.S)
+    )
+    examples = " ".join(p.read_text() for p in (root / "examples").rglob("*.py"))
+    steps = set(re.findall(r"longtask approve \S+ ([a-z_][a-z0-9_]*) --by", readme))
+    assert steps
+    for step in steps:
+        assert re.search(rf"approval\(\s*[\"']{step}[\"']", examples), step
