@@ -143,9 +143,11 @@ def record(
         run_id, thread_id, assistant_id, request, actor, metadata, seen=seen
     ):
         raise _busy(thread_id)
-    api.executor.submit(run_id)
+    # Read before it is handed over: the answer says the run as recorded (pending, as on
+    # LangGraph's server), not wherever the executor has taken it a moment later.
     found = store.api_run(run_id)
     assert found is not None
+    api.executor.submit(run_id)
     return found
 
 
