@@ -109,6 +109,14 @@ class Conversation:
                 )
         return out
 
+    def finished(self, step: str, messages: list[dict[str, Any]]) -> None:
+        """Agent ``step`` is done and said ``messages``: its transcript, without a read."""
+        self._transcripts.setdefault(step, messages)
+
+    def said_by(self, step: str) -> list[dict[str, Any]] | None:
+        """What finished agent ``step`` said, if known here (without a read)."""
+        return self._transcripts.get(step)
+
     @staticmethod
     def _said(messages: Iterable[dict[str, Any]], *, chat: bool) -> list[dict[str, Any]]:
         return [

@@ -194,7 +194,7 @@ class LiveParts:
             for step in list(self.live):
                 if f"out.{step}" in self.channels:
                     # Finished: its conversation is its transcript now (the same messages).
-                    self.chat._transcripts.setdefault(step, self.live.pop(step))
+                    self.chat.finished(step, self.live.pop(step))
             values = self._state_values(self.channels)
             if _INTERRUPT in chunk:
                 values[_INTERRUPT] = _interrupts(chunk[_INTERRUPT])
@@ -294,7 +294,7 @@ class LiveParts:
                         # the state key named after it (an agent's, its conversation too).
                         said_update: dict[str, Any] = {step: value}
                         if step in self.chat.agents:
-                            talk = self.live.get(step) or self.chat._transcripts.get(step)
+                            talk = self.live.get(step) or self.chat.said_by(step)
                             said_update[KEY] = self.chat._said(talk or [], chat=False)
                         out.append(sse("updates", {step: said_update}))
         return out
