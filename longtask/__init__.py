@@ -45,12 +45,14 @@ if TYPE_CHECKING:
         Retry,
         Schedule,
         Stage,
+        TaskVersions,
         ToolApproval,
         agent_step,
         approval,
         fix_with,
         function_step,
         map_step,
+        versions,
         wait_for,
     )
     from longtask.runtime import MoveSummary, PruneReport, Runner, ThreadStatus, ThreadUsage
@@ -70,12 +72,14 @@ _MODEL = (
     "Retry",
     "Schedule",
     "Stage",
+    "TaskVersions",
     "ToolApproval",
     "agent_step",
     "approval",
     "fix_with",
     "function_step",
     "map_step",
+    "versions",
     "wait_for",
 )
 _LAZY = {
@@ -139,6 +143,7 @@ __all__ = [
     "StepFailed",
     "StepTimeout",
     "TaskRefError",
+    "TaskVersions",
     "ThreadBusy",
     "ThreadExists",
     "ThreadNotFound",
@@ -155,5 +160,6 @@ __all__ = [
     "fix_with",
     "function_step",
     "map_step",
+    "versions",
     "wait_for",
 ]

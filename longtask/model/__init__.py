@@ -19,6 +19,7 @@ from longtask.model._steps import (
     wait_for,
 )
 from longtask.model._task import LongTask, StepInfo, name_problem
+from longtask.model._versions import TaskVersions, version_key, versions
 
 __all__ = [
     "AgentStep",
@@ -37,6 +38,7 @@ __all__ = [
     "Stage",
     "Step",
     "StepInfo",
+    "TaskVersions",
     "ToolApproval",
     "WaitRequest",
     "WaitStep",
@@ -46,5 +48,7 @@ __all__ = [
     "function_step",
     "map_step",
     "name_problem",
+    "version_key",
+    "versions",
     "wait_for",
 ]

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from longtask.runtime._reader import Reader
     from longtask.runtime._runner import Runner, UpdateHook
     from longtask.runtime._streams import tapping
-    from longtask.runtime._taskref import find_ref, load_task
+    from longtask.runtime._taskref import find_ref, load_task, load_versions
     from longtask.runtime._usage import StepUsage, ThreadUsage
     from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
 
@@ -33,6 +33,7 @@ _LAZY = {
     "UpdateHook": "longtask.runtime._runner",
     "find_ref": "longtask.runtime._taskref",
     "load_task": "longtask.runtime._taskref",
+    "load_versions": "longtask.runtime._taskref",
     "tapping": "longtask.runtime._streams",
 }
 
@@ -61,5 +62,6 @@ __all__ = [
     "UpdateHook",
     "find_ref",
     "load_task",
+    "load_versions",
     "tapping",
 ]

@@ -74,7 +74,7 @@ from longtask.runtime._streams import (
     merge_config,
     traced,
 )
-from longtask.runtime._taskref import find_ref, load_task
+from longtask.runtime._taskref import find_ref, load_versions
 from longtask.runtime._threadid import check_thread_id
 from longtask.runtime._views import (
     definition_changes,
@@ -598,7 +598,10 @@ class Runner(
                 f"thread {rec.thread_id!r} has no task reference (it was started from an "
                 "object that could not be located); pass task=... to resume it"
             )
-        return load_task(rec.task_ref)
+        family = load_versions(rec.task_ref)
+        # The definition the thread started on, when the code still has it; else the newest
+        # (and the definition check refuses it unless told otherwise).
+        return family.by_hash(rec.definition_hash) or family.newest
 
     def _advance(
         self,

@@ -17,7 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from longtask.errors import TaskRefError
-from longtask.model import LongTask
+from longtask.model import LongTask, TaskVersions
 
 
 def _module_name_for(path: Path) -> str:
@@ -71,7 +71,14 @@ def _from_factory(factory: Any, ref: str) -> Any:
 
 
 def load_task(ref: str) -> LongTask:
-    """Import the LongTask named by ``ref``. Errors say which part of the reference failed."""
+    """Import the LongTask named by ``ref`` (the newest, when it names several versions).
+    Errors say which part of the reference failed."""
+    return load_versions(ref).newest
+
+
+def load_versions(ref: str) -> TaskVersions:
+    """Every definition of the task ``ref`` names (a LongTask, a :func:`~longtask.versions`
+    of several, or a function making either), newest first."""
     target, sep, attr = ref.rpartition(":")
     if not sep or not target or not attr:
         raise TaskRefError(
@@ -108,11 +115,13 @@ def load_task(ref: str) -> LongTask:
     task = getattr(module, attr, None)
     if task is None:
         raise TaskRefError(f"{target!r} has no attribute {attr!r} (from {ref!r})")
-    if callable(task) and not isinstance(task, LongTask):
+    if callable(task) and not isinstance(task, (LongTask, TaskVersions)):
         task = _from_factory(task, ref)
+    if isinstance(task, TaskVersions):
+        return task
     if not isinstance(task, LongTask):
         raise TaskRefError(f"{ref!r} is a {type(task).__name__}, not a LongTask")
-    return task
+    return TaskVersions([task])
 
 
 def find_ref(task: LongTask) -> str | None:
@@ -121,7 +130,9 @@ def find_ref(task: LongTask) -> str | None:
     module = sys.modules.get(module_name) if module_name else None
     if module is None:
         return None
-    attr = next((k for k, v in vars(module).items() if v is task), None)
+    attr = next((k for k, v in vars(module).items() if v is task), None) or next(
+        (k for k, v in vars(module).items() if isinstance(v, TaskVersions) and task in v), None
+    )
     if attr is None:
         return None
     file = getattr(module, "__file__", None)
