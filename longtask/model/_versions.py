@@ -48,9 +48,10 @@ class TaskVersions:
         for t in tasks:
             key = version_key(t.version)
             if key in seen:
+                same = "" if seen[key] == t.version else f" (as {seen[key]!r})"
                 problems.append(
-                    f"version {t.version!r} is given twice (as {seen[key]!r} and "
-                    f"{t.version!r}): give each definition its own version= "
+                    f"version {t.version!r} is given twice{same}: give each definition its "
+                    "own version="
                 )
             seen[key] = t.version
         if problems:
