@@ -467,7 +467,7 @@ def list_threads(
         str | None, typer.Option("--task", metavar="NAME", help="Only threads of this task.")
     ] = None,
     wide: Annotated[
-        bool, typer.Option("--wide", help="Also the version, tokens and last update.")
+        bool, typer.Option("--wide", help="Also the tokens and last update.")
     ] = False,
     sort: Annotated[
         str,
@@ -484,7 +484,7 @@ def list_threads(
     """List threads: status, cost and age.
 
     Most recently updated first; --sort cost puts the most expensive first, --sort age the
-    oldest. Thread ids are never cut; --wide adds the version, tokens and last update.
+    oldest. Thread ids are never cut; --wide adds the tokens and last update.
     --json adds cost, tokens, tool_calls and age (seconds) to each thread."""
     from longtask.store import THREAD_SORTS, THREAD_STATUSES
 

@@ -277,12 +277,12 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
 def print_threads(out: Console, threads: Sequence[ThreadCost], *, wide: bool = False) -> None:
     """The threads as a table. A thread id is what a user copies: it is never cut. When
     the table does not fit the terminal, each thread is its id on a line of its own with
-    the rest below it. ``wide`` adds the version, tokens and the time of the last update."""
+    the rest below it. ``wide`` adds tokens and the time of the last update."""
     if not threads:
         out.print("no threads")
         return
     columns = ("task", "version", "status", "cost", "tokens", "age", "updated")
-    shown = ("thread", *(columns if wide else ("task", "status", "cost", "age")))
+    shown = ("thread", *(columns if wide else ("task", "version", "status", "cost", "age")))
     rows = [
         {
             "thread": t.thread_id,

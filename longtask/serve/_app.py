@@ -259,7 +259,7 @@ def create_app(
                 runner.signal(thread_id, str(target), value, by=by)
             return None  # no run of serve's: a worker carries it out
         entry = tasks.find(rec.task_name)
-        task = entry.task if entry is not None else runner._load(rec)
+        task = entry.for_thread(rec) if entry is not None else runner._load(rec)
         seen = lg_runs.refuse_busy(lg, thread_id)
         rec = runner._thread(thread_id)  # read after the mark: what the check sees is current
         request = plan_answer(runner, rec, task, target, kind, value, by)

@@ -111,7 +111,7 @@ class Executor:
 
     def task_for(self, rec: ThreadRecord) -> LongTask:
         entry = self.registry.find(rec.task_name)
-        return entry.task if entry is not None else self.runner._load(rec)
+        return entry.for_thread(rec) if entry is not None else self.runner._load(rec)
 
     # -- submitting ------------------------------------------------------------------------
 

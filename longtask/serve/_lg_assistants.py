@@ -18,12 +18,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from longtask.errors import InvalidInput, TaskRefError
+from longtask.errors import DefinitionError, InvalidInput, TaskRefError
 from longtask.serve._lg_body import integer_field, mapping_field, text_field
 
 if TYPE_CHECKING:
-    from longtask.model import LongTask
+    from longtask.model import LongTask, TaskVersions
     from longtask.serve._lg_common import Api
+    from longtask.store import ThreadRecord
 
 #: the namespace the LangGraph server derives an assistant id from a graph id in
 NAMESPACE_GRAPH = uuid.UUID("6ba7b821-9dad-11d1-80b4-00c04fd430c8")
@@ -39,8 +40,19 @@ def assistant_id(name: str) -> str:
 @dataclass(frozen=True)
 class Registered:
     name: str
+    #: the reference a new thread records: one that loads ``task``
     ref: str
+    #: the newest definition: what a new thread starts on
     task: LongTask
+    #: every definition served under this name (``task`` among them)
+    family: TaskVersions | None = None
+
+    def for_thread(self, rec: ThreadRecord) -> LongTask:
+        """The definition a started thread runs on: the one whose hash it recorded when it
+        is served here, else the newest (which the definition check then refuses unless the
+        change is allowed)."""
+        found = self.family.by_hash(rec.definition_hash) if self.family is not None else None
+        return found or self.task
 
     @property
     def assistant_id(self) -> str:
@@ -91,28 +103,56 @@ class Registry:
 
 
 def load_registry(refs: list[str], config: str | Path | None = None) -> Registry:
-    """Tasks from ``--task REF`` options and a ``longtask.json`` (``{"tasks": {name: ref}}``;
-    a langgraph.json-style ``graphs`` key is read the same way). With no ``config``, a
+    """Tasks from ``--task REF`` options and a ``longtask.json`` (``{"tasks": {name: ref}}``,
+    where a name may map to a list of refs: several versions of one task, served side by
+    side; a langgraph.json-style ``graphs`` key is read the same way). With no ``config``, a
     ``longtask.json`` in the working directory is read if there is one."""
-    from longtask.runtime import load_task
+    from longtask.runtime import load_versions
 
-    pairs: list[tuple[str | None, str]] = [(None, r) for r in refs]
+    groups: list[tuple[str | None, list[str]]] = [(None, [r]) for r in refs]
     path = Path(config) if config is not None else Path(CONFIG_FILE)
     if config is not None or path.exists():
-        pairs.extend(_config_pairs(path))
+        groups.extend(_config_pairs(path))
     entries = []
-    for name, ref in pairs:
-        try:
-            task = load_task(ref)
-        except TaskRefError:
-            raise
-        except Exception as exc:  # an import error in the task's module
-            raise TaskRefError(f"cannot load task {ref!r}: {exc}") from exc
-        entries.append(Registered(name or task.name, ref, task))
+    for name, group in groups:
+        loaded: list[tuple[str, TaskVersions]] = []
+        for ref in group:
+            try:
+                loaded.append((ref, load_versions(ref)))
+            except TaskRefError:
+                raise
+            except Exception as exc:  # an import error in the task's module
+                raise TaskRefError(f"cannot load task {ref!r}: {exc}") from exc
+        family = _merge(name, loaded)
+        # A new thread records a reference that loads the definition it starts on.
+        ref = next(r for r, f in loaded if family.newest in f)
+        entries.append(Registered(name or family.name, ref, family.newest, family))
     return Registry(entries)
 
 
-def _config_pairs(path: Path) -> list[tuple[str | None, str]]:
+def _merge(name: str | None, loaded: list[tuple[str, TaskVersions]]) -> TaskVersions:
+    """The versions several refs of one name hold, as one family (a definition two refs
+    both hold counts once)."""
+    from longtask.model import versions
+
+    if len(loaded) == 1:
+        return loaded[0][1]
+    tasks: dict[str, LongTask] = {}
+    for _ref, family in loaded:
+        for task in family:
+            tasks.setdefault(task.definition_hash, task)
+    try:
+        return versions(*tasks.values())
+    except DefinitionError as exc:
+        refs = ", ".join(r for r, _ in loaded)
+        problems = "; ".join(exc.problems)
+        raise InvalidInput(
+            f"the refs {name!r} maps to in {CONFIG_FILE} ({refs}) are not versions of one "
+            f"task: {problems}"
+        ) from exc
+
+
+def _config_pairs(path: Path) -> list[tuple[str | None, list[str]]]:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
@@ -120,14 +160,23 @@ def _config_pairs(path: Path) -> list[tuple[str | None, str]]:
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"{path} is not readable JSON: {exc}") from None
     table = data.get("tasks", data.get("graphs")) if isinstance(data, dict) else None
+
+    def refs(value: object) -> list[str] | None:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return list(value)
+        return None
+
     if not isinstance(table, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in table.items()
+        isinstance(k, str) and refs(v) is not None for k, v in table.items()
     ):
         raise InvalidInput(
-            f'{path} must hold {{"tasks": {{"name": "package.module:task"}}}} '
-            '(or a langgraph.json-style "graphs" object)'
+            f'{path} must hold {{"tasks": {{"name": "package.module:task"}}}}, where a name '
+            'may map to a list of refs (several versions: ["pkg.mod:task_v2", '
+            '"pkg.mod:task_v1"]), or a langgraph.json-style "graphs" object'
         )
-    return [(name, ref) for name, ref in table.items()]
+    return [(name, refs(value) or []) for name, value in table.items()]
 
 
 def _schemas(entry: Registered) -> dict[str, Any]:

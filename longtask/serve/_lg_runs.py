@@ -206,7 +206,7 @@ def routes(api: Api) -> list[Route]:
                     "send input or command, not both: a command answers or moves a started "
                     "thread and ignores input (an empty input, {}, is accepted beside it)"
                 )
-            request = plan_command(runner, rec, entry.task, dict(command), actor)
+            request = plan_command(runner, rec, entry.for_thread(rec), dict(command), actor)
         elif rec is None:
             if raw_input is not None and not isinstance(raw_input, dict):
                 raise InvalidInput("a run's input is an object of the task's inputs")

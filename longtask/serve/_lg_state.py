@@ -222,7 +222,7 @@ def graph_of(
     runner: Runner, registry: Registry, rec: ThreadRecord
 ) -> tuple[LongTask, CompiledStateGraph[Any, Any, Any, Any]]:
     entry = registry.find(rec.task_name)
-    task = entry.task if entry is not None else runner._load(rec)
+    task = entry.for_thread(rec) if entry is not None else runner._load(rec)
     return task, runner.graph(task)
 
 

@@ -153,6 +153,10 @@ async def follow(
     yield sse("metadata", {"run_id": run_id, "attempt": 1})
     feed = api.executor.feeds.get(run_id)
     if feed is not None and task is not None:
+        rec = await api.call(api.runner.db.store.get_thread, thread_id)
+        entry = api.registry.find(rec.task_name) if rec is not None else None
+        if rec is not None and entry is not None:
+            task = entry.for_thread(rec)  # a thread started on an older version keeps it
         made = await api.call(api.runner.db.store.api_thread, thread_id)
         metadata = {**(made[0] if made else {}), **(metadata or {})}
         parts = LiveParts(

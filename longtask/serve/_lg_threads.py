@@ -144,7 +144,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         if not isinstance(values, dict) or not values:
             raise InvalidInput("values must be an object of step name to result")
         entry = api.registry.find(rec.task_name)
-        task = entry.task if entry is not None else runner._load(rec)
+        task = entry.for_thread(rec) if entry is not None else runner._load(rec)
         unknown = [k for k in values if k not in task.steps]
         if unknown:
             raise InvalidInput(

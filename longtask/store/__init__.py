@@ -22,6 +22,7 @@ from longtask.store._store import (
     SqliteStore,
     Store,
     ThreadRecord,
+    is_live,
 )
 from longtask.store._usage import THREAD_SORTS
 from longtask.store._values import (
@@ -60,6 +61,7 @@ __all__ = [
     "ValueCodec",
     "WorkerRecord",
     "attempt_statement",
+    "is_live",
     "is_skipped",
     "sending_ahead",
     "skipped_value",

@@ -50,6 +50,14 @@ THREAD_STATUSES = (
 FINAL_STATUSES = ("completed", "failed", "cancelled")
 
 
+def is_live(rec: ThreadRecord) -> bool:
+    """Whether code must still serve ``rec``: a thread that is not completed, cancelled, or
+    failed and compensated (nothing goes on from those)."""
+    if rec.status in ("completed", "cancelled"):
+        return False
+    return not (rec.status == "failed" and (rec.error or {}).get("compensated"))
+
+
 def _ts(value: float | None) -> datetime | None:
     return datetime.fromtimestamp(value, UTC) if value is not None else None
 
@@ -328,6 +336,18 @@ class Store(
             (*params, limit),
         )
         return self._threads(rows)
+
+    def live_threads(self, task: str) -> list[ThreadRecord]:
+        """Every thread of the task named ``task`` that a deploy must still serve: running,
+        paused, or failed and resumable (not completed, cancelled, or failed and
+        compensated), oldest first."""
+        rows = self._run(
+            f"SELECT {_THREAD_READ} FROM longtask_threads "
+            "WHERE task_name = ? AND status NOT IN ('completed', 'cancelled') "
+            "ORDER BY created_at, thread_id",
+            (task,),
+        )
+        return [r for r in self._threads(rows) if is_live(r)]
 
     def _threads(self, rows: list[tuple[Any, ...]]) -> list[ThreadRecord]:
         """Records from rows read without their definition: a definition summary is the
