@@ -466,9 +466,7 @@ def list_threads(
     task: Annotated[
         str | None, typer.Option("--task", metavar="NAME", help="Only threads of this task.")
     ] = None,
-    wide: Annotated[
-        bool, typer.Option("--wide", help="Also the tokens and last update.")
-    ] = False,
+    wide: Annotated[bool, typer.Option("--wide", help="Also the tokens and last update.")] = False,
     sort: Annotated[
         str,
         typer.Option(
