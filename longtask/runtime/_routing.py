@@ -62,8 +62,11 @@ class Lacking:
     thread_id: str
     definition_hash: str
     version: str
-    #: "lacks definition 1a2b3c4d5e6f (v2)", or "cannot import ..."
+    #: "lacks definition 1a2b3c4d5e6f (v2)", or "cannot load its task: ..."
     reason: str
+    #: False when the task reference did not load at all (a deployment problem, logged
+    #: louder than a version this worker is not meant to serve)
+    imported: bool = True
 
 
 def _forced(command: Mapping[str, Any]) -> bool:
@@ -92,7 +95,8 @@ class Routing:
         try:
             family = load_versions(rec.task_ref)
         except TaskRefError as exc:
-            return self._lack(rec, f"cannot import {rec.task_ref}: {exc}")
+            # A worker deployed without the task's module: another may have it.
+            return self._lack(rec, f"cannot load its task: {exc}", imported=False)
         self._record(family)
         if family.by_hash(rec.definition_hash) is not None:
             return None
@@ -102,8 +106,8 @@ class Routing:
             f"({version_label(rec.task_version)})",
         )
 
-    def _lack(self, rec: ThreadRecord, reason: str) -> Lacking:
-        return Lacking(rec.thread_id, rec.definition_hash, rec.task_version, reason)
+    def _lack(self, rec: ThreadRecord, reason: str, *, imported: bool = True) -> Lacking:
+        return Lacking(rec.thread_id, rec.definition_hash, rec.task_version, reason, imported)
 
     def _record(self, family: TaskVersions) -> None:
         with self._lock:

@@ -116,7 +116,13 @@ class Worker:
             elsewhere = False
         delay = self.routing.hand_back_delay(lack, elsewhere)
         self.runner.wake(lack.thread_id, at=time.time() + delay, queue=queue)
-        log.info("thread %s handed back: %s; next try in %.0fs", lack.thread_id, lack.reason, delay)
+        log.log(
+            logging.INFO if lack.imported else logging.WARNING,
+            "thread %s handed back: %s; next try in %.0fs",
+            lack.thread_id,
+            lack.reason,
+            delay,
+        )
         self._beat()
         return f"handed back: {lack.reason}"
 
