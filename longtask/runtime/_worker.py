@@ -115,7 +115,10 @@ class Worker:
         except Exception:  # only shortens the wait
             elsewhere = False
         delay = self.routing.hand_back_delay(lack, elsewhere)
-        self.runner.wake(lack.thread_id, at=time.time() + delay, queue=queue)
+        # By the database's clock, which decides when a scheduled job is due: by this
+        # machine's, a clock running behind would make every wait due at once.
+        due = self.runner.clock().timestamp() + delay
+        self.runner.wake(lack.thread_id, at=due, queue=queue)
         log.log(
             logging.INFO if lack.imported else logging.WARNING,
             "thread %s handed back: %s; next try in %.0fs",
