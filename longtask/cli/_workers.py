@@ -153,7 +153,13 @@ def workers(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Live workers: host, pid, jobs, heartbeat, threads held."""
+    """Live workers: host, pid, jobs, heartbeat, threads held, the task versions served.
+
+    A worker serves the definitions its code has loaded so far (it loads a task the first
+    time one of its jobs needs it); it hands back the jobs of threads whose definition it
+    lacks, for a worker that has it."""
+    from longtask.runtime._routing import describe_serves
+
     with _runner(db) as runner:
         rows = runner.db.store.workers(time.time() - within)
     if json_:
@@ -166,6 +172,8 @@ def workers(
         state = "stopped" if w.stopped_at else f"beat {now - w.heartbeat_at.timestamp():.0f}s ago"
         out.print(
             f"{escape(w.name)}  host={escape(w.host)} pid={w.pid} jobs={w.jobs} {state}"
+            + f"  serves {escape(describe_serves(w.serves) or '(no task loaded yet)')}"
+            + (f"  handed back {w.handed_back}" if w.handed_back else "")
             + (f"  holding {escape(w.current)}" if w.current else "")
         )
 

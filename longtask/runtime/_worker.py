@@ -12,6 +12,10 @@ Workers also fire schedules (``longtask schedule``): every few seconds (a quarte
 ``stalled_after``) each starts a thread for every due tick and queues it like ``submit``.
 Every worker tries; row locks and the tick's thread id make it one thread per tick (see
 ``longtask.runtime._schedules``).
+
+Workers route by definition: a job whose thread recorded a definition this worker's code
+lacks is handed back untouched, to wait for a worker that has it (``longtask.runtime._routing``);
+the heartbeat row says which definitions each worker serves.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from longtask.errors import LeaseLost, LongTaskError, StepFailed
 from longtask.runtime._prune import PruneSchedule
 from longtask.runtime._queue import DEFAULT_QUEUE, JOB_TASK, WAKE_TASK, make_app, serve_thread
+from longtask.runtime._routing import Lacking, Routing, served_elsewhere
 
 log = logging.getLogger("longtask.workers")
 
@@ -57,21 +62,27 @@ class Worker:
         self.started = time.time()
         self.prune = prune
         self.jobs = 0
+        self.routing = Routing()
         self.current: set[str] = set()
         self._lock = threading.Lock()
         self._worker_task: asyncio.Task[Any] | None = None
 
-        def advance(thread_id: str) -> str:
-            return self._job(thread_id)
+        def advance(context: Any, thread_id: str) -> str:
+            return self._job(thread_id, queue=context.job.queue or DEFAULT_QUEUE)
 
-        def wake(thread_id: str) -> str:
-            self.runner.wake(thread_id)
+        def wake(context: Any, thread_id: str) -> str:
+            # On the queue it was scheduled on: a hand-back keeps the job's queue.
+            self.runner.wake(thread_id, queue=context.job.queue or DEFAULT_QUEUE)
             return "woken"
 
-        self.app.task(name=JOB_TASK)(advance)
-        self.app.task(name=WAKE_TASK)(wake)
+        self.app.task(name=JOB_TASK, pass_context=True)(advance)
+        self.app.task(name=WAKE_TASK, pass_context=True)(wake)
 
-    def _job(self, thread_id: str) -> str:
+    def _job(self, thread_id: str, *, queue: str = DEFAULT_QUEUE) -> str:
+        # Before anything touches the thread: a worker without its definition lets it be.
+        lack = self.routing.lacking(self.db.store, thread_id)
+        if lack is not None:
+            return self._hand_back(lack, queue)
         with self._lock:
             self.current.add(thread_id)
         self._beat()
@@ -89,8 +100,34 @@ class Worker:
             with self._lock:
                 self.current.discard(thread_id)
                 self.jobs += 1
+            self.routing.served(thread_id)
         self._beat()
         return outcome
+
+    def _hand_back(self, lack: Lacking, queue: str) -> str:
+        """Queue the thread's wake-up for later and end the job, the thread untouched. The
+        wake-up is a job of its own, scheduled: the queueing lock of the thread's jobs only
+        covers waiting ones, and this one is running, so nothing swallows it."""
+        try:
+            elsewhere = served_elsewhere(
+                self.db.store, lack, self.name, time.time() - 2 * self.stalled_after
+            )
+        except Exception:  # only shortens the wait
+            elsewhere = False
+        delay = self.routing.hand_back_delay(lack, elsewhere)
+        # By the database's clock, which decides when a scheduled job is due: by this
+        # machine's, a clock running behind would make every wait due at once.
+        due = self.runner.clock().timestamp() + delay
+        self.runner.wake(lack.thread_id, at=due, queue=queue)
+        log.log(
+            logging.INFO if lack.imported else logging.WARNING,
+            "thread %s handed back: %s; next try in %.0fs",
+            lack.thread_id,
+            lack.reason,
+            delay,
+        )
+        self._beat()
+        return f"handed back: {lack.reason}"
 
     def _beat(self) -> None:
         with self._lock:
@@ -105,6 +142,8 @@ class Worker:
                 jobs,
                 current,
                 self.stalled_after,
+                serves=self.routing.serves(),
+                handed_back=self.routing.handed_back,
             )
 
     async def _scheduling(self) -> None:

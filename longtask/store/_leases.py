@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +20,11 @@ class WorkerRecord:
     jobs: int
     current: str | None
     stopped_at: datetime | None
+    #: the task definitions this worker's code has loaded so far (it loads each task the
+    #: first time a job needs it): [{"task", "version", "hash"}], hash in short form
+    serves: list[dict[str, str]] = field(default_factory=list)
+    #: jobs it handed back because its code lacks the thread's definition
+    handed_back: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -31,6 +36,8 @@ class WorkerRecord:
             "jobs": self.jobs,
             "current": self.current,
             "stopped_at": self.stopped_at.isoformat() if self.stopped_at else None,
+            "serves": self.serves,
+            "handed_back": self.handed_back,
         }
 
 
@@ -100,15 +107,29 @@ class LeaseTables:
         jobs: int,
         current: str | None,
         stalled_after: float | None = None,
+        serves: list[dict[str, str]] | None = None,
+        handed_back: int = 0,
     ) -> None:
         now = time.time()
         self._run(
             "INSERT INTO longtask_workers (name, host, pid, started_at, heartbeat_at, jobs, "
-            "current, stalled_after) VALUES (?,?,?,?,?,?,?,?) ON CONFLICT (name) DO UPDATE SET "
+            "current, stalled_after, serves, handed_back) VALUES (?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (name) DO UPDATE SET "
             "heartbeat_at = excluded.heartbeat_at, jobs = excluded.jobs, "
             "current = excluded.current, stalled_after = excluded.stalled_after, "
-            "stopped_at = NULL",
-            (name, host, pid, started_at, now, jobs, current, stalled_after),
+            "serves = excluded.serves, handed_back = excluded.handed_back, stopped_at = NULL",
+            (
+                name,
+                host,
+                pid,
+                started_at,
+                now,
+                jobs,
+                current,
+                stalled_after,
+                json.dumps(serves or []),
+                handed_back,
+            ),
         )
 
     def stalled_threshold(self, own: float) -> float:
@@ -132,8 +153,8 @@ class LeaseTables:
     def workers(self, since: float) -> list[WorkerRecord]:
         """Workers whose last heartbeat is newer than ``since`` (epoch seconds)."""
         rows = self._run(
-            "SELECT name, host, pid, started_at, heartbeat_at, jobs, current, stopped_at "
-            "FROM longtask_workers WHERE heartbeat_at >= ? ORDER BY started_at",
+            "SELECT name, host, pid, started_at, heartbeat_at, jobs, current, stopped_at, "
+            "serves, handed_back FROM longtask_workers WHERE heartbeat_at >= ? ORDER BY started_at",
             (since,),
         )
         return [
@@ -146,6 +167,8 @@ class LeaseTables:
                 int(r[5]),
                 r[6],
                 _ts(r[7]) if r[7] is not None else None,
+                json.loads(r[8]) if r[8] else [],
+                int(r[9] or 0),
             )
             for r in rows
         ]

@@ -596,6 +596,13 @@ MIGRATIONS: list[list[str | Step]] = [
         "(thread_id, seq, checkpoint_id)",
         POSTGRES_ONLY + _cp_write_function(_CHECKPOINT_17),
     ],
+    # 18: what each worker serves — the task definitions its code has loaded, as JSON
+    # [{"task", "version", "hash"}] (hash in short form) — and how many jobs it handed back
+    # for lack of a thread's definition (runtime._routing), for `longtask workers`
+    [
+        "ALTER TABLE longtask_workers ADD COLUMN serves TEXT",
+        "ALTER TABLE longtask_workers ADD COLUMN handed_back INTEGER NOT NULL DEFAULT 0",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
