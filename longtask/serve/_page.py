@@ -13,6 +13,7 @@ import secrets
 from typing import Any
 
 from longtask.runtime._control import STEP_PAUSES
+from longtask.serve._stream import FINAL_KINDS
 from longtask.store import FINAL_STATUSES, THREAD_STATUSES
 from longtask.store._kinds import EVENT_KINDS as ALL_EVENT_KINDS
 
@@ -235,6 +236,10 @@ const CLOSED = CONFIG.finalStatuses;
 let lastId = 0, source = null, current = null, pendingKey = null, events = [];
 let missing = false, artifactsShown = false, resultsShown = false;
 let actionsKey = null, notice = null;
+// After an action on a finished thread (a retry of a failed one): the id of the last event
+// seen then, until an event says the thread has finished again, and how often the ended
+// stream was found with the thread still finished meanwhile (the run may never start).
+let awaiting = null, awaitingRounds = 0;
 let refreshing = false, again = false;
 
 function stageState(steps) {
@@ -420,6 +425,10 @@ async function act(path, body, doing, done, buttons) {
     // 202: recorded; the thread goes on in the background (events follow).
     renderStatus(st);
     noted(done, st);
+    // The stream of a finished thread has ended: listen again for what the action starts.
+    awaiting = lastId;
+    awaitingRounds = 0;
+    if (!source || source.readyState === EventSource.CLOSED) connect();
     refresh();
   } catch (e) {
     say(e.message, true);
@@ -635,6 +644,7 @@ function onEvent(msg) {
   const ev = JSON.parse(msg.data);
   if (ev.id <= lastId) return;
   lastId = ev.id;
+  if (awaiting !== null && CONFIG.finalKinds.includes(ev.kind)) awaiting = null;
   addEvent(ev);
   refresh();
 }
@@ -653,7 +663,9 @@ function connect() {
     // The server ends the stream once the thread is finished; the browser would reconnect.
     await refresh();
     if (missing) return;
-    if (current && CLOSED.includes(current.status)) {
+    const finished = current && CLOSED.includes(current.status);
+    if (finished && awaiting !== null && ++awaitingRounds > 5) awaiting = null;
+    if (finished && awaiting === null) {
       source.close();
       $("live").textContent = "finished";
     } else {
@@ -754,6 +766,7 @@ def thread_page(
         "missing": missing,
         "finalStatuses": list(FINAL_STATUSES),
         "stepPauses": list(STEP_PAUSES),
+        "finalKinds": sorted(FINAL_KINDS),
         "dbOption": db_option,
     }
     return _document(f"longtask · {thread_id}", body, THREAD_JS, config)

@@ -153,6 +153,8 @@ def test_the_page_signals_retries_skips_cancels_and_filters(
     expect(status).to_have_text("failed", timeout=WAIT)
     retry = page.locator("button.retry")
     expect(retry).to_have_text("Retry fetch")
+    # The stream of the failed thread has ended: the page must listen again after Retry.
+    expect(page.locator("#live")).to_have_text("finished", timeout=WAIT)
     flag.touch()
     retry.click()
     expect(status).to_have_text("completed", timeout=WAIT)
@@ -163,6 +165,7 @@ def test_the_page_signals_retries_skips_cancels_and_filters(
     flag.unlink()
     page.goto(f"{server}/threads/flaky-skip")
     expect(status).to_have_text("failed", timeout=WAIT)
+    expect(page.locator("#live")).to_have_text("finished", timeout=WAIT)
     page.fill("textarea.skip-result", '"from the cache"')
     page.click("button.skip")
     expect(status).to_have_text("completed", timeout=WAIT)

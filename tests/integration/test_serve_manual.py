@@ -179,3 +179,24 @@ def test_favicon_is_served(client: TestClient) -> None:
     assert r.headers["content-type"].startswith("image/svg+xml")
     page = client.get("/", headers={"Accept": "text/html"})
     assert '<link rel="icon" href="/favicon.ico"' in page.text
+
+
+def test_a_retry_of_a_thread_served_by_workers_is_queued_for_them(pg_url: str) -> None:
+    from longtask.runtime._queue import serve_thread
+
+    FLAKY["fail"] = True
+    with Runner(pg_url) as caller, Runner(pg_url, worker="w-test") as worker:
+        ref = "test_serve_manual:FLAKY_TASK"
+        thread = caller.submit(FLAKY_TASK, {}, thread_id="flaky-w", task_ref=ref)
+        with pytest.raises(Exception, match="the upstream said no"):
+            serve_thread(worker, thread)
+        assert caller.status(thread).status == "failed"
+        FLAKY["fail"] = False
+        with TestClient(create_app(caller, TOKENS)) as client:
+            r = client.post(f"/api/threads/{thread}/retry", json={}, headers=ALICE)
+            assert r.status_code == 202, r.text
+            assert r.json()["run_id"] is None  # not serve's to carry out
+            assert caller.db.store.inbox_peek(thread)
+            assert caller.db.store.api_runs(thread) == []
+        serve_thread(worker, thread)
+        assert caller.status(thread).status == "completed"
