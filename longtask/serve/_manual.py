@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from longtask.runtime._text import refuse_bad_text
 from longtask.serve import _lg_runs as lg_runs
 from longtask.serve._lg_assistants import assistant_id
 
@@ -49,6 +50,7 @@ def skip_later(api: Api, thread_id: str, step: str, result: Any, by: str) -> str
     entry = api.registry.find(rec.task_name)
     task = entry.for_thread(rec) if entry is not None else runner._load(rec)
     runner.check_skip(rec, task, step)
+    refuse_bad_text(result, "the result")  # JSON may hold text the database cannot store
     # Encoded now too: a result the codec refuses is refused here, not in the executor.
     runner.codec.encode(result, f"the result given for step {step!r}")
     request = {"kind": "skip", "step": step, "result": result}

@@ -136,6 +136,13 @@ def test_skip_marks_the_step_done_with_the_given_result(runner: Runner, client: 
         r = client.post(f"/api/threads/{thread}/skip", json=body, headers=ALICE)
         assert r.status_code == status, r.text
         assert text in r.json()["error"], r.text
+    # A lone surrogate, as JSON may spell it: no UTF-8 form, so the database could not store it.
+    surrogate = client.post(
+        f"/api/threads/{thread}/skip",
+        content=b'{"step": "flaky", "result": "\\ud800"}',
+        headers={**ALICE, "Content-Type": "application/json"},
+    )
+    assert surrogate.status_code == 409 and "the result" in surrogate.json()["error"]
     assert snapshot(runner, thread) == before
 
     ok = client.post(
