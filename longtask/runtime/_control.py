@@ -274,6 +274,16 @@ class ControlMixin(RunnerBase):
         approval that was rejected, or an approval or wait that timed out, and so failed the
         thread, is asked again: a fresh request (plan, hash, deadline), and the thread waits."""
         rec = self._thread(thread_id)
+        failing = self.retry_target(rec, step)
+        if (rec.error or {}).get("outcome"):
+            return self._ask_again(rec, failing, by=by, task=task)
+        self._manual(thread_id, "manual.retry", failing, {"by": by or whoami()})
+        return self.resume(thread_id, task=task)
+
+    def retry_target(self, rec: ThreadRecord, step: str | None = None) -> str:
+        """The step ``retry`` would run again (``step`` if given), or InvalidInput: what a
+        caller that carries the retry out later (serve) checks first."""
+        thread_id = rec.thread_id
         failing = _failing_step(rec)
         if failing is None:
             raise InvalidInput(
@@ -286,10 +296,7 @@ class ControlMixin(RunnerBase):
                 f"step {step!r} of thread {thread_id!r} has not failed; the failed step is "
                 f"{failing!r}"
             )
-        if (rec.error or {}).get("outcome"):
-            return self._ask_again(rec, failing, by=by, task=task)
-        self._manual(thread_id, "manual.retry", failing, {"by": by or whoami()})
-        return self.resume(thread_id, task=task)
+        return failing
 
     def _ask_again(
         self, rec: ThreadRecord, step: str, *, by: str | None, task: LongTask | None
@@ -332,26 +339,8 @@ class ControlMixin(RunnerBase):
         thread. For a step that failed or cannot run; approvals and waits are answered with
         approve, reject or signal instead."""
         rec = self._thread(thread_id)
-        _refuse_closed(rec, "skip a step of")
         task = task or self._load(rec)
-        target = task.steps.get(step)
-        if target is None:
-            raise InvalidInput(
-                f"task {task.name!r} has no step {step!r} (steps: {', '.join(task.steps)})"
-            )
-        if isinstance(target, PauseStep):
-            raise InvalidInput(
-                f"step {step!r} is {'an approval' if target.kind == 'approval' else 'a wait'}: "
-                f"answer it with `longtask {'approve' if target.kind == 'approval' else 'signal'}`"
-            )
-        done = self._done_steps(thread_id)
-        if step in done:
-            raise InvalidInput(f"step {step!r} of thread {thread_id!r} already has a result")
-        missing = [d for d in task.layout[step].depends_on if d not in done]
-        if missing:
-            raise InvalidInput(
-                f"step {step!r} cannot be skipped yet: it waits for {', '.join(missing)}"
-            )
+        self.check_skip(rec, task, step)
         encoded = self.codec.encode(result, f"the result given for step {step!r}")
         _env, graph = self._compiled(task)
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
@@ -387,6 +376,30 @@ class ControlMixin(RunnerBase):
                 data={"manual": True, "by": who},
             )
         return self.resume(thread_id, task=task)
+
+    def check_skip(self, rec: ThreadRecord, task: LongTask, step: str) -> None:
+        """Refuse (InvalidInput, NothingToResume) a ``skip`` of ``step`` that ``skip`` would
+        refuse, changing nothing: what a caller that carries it out later checks first."""
+        thread_id = rec.thread_id
+        _refuse_closed(rec, "skip a step of")
+        target = task.steps.get(step)
+        if target is None:
+            raise InvalidInput(
+                f"task {task.name!r} has no step {step!r} (steps: {', '.join(task.steps)})"
+            )
+        if isinstance(target, PauseStep):
+            raise InvalidInput(
+                f"step {step!r} is {'an approval' if target.kind == 'approval' else 'a wait'}: "
+                f"answer it with `longtask {'approve' if target.kind == 'approval' else 'signal'}`"
+            )
+        done = self._done_steps(thread_id)
+        if step in done:
+            raise InvalidInput(f"step {step!r} of thread {thread_id!r} already has a result")
+        missing = [d for d in task.layout[step].depends_on if d not in done]
+        if missing:
+            raise InvalidInput(
+                f"step {step!r} cannot be skipped yet: it waits for {', '.join(missing)}"
+            )
 
     # -- budget ------------------------------------------------------------------------------
 

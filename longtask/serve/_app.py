@@ -36,6 +36,7 @@ from longtask.serve import _lg_unserved as lg_unserved
 from longtask.serve._auth import Tokens
 from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
+from longtask.serve._hints import Hints
 from longtask.serve._http import (
     LoopbackHostOnly,
     artifact_response,
@@ -52,7 +53,8 @@ from longtask.serve._http import (
 from longtask.serve._lg_assistants import Registry, assistant_id
 from longtask.serve._lg_commands import plan_answer
 from longtask.serve._lg_common import Api
-from longtask.serve._page import index_page, thread_page
+from longtask.serve._manual import final_results, retry_later, skip_later
+from longtask.serve._page import FAVICON, index_page, thread_page
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
 from longtask.store import THREAD_SORTS
@@ -84,6 +86,17 @@ class CancelBody(BaseModel):
     reason: str | None = None
 
 
+class RetryBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: str | None = None
+
+
+class SkipBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    step: str
+    result: Any = None
+
+
 def create_app(
     runner: Runner,
     tokens: Mapping[str, str] | None = None,
@@ -112,6 +125,7 @@ def create_app(
     from a browser (None: loopback pages; see ``longtask.serve._cors``).
     """
     auth = Tokens(tokens or {})
+    hints = Hints(runner.db.url.raw)
     tasks = registry or Registry()
     events = EventStream(runner, poll=poll, heartbeat=heartbeat)
 
@@ -307,6 +321,23 @@ def create_app(
         run_id = await call(cancel_later, thread_id, order.reason, by)
         return await accepted(thread_id, run_id)
 
+    async def retry(request: Request, by: str) -> Response:
+        thread_id = request.path_params["thread_id"]
+        order = await body(request, RetryBody)
+        run_id = await call(retry_later, lg, thread_id, order.step, by)
+        return await accepted(thread_id, run_id)
+
+    async def skip(request: Request, by: str) -> Response:
+        thread_id = request.path_params["thread_id"]
+        order = await body(request, SkipBody)
+        run_id = await call(skip_later, lg, thread_id, order.step, order.result, by)
+        return await accepted(thread_id, run_id)
+
+    async def results(request: Request) -> Response:
+        every = request.query_params.get("all") in ("1", "true")
+        found = await call(final_results, lg, request.path_params["thread_id"], every)
+        return JSONResponse(found)
+
     async def info(request: Request) -> Response:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -329,7 +360,7 @@ def create_app(
     # -- pages ---------------------------------------------------------------------------
 
     async def home(request: Request) -> Response:
-        return page_response(index_page(reads_need_token=not open_reads))
+        return page_response(index_page(reads_need_token=not open_reads, db_option=hints.db_option))
 
     async def thread_view(request: Request) -> Response:
         if "text/html" not in request.headers.get("accept", ""):
@@ -339,8 +370,13 @@ def create_app(
         # Only where anyone may read: with closed reads, whether a thread exists is the
         # API's answer to a token, and the page asks it.
         if open_reads and await call(runner.db.store.get_thread, thread_id) is None:
-            return page_response(thread_page(thread_id, False, missing=True), 404)
-        return page_response(thread_page(thread_id, not open_reads))
+            return page_response(
+                thread_page(thread_id, False, missing=True, db_option=hints.db_option), 404
+            )
+        return page_response(thread_page(thread_id, not open_reads, db_option=hints.db_option))
+
+    async def favicon(request: Request) -> Response:
+        return Response(FAVICON, media_type="image/svg+xml")
 
     executor = Executor(runner, tasks, workers=run_workers, to_workers=to_workers)
     lg = Api(runner, tasks, executor, reader, actor)
@@ -371,6 +407,7 @@ def create_app(
     routes = [
         Route("/", home),
         Route("/threads/{thread_id}", thread_view, methods=["GET"]),
+        Route("/favicon.ico", favicon),
         *lg_assistants.routes(lg),
         *lg_thread_routes,
         *lg_runs.routes(lg),
@@ -381,6 +418,7 @@ def create_app(
         Route(api, reader(thread_status)),
         Route(api + "/pending", reader(pending)),
         Route(api + "/report", reader(report)),
+        Route(api + "/results", reader(results)),
         Route(api + "/events", reader(event_list)),
         Route(api + "/events/stream", reader(event_stream)),
         Route(api + "/artifacts", reader(artifacts)),
@@ -389,6 +427,8 @@ def create_app(
         Route(api + "/reject", actor(reject), methods=["POST"]),
         Route(api + "/signal", actor(signal), methods=["POST"]),
         Route(api + "/cancel", actor(cancel), methods=["POST"]),
+        Route(api + "/retry", actor(retry), methods=["POST"]),
+        Route(api + "/skip", actor(skip), methods=["POST"]),
         # last: a path or method above is never answered as unserved
         *lg_unserved.routes(),
     ]
@@ -396,7 +436,7 @@ def create_app(
     middleware = [cors] if cors is not None else []
     if loopback_hosts_only:
         middleware.append(Middleware(LoopbackHostOnly))
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=middleware,
         lifespan=lifespan,
@@ -406,3 +446,6 @@ def create_app(
             Exception: on_internal_error,
         },
     )
+    # The error handlers make the commands they print name this database (see _hints).
+    app.state.hints = hints
+    return app

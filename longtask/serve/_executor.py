@@ -266,6 +266,17 @@ class Executor:
                     if not again:
                         raise
                     # Answered before the restart; the thread went on without it.
+        elif kind in ("retry", "skip"):
+            try:
+                if kind == "retry":
+                    runner.retry(run.thread_id, req.get("step"), by=run.actor, task=task)
+                else:
+                    step = str(req["step"])
+                    runner.skip(run.thread_id, step, req.get("result"), by=run.actor, task=task)
+            except InvalidInput:
+                if not again:
+                    raise
+                # Carried out before the restart; the thread went on from it.
         elif kind == "command":
             command = Command(update=req.get("update"), goto=req.get("goto") or ())
             runner.resume(run.thread_id, command, task=task, by=run.actor)

@@ -23,6 +23,7 @@ from longtask.errors import (
     ThreadNotFound,
 )
 from longtask.serve._auth import host_of, is_loopback
+from longtask.serve._hints import Hints
 
 log = logging.getLogger("longtask.serve")
 
@@ -47,6 +48,12 @@ def _status_of(exc: LongTaskError) -> int:
     return 500
 
 
+def pasteable(request: Request, text: str) -> str:
+    """``text`` with the commands it names made to run against this server's database."""
+    hints: Hints | None = getattr(request.app.state, "hints", None)
+    return hints.in_text(text) if hints is not None else text
+
+
 async def on_longtask_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, LongTaskError)
     status = _status_of(exc)
@@ -55,12 +62,12 @@ async def on_longtask_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, ThreadNotFound):
         # The CLI's message names the database; an HTTP client has no use for its URL.
         return error(status, f"no thread {exc.thread_id!r}")
-    return error(status, str(exc))
+    return error(status, pasteable(request, str(exc)))
 
 
 async def on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return error(exc.status_code, str(exc.detail), exc.headers)
+    return error(exc.status_code, pasteable(request, str(exc.detail)), exc.headers)
 
 
 async def on_internal_error(request: Request, exc: Exception) -> Response:

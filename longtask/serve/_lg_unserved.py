@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from longtask.serve._http import error
+from longtask.serve._http import error, pasteable
 
 _ASSISTANTS = (
     "assistants are the tasks serve was given (--task REF or longtask.json), one per task "
@@ -71,7 +71,7 @@ UNSERVED: list[tuple[str, list[str], int, str]] = [
 
 def _answer(status: int, message: str) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        return error(status, f"not served by longtask: {message}")
+        return error(status, pasteable(request, f"not served by longtask: {message}"))
 
     return endpoint
 

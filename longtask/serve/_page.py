@@ -12,12 +12,21 @@ import json
 import secrets
 from typing import Any
 
-from longtask.store import FINAL_STATUSES
+from longtask.runtime._control import STEP_PAUSES
+from longtask.serve._stream import FINAL_KINDS
+from longtask.store import FINAL_STATUSES, THREAD_STATUSES
 from longtask.store._kinds import EVENT_KINDS as ALL_EVENT_KINDS
 
 #: every event kind the Runner writes; EventSource only delivers named events to listeners
 #: registered for that name, so the page subscribes to each
 EVENT_KINDS = list(ALL_EVENT_KINDS)
+
+#: the pages' icon (also served at /favicon.ico, which browsers ask for by themselves)
+FAVICON = (
+    b'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    b'<rect width="16" height="16" rx="3" fill="#1d2330"/>'
+    b'<path d="M4 4v8h7" stroke="#9cc3ff" stroke-width="2" fill="none"/></svg>'
+)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f5f6f8}
@@ -52,6 +61,7 @@ button.no{background:#c03b3b;color:#fff;border-color:#c03b3b}button:disabled{opa
 #message.error,#error,#not-found{color:#8b1f1f}ol#events{margin:0;padding-left:0;list-style:none}
 ol#events li{border-bottom:1px solid #eef0f3;padding:2px 0;font-family:ui-monospace,monospace;
 font-size:12px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.actions p{margin:6px 0}.signal-command{display:block;white-space:pre-wrap;overflow-wrap:anywhere}
 table{border-collapse:collapse;width:100%}td,th{text-align:left;padding:4px 8px;
 border-bottom:1px solid #eef0f3}.num{text-align:right;font-variant-numeric:tabular-nums}
 """
@@ -96,6 +106,17 @@ function seconds(v) {
   if (v < 3600) return Math.floor(v / 60) + " min " + two(Math.round(v % 60)) + " s";
   return Math.floor(v / 3600) + " h " + two(Math.floor((v % 3600) / 60)) + " min";
 }
+// A word as a POSIX shell reads it back (as Python's shlex.quote writes it).
+function shq(s) {
+  s = String(s);
+  if (s && /^[A-Za-z0-9_@%+=:,.\/-]+$/.test(s)) return s;
+  return "'" + s.replace(/'/g, "'\"'\"'") + "'";
+}
+// A command for a shell here: the server's --db goes after the command's arguments.
+function command(words, options) {
+  return words.map(shq).concat(CONFIG.dbOption ? [CONFIG.dbOption] : [], options || [])
+    .join(" ");
+}
 function bindToken(onChange) {
   const input = $("token");
   input.value = token();
@@ -105,6 +126,30 @@ function bindToken(onChange) {
 """
 
 INDEX_JS = r"""
+function filterLinks() {
+  // The sort links keep the status filter, and the filter keeps the sort.
+  const status = new URLSearchParams(location.search).get("status") || "";
+  for (const a of document.querySelectorAll("a[data-sort]")) {
+    const q = new URLSearchParams();
+    if (a.dataset.sort) q.set("sort", a.dataset.sort);
+    if (status) q.set("status", status);
+    a.href = "?" + q.toString();
+  }
+}
+function bindFilter() {
+  const select = $("status-filter");
+  for (const s of CONFIG.statuses) select.append(el("option", null, s));
+  select.value = new URLSearchParams(location.search).get("status") || "";
+  select.addEventListener("change", () => {
+    const q = new URLSearchParams(location.search);
+    if (select.value) q.set("status", select.value); else q.delete("status");
+    const text = q.toString();
+    history.replaceState(null, "", location.pathname + (text ? "?" + text : ""));
+    filterLinks();
+    load();
+  });
+  filterLinks();
+}
 async function load() {
   const params = new URLSearchParams(location.search);
   const status = params.get("status") || "", sort = params.get("sort") || "";
@@ -126,6 +171,7 @@ async function load() {
       tr.append(el("td", "muted", new Date(t.updated_at).toLocaleString()));
       body.append(tr);
     }
+    $("empty").textContent = status ? "no " + status + " threads" : "no threads";
     $("empty").hidden = rows.length > 0;
     $("message").textContent = "";
   } catch (e) { $("message").textContent = e.message; }
@@ -156,6 +202,7 @@ async function loadSchedules() {
   } catch (e) { $("schedules-section").hidden = true; }
 }
 bindToken(() => { load(); loadSchedules(); });
+bindFilter();
 load();
 loadSchedules();
 setInterval(() => { load(); loadSchedules(); }, 5000);
@@ -187,7 +234,12 @@ function mark(state) {
 }
 const CLOSED = CONFIG.finalStatuses;
 let lastId = 0, source = null, current = null, pendingKey = null, events = [];
-let missing = false, artifactsShown = false;
+let missing = false, artifactsShown = false, resultsShown = false;
+let actionsKey = null, notice = null;
+// After an action on a finished thread (a retry of a failed one): the id of the last event
+// seen then, until an event says the thread has finished again, and how often the ended
+// stream was found with the thread still finished meanwhile (the run may never start).
+let awaiting = null, awaitingRounds = 0;
 let refreshing = false, again = false;
 
 function stageState(steps) {
@@ -291,13 +343,178 @@ function pendingCard(p) {
     row.append(yes, " ", no);
     card.append(comment, row);
   } else if (p.kind === "wait") {
-    card.append(el("h3", null, "Waiting for outside event: " + p.step));
-    card.append(el("code", null, "longtask signal " + THREAD + " " + p.step + " --payload JSON"));
+    signalForm(card, p);
   } else {
     card.append(el("h3", null, "Waiting for a person: " + p.step));
     card.append(el("div", null, r.reason || JSON.stringify(r)));
   }
   return card;
+}
+function example(schema) {
+  // A value of the shape a (pydantic) JSON schema describes: what the payload looks like.
+  const defs = (schema && schema.$defs) || {};
+  const of = (node, depth) => {
+    if (!node || typeof node !== "object" || depth > 8) return null;
+    if (node.$ref) return of(defs[node.$ref.split("/").pop()], depth + 1);
+    if ("default" in node) return node.default;
+    if (node.examples && node.examples.length) return node.examples[0];
+    if (node.enum && node.enum.length) return node.enum[0];
+    if ("const" in node) return node.const;
+    for (const key of ["anyOf", "oneOf", "allOf"]) {
+      if (node[key] && node[key].length) return of(node[key][0], depth + 1);
+    }
+    const kind = Array.isArray(node.type) ? node.type[0] : node.type;
+    if (kind === "object" || node.properties) {
+      const out = {};
+      for (const [k, v] of Object.entries(node.properties || {})) out[k] = of(v, depth + 1);
+      return out;
+    }
+    if (kind === "array") return node.items ? [of(node.items, depth + 1)] : [];
+    return {string: "...", integer: 0, number: 0, boolean: true}[kind] ?? null;
+  };
+  return schema ? of(schema, 0) : {};
+}
+function payloadText(text) {
+  // The payload on one line for a shell, when it is JSON; else as typed.
+  try { return JSON.stringify(JSON.parse(text)); } catch (e) { return text.trim(); }
+}
+function signalForm(card, p) {
+  const schema = (p.request || {}).schema || null;
+  card.append(el("h3", null, "Waiting for outside event: " + p.step));
+  if (schema) {
+    card.append(el("div", "muted", "payload schema:"));
+    card.append(el("pre", "schema", JSON.stringify(schema, null, 2)));
+  } else {
+    card.append(el("div", "muted", "any JSON payload (the step has no schema)"));
+  }
+  const payload = el("textarea", "payload");
+  payload.setAttribute("aria-label", "payload (JSON)");
+  payload.value = JSON.stringify(example(schema), null, 2);
+  const send = el("button", "ok", "Send signal");
+  send.addEventListener("click", () => sendSignal(p, payload, send));
+  const row = el("p");
+  row.append(send);
+  const shell = el("code", "signal-command");
+  const update = () => {
+    shell.textContent = command(["longtask", "signal", THREAD, p.step],
+      ["--payload", shq(payloadText(payload.value))]);
+  };
+  payload.addEventListener("input", update);
+  update();
+  const or = el("div", "muted", "or from a shell: ");
+  or.append(shell);
+  card.append(payload, row, or);
+}
+function say(text, error) {
+  const msg = $("message");
+  msg.className = error ? "error" : "";
+  msg.textContent = text;
+  notice = null;
+}
+function noted(text, st) {
+  // A notice that holds until the thread moves on (its status or what it waits for).
+  say(text, false);
+  notice = {status: st.status, key: pendingKey, actions: actionsKey};
+}
+async function act(path, body, doing, done, buttons) {
+  if (!token()) { say("enter your API token first", true); return; }
+  buttons.forEach((b) => { b.disabled = true; });
+  say(doing + "…", false);
+  try {
+    const st = await api(BASE + path, {method: "POST", body: JSON.stringify(body)});
+    // 202: recorded; the thread goes on in the background (events follow).
+    renderStatus(st);
+    noted(done, st);
+    // The stream of a finished thread has ended: listen again for what the action starts.
+    awaiting = lastId;
+    awaitingRounds = 0;
+    if (!source || source.readyState === EventSource.CLOSED) connect();
+    refresh();
+  } catch (e) {
+    say(e.message, true);
+    buttons.forEach((b) => { b.disabled = false; });
+  }
+}
+function parsed(textarea, what) {
+  try { return {ok: true, value: JSON.parse(textarea.value)}; } catch (e) {
+    say(what + " is not JSON: " + e.message, true);
+    return {ok: false};
+  }
+}
+function sendSignal(p, payload, button) {
+  const value = parsed(payload, "the payload");
+  if (!value.ok) return;
+  act("/signal", {name: p.step, payload: value.value}, "sending " + p.step,
+    "sent " + p.step + "; the thread goes on", [button]);
+}
+function retryTarget(st) {
+  // As the Runner decides what `retry` runs again (its _failing_step).
+  const e = st.error || {};
+  if (e.compensated) return null;
+  if (st.status === "failed") return e.step || null;
+  if (st.status === "waiting_user") {
+    for (const w of st.waiting || []) if (CONFIG.stepPauses.includes(w.kind)) return w.step;
+  }
+  return null;
+}
+function renderActions(st) {
+  // Offered where the CLI's retry, skip and cancel would be accepted; the API checks again.
+  const failing = retryTarget(st);
+  const step = st.steps.find((s) => s.name === failing);
+  const skippable = failing && step && !["approval", "wait"].includes(step.kind);
+  const closed = ["completed", "cancelled"].includes(st.status) ||
+    Boolean((st.error || {}).compensated);
+  const key = JSON.stringify([failing, skippable, closed]);
+  if (key === actionsKey) return;
+  actionsKey = key;
+  const box = $("actions");
+  box.replaceChildren();
+  if (failing) {
+    const row = el("p");
+    const retry = el("button", "ok retry", "Retry " + failing);
+    retry.addEventListener("click", () => act("/retry", {step: failing},
+      "retrying " + failing, "retrying " + failing + "; the thread goes on", [retry]));
+    row.append(retry, " ", el("span", "muted", "runs the step again, with fresh attempts"));
+    box.append(row);
+  }
+  if (skippable) {
+    const result = el("textarea", "skip-result");
+    result.setAttribute("aria-label", "result of " + failing);
+    result.value = "null";
+    const skip = el("button", "skip", "Skip " + failing);
+    skip.addEventListener("click", () => {
+      const value = parsed(result, "the result");
+      if (!value.ok) return;
+      act("/skip", {step: failing, result: value.value}, "skipping " + failing,
+        "skipped " + failing + "; the thread goes on", [skip]);
+    });
+    const row = el("p");
+    row.append(skip, " ", el("span", "muted", "marks it done with this result (JSON):"));
+    box.append(row, result);
+  }
+  if (!closed) {
+    const reason = el("input", "cancel-reason");
+    reason.placeholder = "reason (optional)";
+    const cancel = el("button", "no cancel", "Cancel thread");
+    cancel.addEventListener("click", () => {
+      if (!confirm("Cancel " + THREAD + "? No further step starts, and the compensations " +
+        "of its completed steps run.")) return;
+      const body = reason.value.trim() ? {reason: reason.value.trim()} : {};
+      act("/cancel", body, "cancelling", "cancel recorded; the thread stops", [cancel]);
+    });
+    const row = el("p");
+    row.append(cancel, " ", reason);
+    box.append(row);
+  }
+  $("actions-section").hidden = !failing && closed;
+}
+async function loadResults() {
+  const found = await api(BASE + "/results");
+  resultsShown = true;
+  const box = $("results");
+  box.replaceChildren(planView(found.results));
+  box.dataset.final = found.final;
+  $("results-section").hidden = Object.keys(found.results).length === 0;
 }
 function renderPending(items) {
   // Rebuilt only when what is pending changes, so a comment being typed survives events.
@@ -308,26 +525,11 @@ function renderPending(items) {
   box.replaceChildren(...items.map(pendingCard));
   $("pending-section").hidden = items.length === 0;
 }
-async function decide(p, approved, comment, buttons) {
-  const msg = $("message");
-  if (!token()) { msg.className = "error"; msg.textContent = "enter your API token first"; return; }
-  buttons.forEach((b) => { b.disabled = true; });
-  msg.className = ""; msg.textContent = (approved ? "approving" : "rejecting") + " " + p.step + "…";
+function decide(p, approved, comment, buttons) {
   const body = {step: p.step, plan_hash: p.request.plan_hash};
   if (comment.value.trim()) body.comment = comment.value.trim();
-  try {
-    const st = await api(BASE + (approved ? "/approve" : "/reject"),
-      {method: "POST", body: JSON.stringify(body)});
-    // 202: the answer is recorded; the steps after it run in the background (events follow).
-    msg.textContent = (approved ? "approved " : "rejected ") + p.step +
-      "; the thread goes on";
-    renderStatus(st);
-    refresh();
-  } catch (e) {
-    msg.className = "error";
-    msg.textContent = e.message;
-    buttons.forEach((b) => { b.disabled = false; });
-  }
+  act(approved ? "/approve" : "/reject", body, (approved ? "approving " : "rejecting ") + p.step,
+    (approved ? "approved " : "rejected ") + p.step + "; the thread goes on", buttons);
 }
 const LIMIT_NAMES = {tokens: "tokens", cost: "cost", tool_calls: "tool calls",
   wall_time: "running time (s)"};
@@ -368,8 +570,14 @@ async function refresh() {
     renderStatus(st);
     renderUsage(st);
     renderPending(items);
+    renderActions(st);
+    if (notice && (st.status !== notice.status || pendingKey !== notice.key ||
+        actionsKey !== notice.actions)) {
+      say("", false);  // the thread has moved on: the notice of what was done is old news
+    }
     $("load-error").textContent = "";
     if (CLOSED.includes(st.status) && !artifactsShown) await loadArtifacts();
+    if (st.status === "completed" && !resultsShown) await loadResults();
   } catch (e) {
     if (e.status === 404) notFound();
     else $("load-error").textContent = e.message;
@@ -436,6 +644,7 @@ function onEvent(msg) {
   const ev = JSON.parse(msg.data);
   if (ev.id <= lastId) return;
   lastId = ev.id;
+  if (awaiting !== null && CONFIG.finalKinds.includes(ev.kind)) awaiting = null;
   addEvent(ev);
   refresh();
 }
@@ -454,7 +663,9 @@ function connect() {
     // The server ends the stream once the thread is finished; the browser would reconnect.
     await refresh();
     if (missing) return;
-    if (current && CLOSED.includes(current.status)) {
+    const finished = current && CLOSED.includes(current.status);
+    if (finished && awaiting !== null && ++awaitingRounds > 5) awaiting = null;
+    if (finished && awaiting === null) {
       source.close();
       $("live").textContent = "finished";
     } else {
@@ -480,6 +691,7 @@ def _document(title: str, body: str, script: str, config: dict[str, Any]) -> tup
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)}</title>
+<link rel="icon" href="/favicon.ico" type="image/svg+xml">
 <style nonce="{nonce}">{CSS}</style></head>
 <body>{body}
 <script type="application/json" id="config">{_config_json(config)}</script>
@@ -493,26 +705,35 @@ TOKEN_FIELD = """<label>API token <input id="token" type="password" autocomplete
  placeholder="bearer token" size="18"></label>"""
 
 
-def index_page(*, reads_need_token: bool) -> tuple[str, str]:
-    """The list of threads; returns the HTML and its CSP nonce."""
+def index_page(*, reads_need_token: bool, db_option: str = "") -> tuple[str, str]:
+    """The list of threads; returns the HTML and its CSP nonce. ``db_option``: the
+    ``--db URL`` the commands a page shows carry (see ``_hints``)."""
     body = f"""<header><h1>longtask threads</h1>{TOKEN_FIELD}</header>
 <main><section><p id="message" class="error"></p>
+<p><label>status <select id="status-filter"><option value="">all</option></select></label></p>
 <table><thead><tr><th>thread</th><th>task</th><th>status</th>
-<th><a href="?sort=cost" title="most expensive first">cost</a></th>
-<th><a href="?sort=age" title="oldest first">age</a></th>
-<th><a href="?" title="most recently updated first">updated</a></th></tr></thead>
+<th><a href="?sort=cost" data-sort="cost" title="most expensive first">cost</a></th>
+<th><a href="?sort=age" data-sort="age" title="oldest first">age</a></th>
+<th><a href="?" data-sort="" title="most recently updated first">updated</a></th></tr></thead>
 <tbody id="threads"></tbody></table><p id="empty" class="muted" hidden>no threads</p>
 </section>
 <section id="schedules-section" hidden><h2>Schedules</h2>
 <table><thead><tr><th>schedule</th><th>task</th><th>cron</th><th>next fire</th>
 <th>last thread</th></tr></thead><tbody id="schedules"></tbody></table></section>
 </main>"""
-    return _document("longtask", body, INDEX_JS, {"readsNeedToken": reads_need_token})
+    config = {
+        "readsNeedToken": reads_need_token,
+        "statuses": list(THREAD_STATUSES),
+        "dbOption": db_option,
+    }
+    return _document("longtask", body, INDEX_JS, config)
 
 
-def thread_page(thread_id: str, reads_need_token: bool, missing: bool = False) -> tuple[str, str]:
+def thread_page(
+    thread_id: str, reads_need_token: bool, missing: bool = False, db_option: str = ""
+) -> tuple[str, str]:
     """The live view of one thread (``missing``: say there is no such thread); returns the
-    HTML and its CSP nonce."""
+    HTML and its CSP nonce. ``db_option`` as for ``index_page``."""
     name = html.escape(thread_id)
     body = f"""<header><h1><a href="/">threads</a> / {name}</h1>
 <span id="live" class="muted">connecting…</span>{TOKEN_FIELD}</header>
@@ -525,6 +746,9 @@ def thread_page(thread_id: str, reads_need_token: bool, missing: bool = False) -
 <p id="error" hidden></p><p id="load-error" class="error"></p>
 <p id="message" role="status"></p></section>
 <section id="pending-section" hidden><h2>Waiting for</h2><div id="pending"></div></section>
+<section id="actions-section" class="actions" hidden><h2>Take over</h2><div id="actions"></div>
+</section>
+<section id="results-section" hidden><h2>Results</h2><div id="results"></div></section>
 <section id="artifacts-section" hidden><h2>Artifacts</h2><ul id="artifacts"></ul></section>
 <section><h2>Steps</h2><ul id="tree" class="tree"></ul></section>
 <section id="cost-section" hidden><h2>Cost</h2><p id="cost-total"></p>
@@ -541,5 +765,8 @@ def thread_page(thread_id: str, reads_need_token: bool, missing: bool = False) -
         "kinds": EVENT_KINDS,
         "missing": missing,
         "finalStatuses": list(FINAL_STATUSES),
+        "stepPauses": list(STEP_PAUSES),
+        "finalKinds": sorted(FINAL_KINDS),
+        "dbOption": db_option,
     }
     return _document(f"longtask · {thread_id}", body, THREAD_JS, config)

@@ -308,8 +308,11 @@ def test_assistants_search_filters_by_metadata(client: TestClient) -> None:
 
 
 def test_unserved_endpoints_say_what_to_use_instead(runner: Runner, client: TestClient) -> None:
+    from longtask.serve._hints import Hints
     from longtask.serve._lg_unserved import UNSERVED
 
+    # The commands a message names carry the server's --db (issue 29, item 2).
+    hints = Hints(runner.db.url.raw)
     thread = paused(client)
     run_id = client.get(f"/threads/{thread}/runs").json()[0]["run_id"]
     ids = {"thread_id": thread, "run_id": run_id, "cron_id": "c1", "assistant_id": "lg_release"}
@@ -317,7 +320,7 @@ def test_unserved_endpoints_say_what_to_use_instead(runner: Runner, client: Test
         for method in methods:
             got = client.request(method, path.format(**ids), json={}, headers=ALICE)
             assert got.status_code == status, (method, path, got.text)
-            assert got.json()["error"] == f"not served by longtask: {message}"
+            assert got.json()["error"] == hints.in_text(f"not served by longtask: {message}")
     # what is served is answered as before
     assert client.get(f"/threads/{thread}/runs/{run_id}").json()["run_id"] == run_id
     assert client.get("/assistants/lg_release").json()["graph_id"] == "lg_release"
