@@ -276,6 +276,7 @@ def migrate(
     renames: Mapping[str, str] | None = None,
     dry_run: bool = False,
     by: str,
+    task_ref: str | None = None,
 ) -> MigrationPlan:
     """See ``Runner.migrate``."""
     if not by or not by.strip():
@@ -299,7 +300,10 @@ def migrate(
         with runner.lease(thread_id, "process:migrate"):
             _write(runner, plan, target, tup, values, by)
             runner.db.store.update_definition(
-                thread_id, target.definition_hash, definition_summary(target), _ref(rec, target)
+                thread_id,
+                target.definition_hash,
+                definition_summary(target),
+                task_ref or _ref(rec, target),
             )
         paused = rec.status in ("waiting_user", "waiting_external")
         if paused:
@@ -312,7 +316,7 @@ def migrate(
 
 
 class MigrateMixin:
-    """``Runner.migrate`` and ``Runner.migration_plan``."""
+    """``Runner.migrate`` and ``Runner.migrate_all``."""
 
     def migrate(
         self,
@@ -322,14 +326,20 @@ class MigrateMixin:
         renames: Mapping[str, str] | None = None,
         dry_run: bool = False,
         by: str,
+        task_ref: str | None = None,
     ) -> MigrationPlan:
         """Move the thread to definition ``to`` (a LongTask, or a version of its task's
         reference) and return the plan. ``renames`` maps old step names to new ones. With
         ``dry_run`` nothing is written. A plan with refusals raises
         :class:`~longtask.errors.MigrationRefused` (naming each reason) and changes nothing;
         else one new checkpoint and a ``definition.migrated`` event commit together, and a
-        paused thread asks its pending pauses again on the new definition."""
-        return migrate(self, thread_id, to, renames=renames, dry_run=dry_run, by=by)  # type: ignore[arg-type]
+        paused thread asks its pending pauses again on the new definition. ``task_ref``:
+        the reference the thread is loaded by from now on (default: its own when that has
+        ``to``, else the one ``to`` is found by)."""
+        runner: Any = self
+        return migrate(
+            runner, thread_id, to, renames=renames, dry_run=dry_run, by=by, task_ref=task_ref
+        )
 
     def migrate_all(
         self,
@@ -341,12 +351,17 @@ class MigrateMixin:
         dry_run: bool = False,
         by: str,
     ) -> list[MigrationPlan]:
-        """``migrate`` every live thread of ``task_ref``'s task recorded on ``from_version``;
-        one plan per thread (a refused one is returned with its refusals, not raised)."""
+        """``migrate`` every live thread of ``task_ref``'s task recorded on ``from_version``
+        to its version ``to`` (loaded by ``task_ref`` from then on); one plan per thread (a
+        refused one is returned with its refusals, not raised)."""
         from longtask.runtime._taskref import load_versions
 
         family = load_versions(task_ref)
         source = family.by_version(from_version)
+        target = family.by_version(to)
+        known = ", ".join(t.version for t in family)
+        if target is None:
+            raise InvalidInput(f"task {family.name!r} has no version {to!r}; the code has {known}")
         runner: Any = self
         plans: list[MigrationPlan] = []
         for rec in runner.db.store.list_threads(limit=100_000, task=family.name):
@@ -356,15 +371,17 @@ class MigrateMixin:
                 continue
             if source is None and rec.definition.get("version") != from_version:
                 continue
-            target = family.by_version(to)
-            if target is None:
-                raise InvalidInput(
-                    f"task {family.name!r} has no version {to!r}; the code has "
-                    f"{', '.join(t.version for t in family)}"
-                )
             try:
                 plans.append(
-                    migrate(runner, rec.thread_id, target, renames=renames, dry_run=dry_run, by=by)
+                    migrate(
+                        runner,
+                        rec.thread_id,
+                        target,
+                        renames=renames,
+                        dry_run=dry_run,
+                        by=by,
+                        task_ref=task_ref,
+                    )
                 )
             except MigrationRefused as exc:
                 plans.append(exc.plan)
