@@ -27,6 +27,7 @@ from longtask.model import ApprovalStep, LongTask, PauseStep
 from longtask.model._decision import plan_hash
 from longtask.runtime._migrate_plan import LIVE, MigrationPlan, compute_plan
 from longtask.runtime._views import definition_summary
+from longtask.store._store import definition_statement
 
 if TYPE_CHECKING:
     from longtask.runtime._runner import Runner
@@ -298,13 +299,19 @@ def migrate(
             raise MigrationRefused(plan)
         rec = runner._thread(thread_id)
         with runner.lease(thread_id, "process:migrate"):
-            _write(runner, plan, target, tup, values, by)
-            runner.db.store.update_definition(
+            # the record's new hash commits in the checkpoint's transaction, with the event
+            runner.db.saver.with_put(
                 thread_id,
-                target.definition_hash,
-                definition_summary(target),
-                task_ref or _ref(rec, target),
+                [
+                    definition_statement(
+                        thread_id,
+                        target.definition_hash,
+                        definition_summary(target),
+                        task_ref or _ref(rec, target),
+                    )
+                ],
             )
+            _write(runner, plan, target, tup, values, by)
         paused = rec.status in ("waiting_user", "waiting_external")
         if paused:
             runner.db.store.set_status(thread_id, "pending")
