@@ -2,8 +2,9 @@
 
 ``v1`` is what threads were started on; ``v2`` renames ``prep`` to ``prepare``, removes
 ``old_only`` and adds ``extra``; ``v3`` drops ``prep`` (whose result ``gate`` declared);
-``v4`` renames the pending ``gate`` to ``sign_off``. ``ran`` counts each body's calls per
-version, so a test sees which definition ran a step."""
+``v4`` renames the pending ``gate`` to ``sign_off``; ``v5`` puts a new step before the
+pauses. ``ran`` counts each body's calls per version, so a test sees which definition ran a
+step."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from typing import Any
 from longtask import LongTask, Stage, StepContext, approval, function_step, versions, wait_for
 
 ran: Counter[str] = Counter()
+#: steps whose v1 body raises (a thread that failed on v1)
+broken: set[str] = set()
 
 
 def _prep(ctx: StepContext) -> dict[str, Any]:
@@ -27,6 +30,8 @@ def _old_only(ctx: StepContext) -> str:
 
 def _ship_v1(ctx: StepContext) -> str:
     ran["ship@1"] += 1
+    if "ship" in broken:
+        raise RuntimeError("ship is broken in v1")
     return "shipped by v1"
 
 
@@ -86,6 +91,27 @@ def _v2(version: str = "2", plan: Any = plan_v2, gate: str = "gate") -> LongTask
     )
 
 
+def _scan(ctx: StepContext) -> str:
+    ran["scan@5"] += 1
+    return "clean"
+
+
+def _v5() -> LongTask:
+    """v2 with a new step ``scan`` in the first stage: the pauses come after it now."""
+    return LongTask(
+        "migrating",
+        version="5",
+        stages=[
+            Stage(
+                "build",
+                [function_step(_prepare, name="prepare"), function_step(_scan, name="scan")],
+            ),
+            Stage("decide", [approval("gate", plan=plan_v2, after=["prepare"]), wait_for("ci")]),
+            Stage("ship", [function_step(_ship_v2, name="ship")]),
+        ],
+    )
+
+
 def _v3() -> LongTask:
     return LongTask(
         "migrating",
@@ -103,8 +129,9 @@ v2 = _v2()
 v2b = _v2("2b", plan_v2b)
 v3 = _v3()
 v4 = _v2("4", gate="sign_off")
+v5 = _v5()
 
 both = versions(v2, v1)
 only_v1 = versions(v1)
 only_v2 = versions(v2)
-family = versions(v1, v2, v2b, v3, v4)
+family = versions(v1, v2, v2b, v3, v4, v5)

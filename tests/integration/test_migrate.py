@@ -93,6 +93,41 @@ def test_a_changed_plan_is_asked_again(runner: Runner) -> None:
     assert gate.request["plan_hash"] != old_hash
 
 
+def test_pauses_behind_a_new_step_are_asked_again_after_it(runner: Runner) -> None:
+    tid = paused(runner)
+    dry = runner.migrate(tid, m.v5, renames={"prep": "prepare"}, dry_run=True, by="ops")
+    assert dry.pauses_reasked == ["ci", "gate"] and dry.pauses_kept == []
+    assert dry.will_run == ["scan", "gate", "ci", "ship"]
+    assert runner.migrate(tid, m.v5, renames={"prep": "prepare"}, by="ops") == dry
+    # the new step ran on the way, and both pauses wait again, behind it
+    assert m.ran["scan@5"] == 1
+    assert {p.step for p in runner.pending(tid)} == {"ci", "gate"}
+    runner.signal(tid, "ci", {"ok": True}, by="ci")
+    runner.approve(tid, "gate", by="alice")
+    assert runner.status(tid).status == "completed"
+    assert m.ran["prepare@2"] == 0 and m.ran["ship@2"] == 1
+
+
+def test_a_failed_thread_moves_and_resumes_on_the_new_code(runner: Runner) -> None:
+    tid = paused(runner)
+    m.broken.add("ship")
+    try:
+        runner.signal(tid, "ci", {"ok": True}, by="ci")
+        with pytest.raises(LongTaskError):
+            runner.approve(tid, "gate", by="alice")
+    finally:
+        m.broken.discard("ship")
+    assert runner.status(tid).status == "failed"
+    plan = runner.migrate(tid, m.v2, renames={"prep": "prepare"}, by="ops")
+    # the answered pauses keep their results; the failed step runs again, on v2
+    assert set(plan.kept) == {"prepare", "gate", "ci"}
+    assert plan.will_run == ["ship", "extra"]
+    assert runner.status(tid).status == "failed"  # a failed thread is resumed by a person
+    runner.resume(tid)
+    assert runner.status(tid).status == "completed"
+    assert m.ran["ship@1"] == 1 and m.ran["ship@2"] == 1 and m.ran["extra@2"] == 1
+
+
 def _refused(runner: Runner, tid: str, to: Any, **kw: Any) -> MigrationRefused:
     before = rows(runner, tid)
     for dry_run in (True, False):
