@@ -8,7 +8,9 @@ dropped results cleared, and as the next tasks exactly the target steps whose de
 all have results (a kept pending pause at its ask node, so the plan-hash rule decides there
 whether its request still stands). The ``definition.migrated`` event, with the plan and who
 moved it, commits in that checkpoint's transaction (it waits in the event outbox, which the
-saver's next write of the thread carries). Then the thread record takes the new hash.
+saver's next write of the thread carries), and so does the thread record's new hash,
+summary and reference (``saver.with_put``): a crash leaves the thread moved or not, never
+half.
 
 A thread that was paused is then advanced (or queued for a worker) until it pauses again:
 LangGraph's interrupts belong to the checkpoint that raised them, so each pending pause asks
@@ -17,6 +19,8 @@ again on the new checkpoint — an approval with an unchanged plan shows the sam
 
 from __future__ import annotations
 
+import contextlib
+import time
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -285,38 +289,42 @@ def migrate(
     if dry_run:
         plan = plan_for(runner, thread_id, to, renames, held_by=_holder(runner, thread_id))[0]
         return plan
-    try:
-        lock = runner.db.lock(thread_id)
-        lock.__enter__()
-    except ThreadBusy:
-        plan = plan_for(runner, thread_id, to, renames, held_by="another process")[0]
-        raise MigrationRefused(plan) from None
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(runner.db.lock(thread_id))
+        except ThreadBusy:
+            plan = plan_for(runner, thread_id, to, renames, held_by="another process")[0]
+            raise MigrationRefused(plan) from None
+        # A single process holds the writer lock as well as its lease (an unreleased lease
+        # of a process is one that died); a worker holds only the lease.
         held = runner.db.store.lease_holder(thread_id)
         worker = f"worker {held[0]}" if held and not held[0].startswith("process:") else None
         plan, target, tup, values = plan_for(runner, thread_id, to, renames, held_by=worker)
         if not plan.ok or tup is None:
             raise MigrationRefused(plan)
         rec = runner._thread(thread_id)
-        with runner.lease(thread_id, "process:migrate"):
-            # the record's new hash commits in the checkpoint's transaction, with the event
-            runner.db.saver.with_put(
+        statements = [
+            definition_statement(
                 thread_id,
-                [
-                    definition_statement(
-                        thread_id,
-                        target.definition_hash,
-                        definition_summary(target),
-                        task_ref or _ref(rec, target),
-                    )
-                ],
+                target.definition_hash,
+                definition_summary(target),
+                task_ref or _ref(rec, target),
             )
-            _write(runner, plan, target, tup, values, by)
+        ]
         paused = rec.status in ("waiting_user", "waiting_external")
         if paused:
-            runner.db.store.set_status(thread_id, "pending")
-    finally:
-        lock.__exit__(None, None, None)
+            # its pauses are asked again by the advance below: until then it waits for none
+            statements.append(
+                (
+                    "UPDATE longtask_threads SET status = 'pending', waiting = NULL, "
+                    "updated_at = ? WHERE thread_id = ?",
+                    (time.time(), thread_id),
+                )
+            )
+        with runner.lease(thread_id, "process:migrate"):
+            # the record's new hash commits in the checkpoint's transaction, with the event
+            runner.db.saver.with_put(thread_id, statements)
+            _write(runner, plan, target, tup, values, by)
     if paused:
         runner.resume(thread_id, task=target)
     return plan
