@@ -7,6 +7,7 @@ Messages say what is wrong and how to fix it; an underlying driver error is kept
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 
 class LongTaskError(Exception):
@@ -133,6 +134,21 @@ class DefinitionChanged(LongTaskError):
             "Resuming could skip or repeat work. Restore the old definition, or pass "
             "--allow-changed-definition (Runner.resume(..., allow_changed_definition=True)) "
             "if the change is safe for this thread."
+        )
+
+
+class MigrationRefused(LongTaskError):
+    """``migrate`` refused to move a thread to another definition; nothing was written.
+    ``plan`` is the refused :class:`~longtask.runtime.MigrationPlan` (with ``refusals``)."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+        self.thread_id = str(plan.thread_id)
+        self.refusals = list(plan.refusals)
+        lines = "\n".join(f"  - {r}" for r in self.refusals)
+        super().__init__(
+            f"cannot migrate thread {self.thread_id!r} to version {plan.to_version} "
+            f"({str(plan.to_hash)[:12]}); the thread was left as it is:\n{lines}"
         )
 
 

@@ -84,6 +84,8 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         self.outbox = outbox
         self._stripes = [threading.Lock() for _ in range(64)]
         self._held = HeldWrites(self._commit_held)
+        #: statements to run in the transaction of a thread's next checkpoint (``with_put``)
+        self._with_put: dict[str, Sequence[tuple[str, Sequence[Any]]]] = {}
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -100,6 +102,11 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         return f"{number + 1:032}.{random.random():016}"
 
     # -- the write path ----------------------------------------------------------------------
+
+    def with_put(self, thread_id: str, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Run ``statements`` in the transaction of the thread's next ``put`` (a record that
+        must change with a checkpoint, as a migration's new definition hash)."""
+        self._with_put[thread_id] = statements
 
     def _events_for(self, thread_id: str) -> builtins.list[NewEvent]:
         return self.outbox.take(thread_id) if self.outbox is not None else []
@@ -248,7 +255,14 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         # The writes of the super-step this checkpoint applies, if they still wait, commit
         # in its transaction (see _held).
         held = self._held.take(thread_id, ns, parent_id) if parent_id is not None else []
-        self._commit_held(thread_id, held, Batch(values=value_rows, checkpoint=row))
+        statements = self._with_put.pop(thread_id, ())
+
+        def then(tx: Any) -> None:
+            for sql, params in statements:
+                tx.execute(sql, params)
+
+        batch = Batch(values=value_rows, checkpoint=row, then=then if statements else None)
+        self._commit_held(thread_id, held, batch)
         live = meta.get("source") in ("input", "loop")
         self._held.set_live(thread_id, ns, checkpoint_id if live else None)
         updated = checkpoint.get("updated_channels")

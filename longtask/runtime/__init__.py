@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from longtask.runtime._costs import ThreadCost
+    from longtask.runtime._migrate_plan import MigrationPlan
     from longtask.runtime._move import MoveSummary
     from longtask.runtime._prune import PruneReport
     from longtask.runtime._reader import Reader
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "CheckpointView": "longtask.runtime._views",
+    "MigrationPlan": "longtask.runtime._migrate_plan",
     "MoveSummary": "longtask.runtime._move",
     "PruneReport": "longtask.runtime._prune",
     "Reader": "longtask.runtime._reader",
@@ -50,6 +52,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CheckpointView",
+    "MigrationPlan",
     "MoveSummary",
     "PruneReport",
     "Reader",

@@ -49,6 +49,7 @@ from longtask.runtime._clock import ServerClock
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._costs import CostMixin
 from longtask.runtime._history import HistoryMixin
+from longtask.runtime._migrate import MigrateMixin
 from longtask.runtime._move import MoveMixin
 from longtask.runtime._pauses import (
     GATE_ANSWER,
@@ -159,6 +160,7 @@ class Runner(
     ScheduleMixin,
     QueueMixin,
     MoveMixin,
+    MigrateMixin,
     PruneMixin,
     CostMixin,
 ):
@@ -485,6 +487,23 @@ class Runner(
                         definition_changes(current.definition, new),
                     )
                 self.db.store.update_definition(thread_id, task.definition_hash, new)
+                # Rides with the run's first checkpoint (or its end's flush): the record of
+                # an unchecked change commits with the work done on the new definition.
+                self.events_writer.put(
+                    NewEvent(
+                        thread_id,
+                        "definition.forced",
+                        key=f"definition.forced/{uuid.uuid4().hex}",
+                        data={
+                            "from_hash": current.definition_hash,
+                            "to_hash": task.definition_hash,
+                            "from_version": current.definition.get("version"),
+                            "to_version": task.version,
+                            "changes": definition_changes(current.definition, new),
+                            "by": by,
+                        },
+                    )
+                )
             self._goto_skips(current, task, goto, skip_pending=skip_pending, by=by, record=True)
 
         if graph_input is None:

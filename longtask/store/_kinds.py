@@ -24,6 +24,8 @@ EVENT_KINDS: tuple[str, ...] = (
     "artifact.created",
     "fix.round",
     "fix.exhausted",
+    "definition.migrated",
+    "definition.forced",
     *(f"manual.{k}" for k in ("skip", "retry", "resolve", "fork", "cancel", "budget", "goto")),
 )
 

@@ -123,6 +123,17 @@ class Event:
         }
 
 
+def definition_statement(
+    thread_id: str, definition_hash: str, definition: dict[str, Any], task_ref: str | None
+) -> tuple[str, tuple[Any, ...]]:
+    """``update_definition`` as a statement, to run in another write's transaction."""
+    return (
+        "UPDATE longtask_threads SET definition_hash = ?, definition = ?, updated_at = ?, "
+        "task_ref = COALESCE(?, task_ref) WHERE thread_id = ?",
+        (definition_hash, json.dumps(definition), time.time(), task_ref, thread_id),
+    )
+
+
 @dataclass(frozen=True)
 class NewEvent:
     """An event to append; ``key`` makes the insert idempotent (see ``append_event``)."""
@@ -416,13 +427,15 @@ class Store(
         return [(r[0], r[1], float(r[2])) for r in rows]
 
     def update_definition(
-        self, thread_id: str, definition_hash: str, definition: dict[str, Any]
+        self,
+        thread_id: str,
+        definition_hash: str,
+        definition: dict[str, Any],
+        task_ref: str | None = None,
     ) -> None:
-        self._run(
-            "UPDATE longtask_threads SET definition_hash = ?, definition = ?, updated_at = ? "
-            "WHERE thread_id = ?",
-            (definition_hash, json.dumps(definition), time.time(), thread_id),
-        )
+        """The definition the thread runs on now (and, when given, the reference it is
+        loaded by: a migrated thread's old reference may name only the old version)."""
+        self._run(*definition_statement(thread_id, definition_hash, definition, task_ref))
 
     # -- events ------------------------------------------------------------------------------
 
