@@ -12,6 +12,7 @@ from rich.markup import escape
 
 from longtask.cli._app import DbOpt, JsonOpt, _runner, app, out
 from longtask.cli._hints import cmd
+from longtask.cli._output import plural
 
 if TYPE_CHECKING:
     from longtask.runtime import MigrationPlan
@@ -79,21 +80,18 @@ def check(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> Non
     newest version and the command to migrate it. Exit 0 when every live thread is served,
     1 otherwise."""
     from longtask.runtime._migrate import _holder, plan_for
-    from longtask.runtime._migrate_plan import LIVE
     from longtask.runtime._taskref import load_versions
 
     family = load_versions(task_ref)
     newest = family.newest
     report: list[dict[str, Any]] = []
     with _runner(db) as runner:
-        for rec in runner.db.store.list_threads(limit=2**31 - 1, task=family.name):
-            if rec.status not in LIVE:
-                continue
+        for rec in runner.db.store.live_threads(family.name):
             served = family.by_hash(rec.definition_hash)
             item: dict[str, Any] = {
                 "thread_id": rec.thread_id,
                 "status": rec.status,
-                "version": rec.definition.get("version"),
+                "version": rec.task_version,
                 "definition_hash": rec.definition_hash,
                 "served": served is not None,
             }
@@ -120,7 +118,7 @@ def check(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> Non
         versions = ", ".join(t.version for t in family)
         out.print(
             f"task {escape(family.name)}: versions {escape(versions)} in the code; "
-            f"{len(report)} live thread(s), {len(unserved)} not served"
+            f"{plural(len(report), 'live thread')}, {len(unserved)} not served"
         )
         for r in report:
             head = f"{r['thread_id']} ({r['status']}, version {r['version']})"

@@ -379,7 +379,7 @@ class MigrateMixin:
             raise InvalidInput(f"task {family.name!r} has no version {to!r}; the code has {known}")
         runner: Any = self
         plans: list[MigrationPlan] = []
-        for rec in runner.db.store.list_threads(limit=100_000, task=family.name):
+        for rec in runner.db.store.live_threads(family.name):
             if rec.status not in LIVE:
                 continue
             if source is not None and rec.definition_hash != source.definition_hash:
