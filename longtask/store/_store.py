@@ -127,10 +127,20 @@ def definition_statement(
     thread_id: str, definition_hash: str, definition: dict[str, Any], task_ref: str | None
 ) -> tuple[str, tuple[Any, ...]]:
     """``update_definition`` as a statement, to run in another write's transaction."""
+    # The version moves with the hash: `status`, `ls` and the page show what the thread
+    # runs on now, not what it started on.
     return (
         "UPDATE longtask_threads SET definition_hash = ?, definition = ?, updated_at = ?, "
-        "task_ref = COALESCE(?, task_ref) WHERE thread_id = ?",
-        (definition_hash, json.dumps(definition), time.time(), task_ref, thread_id),
+        "task_version = COALESCE(?, task_version), task_ref = COALESCE(?, task_ref) "
+        "WHERE thread_id = ?",
+        (
+            definition_hash,
+            json.dumps(definition),
+            time.time(),
+            definition.get("version"),
+            task_ref,
+            thread_id,
+        ),
     )
 
 

@@ -64,6 +64,7 @@ def test_dry_run_plan_is_what_the_migration_does(runner: Runner) -> None:
     assert real == dry
     rec = runner.db.store.get_thread(tid)
     assert rec is not None and rec.definition_hash == m.v2.definition_hash
+    assert rec.task_version == m.v2.version  # status and ls show what it runs on now
     # the state on v2 holds exactly the kept results, and waits at the kept pauses
     state = runner.graph(m.v2).get_state({"configurable": {"thread_id": tid}})
     assert {k[4:] for k in state.values if k.startswith("out.")} == set(dry.kept)
@@ -218,3 +219,5 @@ def test_forced_change_is_recorded(runner: Runner) -> None:
     assert data["from_hash"] == m.v1.definition_hash
     assert data["to_hash"] == m.v2.definition_hash
     assert data["by"] == "ops" and "step 'old_only' was removed" in data["changes"]
+    rec = runner.db.store.get_thread(tid)
+    assert rec is not None and rec.task_version == m.v2.version
