@@ -73,9 +73,9 @@ def _migrate_command(plan: MigrationPlan, task_ref: str) -> str:
 
 @app.command("check")
 def check(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> None:
-    """Can this code serve every live thread of its task? (pre-deploy; writes nothing)
+    """Pre-deploy: can this code serve every live thread of its task.
 
-    For each running, paused or failed thread: served (its recorded definition is among
+    Reads only; writes nothing. For each running, paused or failed thread: served (its recorded definition is among
     the versions TASKREF names) or not, and then what changed, the migration plan to the
     newest version and the command to migrate it. Exit 0 when every live thread is served,
     1 otherwise."""
@@ -179,7 +179,7 @@ def migrate(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Move a thread to another version of its task, checked and recorded.
+    """Move threads to another version of their task, checked.
 
     Prints the plan: results kept, steps that will run, steps dropped, pauses kept, asked
     again or dropped. A migration that would lose a result still needed, skip a pending

@@ -24,7 +24,7 @@ TaskRefArg = Annotated[
 
 @app.command()
 def versions(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> None:
-    """The versions of a task the code holds, and its live threads on each.
+    """A task's versions in the code, and the live threads on each.
 
     Live threads are running, paused, or failed and resumable. A thread on a definition the
     code no longer holds is listed too: this code cannot serve it (see `longtask check`).
