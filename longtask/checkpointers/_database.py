@@ -180,6 +180,28 @@ def migrated(applied: list[int]) -> str:
     return f"longtask tables migrated to version {applied[-1]}"
 
 
+def _full_disk(path: Path) -> str:
+    """What to add to an error opening the SQLite file ``path`` when its disk is full:
+    SQLite reports the WAL index it could not create as a bare "disk I/O error"."""
+    import shutil
+
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return ""
+    if free >= _ROOM_TO_OPEN:
+        return ""
+    return (
+        f" (the disk holding it is full: {free} bytes free); free some space, then run the "
+        "command again"
+    )
+
+
+#: below this many free bytes, a failure to open is put down to a full disk: the WAL index
+#: alone takes 32 KiB
+_ROOM_TO_OPEN = 64 * 1024
+
+
 def _lock_key(thread_id: str) -> bytes:
     return hashlib.blake2b(thread_id.encode(), digest_size=8).digest()
 
@@ -200,7 +222,9 @@ class SqliteDatabase(Database):
             conn.execute("PRAGMA busy_timeout=30000")
             conn.execute("PRAGMA synchronous=NORMAL")
         except (sqlite3.Error, OSError) as exc:
-            raise DatabaseError(f"cannot open SQLite database {self.path}: {exc}") from exc
+            raise DatabaseError(
+                f"cannot open SQLite database {self.path}: {exc}{_full_disk(self.path)}"
+            ) from exc
         # One connection and one lock for the saver and our tables: SQLite has one writer
         # at a time, and a second connection would queue parallel steps' writes behind
         # each other's busy timeouts.

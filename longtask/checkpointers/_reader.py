@@ -34,6 +34,26 @@ _VALUE_CACHED_UP_TO = 1024 * 1024
 _STATES_CACHE = 4096
 _SNAPSHOTS_CACHE = 16
 
+#: the task id LangGraph gives writes that belong to no task: a state update's, waiting in a
+#: checkpoint's pending writes until the next step applies them (its ``NULL_TASK_ID``,
+#: private since 1.0)
+NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def values_now(tup: Any, prefix: str) -> dict[str, Any]:
+    """The values of ``tup``'s channels starting with ``prefix`` as LangGraph's
+    ``get_state`` shows them: with the state updates still waiting in the checkpoint's
+    pending writes applied (``resume --update`` on a paused thread is stored so, and
+    LangGraph applies it only when the thread moves on)."""
+    if tup is None:
+        return {}
+    values = {k: v for k, v in tup.checkpoint["channel_values"].items() if k.startswith(prefix)}
+    for task_id, channel, value in tup.pending_writes or ():
+        if task_id == NULL_TASK_ID and channel.startswith(prefix):
+            values[channel] = value
+    return values
+
+
 ValueKey = tuple[str, str, str, str]  # thread, namespace, channel, version
 #: cached for a version whose channel had no value (LangGraph's trigger channels): the
 #: checkpoint naming a version commits with its value rows, so none can appear later

@@ -18,6 +18,8 @@ from longtask.cli._errors import (
     Interrupted,
     connection_lost,
     continue_hint,
+    disk_full,
+    disk_full_message,
     lost_message,
     one_line_warnings,
     reported,
@@ -807,6 +809,10 @@ def _dispatch(argv: list[str] | None) -> int:
     except Exception as exc:
         if debug:
             err.print_exception()
+        full = disk_full(exc)
+        if full is not None:
+            err.print(f"error: {escape(disk_full_message(full, args))}")
+            return 1
         lost = connection_lost(exc)
         if lost is not None:
             err.print(f"error: {escape(lost_message(lost, args))}")

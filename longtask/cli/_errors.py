@@ -98,6 +98,9 @@ class OneLineWarning(logging.Handler):
             return  # a driver's own notes (a pool discarding a closed connection)
         text = record.getMessage().strip().splitlines()[0] if record.getMessage() else ""
         exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and disk_full(exc) is not None:
+            return  # the command ends with the one line that says so, and what to do
+
         if exc is not None and str(exc).strip():
             text += f": {str(exc).strip().splitlines()[0]}"
         try:
@@ -136,6 +139,64 @@ def continue_hint(args: list[str]) -> str:
         if redact(url) != url:
             back = " (with the password in place of ***)"
     return f"the thread keeps every step it finished; continue with `{command}`{back}"
+
+
+#: SQLite's result code for a write refused because the disk (or the database's page limit)
+#: is full; PostgreSQL's SQLSTATE for the same on the server
+_SQLITE_FULL = 13
+_PG_DISK_FULL = "53100"
+
+
+def disk_full(exc: BaseException) -> BaseException | None:
+    """The error in ``exc``'s chain that says a disk is full: an ``OSError`` ENOSPC/EDQUOT
+    (a file of ours: the SQLite journal, an artifact, an export), SQLite's SQLITE_FULL, or
+    PostgreSQL's ``disk_full``; else None. Drivers are looked up by attribute, not imported."""
+    import errno
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
+            return current
+        code = getattr(current, "sqlite_errorcode", None)
+        if isinstance(code, int) and code & 0xFF == _SQLITE_FULL:
+            return current
+        if getattr(current, "sqlstate", None) == _PG_DISK_FULL:
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def disk_full_message(exc: BaseException, args: list[str]) -> str:
+    """One line: which disk is full, and how to go on once there is room (the thread keeps
+    what it committed before the write that failed)."""
+    from longtask.checkpointers import redact, resolve_url
+
+    url = resolve_url(session["db"])
+    if isinstance(exc, OSError) and exc.filename:
+        where = f"no space left for {exc.filename}"
+    elif getattr(exc, "sqlstate", None) == _PG_DISK_FULL:
+        where = f"the database server of {redact(url)} has no space left"
+    else:
+        where = f"no space left for the database {redact(url)}"
+    if _thread_recorded():
+        return f"the disk is full ({where}); {continue_hint(args)} once there is space."
+    return f"the disk is full ({where}); free some space, then run the command again."
+
+
+def _thread_recorded() -> bool:
+    """Whether the thread the command worked on got as far as its record (a run whose
+    first write failed has nothing to resume). Reading works on a full disk."""
+    if session["thread"] is None:
+        return False
+    try:
+        from longtask.runtime._reader import Reader
+
+        with Reader(session["db"]) as reader:
+            return reader.db.store.get_thread(session["thread"]) is not None
+    except Exception:
+        return False
 
 
 def lost_message(exc: BaseException, args: list[str]) -> str:

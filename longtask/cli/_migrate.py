@@ -75,10 +75,10 @@ def _migrate_command(plan: MigrationPlan, task_ref: str) -> str:
 def check(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> None:
     """Pre-deploy: can this code serve every live thread of its task.
 
-    Reads only; writes nothing. For each running, paused or failed thread: served (its recorded definition is among
-    the versions TASKREF names) or not, and then what changed, the migration plan to the
-    newest version and the command to migrate it. Exit 0 when every live thread is served,
-    1 otherwise."""
+    Reads only; writes nothing. For each running, paused or failed thread: served (its
+    recorded definition is among the versions TASKREF names) or not, and then what
+    changed, the migration plan to the newest version and the command to migrate it.
+    Exit 0 when every live thread is served, 1 otherwise."""
     from longtask.runtime._migrate import _holder, plan_for
     from longtask.runtime._taskref import load_versions
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from langgraph.types import Command
 from pydantic import ValidationError
 
+from longtask.checkpointers._reader import NULL_TASK_ID
 from longtask.errors import (
     InvalidInput,
     LongTaskError,
@@ -52,11 +53,10 @@ GATE_ANSWER = {"continue": True}
 
 
 #: LangGraph's channels of the writes that tell what happened to a task rather than what it
-#: produced, and the id of a super-step's input writes (private to LangGraph since 1.0; the
-#: rules are those of its ``pregel/_task_status.py``)
+#: produced (private to LangGraph since 1.0; the rules are those of its
+#: ``pregel/_task_status.py``)
 INTERRUPT = "__interrupt__"
 _CONTROL_WRITES = frozenset({INTERRUPT, "__resume__", "__error__", "__error_source_node__"})
-_NULL_TASK_ID = "00000000-0000-0000-0000-000000000000"
 
 
 def _waiting_interrupts(tup: CheckpointTuple | None) -> list[Any]:
@@ -67,7 +67,7 @@ def _waiting_interrupts(tup: CheckpointTuple | None) -> list[Any]:
     asked: dict[str, list[Any]] = {}
     finished: set[str] = set()
     for task_id, channel, value in (tup.pending_writes or ()) if tup is not None else ():
-        if task_id == _NULL_TASK_ID:
+        if task_id == NULL_TASK_ID:
             continue
         if channel == INTERRUPT:
             asked[task_id] = list(value) if isinstance(value, (list, tuple)) else [value]

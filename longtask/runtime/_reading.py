@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from longtask.checkpointers._reader import values_now
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._usage import read_usage
@@ -208,7 +209,7 @@ class ReadingMixin(RunnerBase):
         names = {s["name"] for st in rec.definition["stages"] for s in st["steps"]}
         if step not in names:
             raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
-        values = tup.checkpoint["channel_values"] if tup else {}
+        values = values_now(tup, f"out.{step}")
         if f"out.{step}" not in values:
             raise InvalidInput(f"step {step!r} of thread {thread_id!r} has no result yet")
         return self.codec.decode(values[f"out.{step}"], strict=False)
@@ -217,11 +218,8 @@ class ReadingMixin(RunnerBase):
         """Every stored step result of the thread, by step name."""
         self._thread(thread_id)
         tup = self.db.reader.head(thread_id, load="out.")
-        values = tup.checkpoint["channel_values"] if tup else {}
         return {
-            k[4:]: self.codec.decode(v, strict=False)
-            for k, v in values.items()
-            if k.startswith("out.")
+            k[4:]: self.codec.decode(v, strict=False) for k, v in values_now(tup, "out.").items()
         }
 
     def events(

@@ -61,7 +61,7 @@ from longtask.runtime._pauses import (
     refuse_repeated_outcome,
 )
 from longtask.runtime._prune import PruneMixin
-from longtask.runtime._queue import QueueMixin, decode_command, encode_command
+from longtask.runtime._queue import QueueMixin, decode_command, encode_command, worker_name
 from longtask.runtime._reading import ReadingMixin, _config
 from longtask.runtime._recovery import recover
 from longtask.runtime._schedules import ScheduleMixin
@@ -652,14 +652,8 @@ class Runner(
         store = self.db.store
         thread_id = rec.thread_id
         env, graph = self._compiled(task)
-        # Every advance takes a new lease epoch, which each checkpoint transaction checks: a
-        # process whose lock was lost (its connection closed) cannot write after another
-        # has taken the thread.
-        writer = self.lease(thread_id) if self.worker else self._hold(thread_id)
-        with writer:
-            if check is not None:
-                rec = self._thread(thread_id)
-                check(rec)
+        with self._held(thread_id, check, first) as checked:
+            rec = checked or rec
             cancel = store.cancel_request(thread_id)
             if cancel is not None:
                 # Cancelled (or failed with compensation) before: finish undoing, never
@@ -670,8 +664,6 @@ class Runner(
                 finally:
                     self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
                 return
-            if not first and check is None:
-                rec = self._thread(thread_id)
             run = store.set_status(thread_id, "running", new_run=True)
             if not first and rec.status == "running":
                 # Running, yet this process got the lock: the run that held it died.
@@ -709,6 +701,37 @@ class Runner(
             finally:
                 env.forget(thread_id)
                 self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
+
+    @contextlib.contextmanager
+    def _held(
+        self, thread_id: str, check: Callable[[ThreadRecord], None] | None, first: bool
+    ) -> Iterator[ThreadRecord | None]:
+        """The thread held for one run, with its record read afresh under the hold (None for
+        a first run) after ``check`` accepted it.
+
+        Every advance takes a new lease epoch, which each checkpoint transaction checks: a
+        process whose lock was lost (its connection closed) cannot write after another has
+        taken the thread. A single process checks under its lock before it takes the epoch,
+        so a refused command leaves the thread's rows as they were, lease included. A worker
+        is held by its lease alone, so it takes the epoch first."""
+        if self.worker:
+            with self.lease(thread_id):
+                yield self._checked(thread_id, check, first)
+            return
+        with self.db.lock(thread_id):
+            rec = self._checked(thread_id, check, first)
+            with self.lease(thread_id, f"process:{worker_name()}"):
+                yield rec
+
+    def _checked(
+        self, thread_id: str, check: Callable[[ThreadRecord], None] | None, first: bool
+    ) -> ThreadRecord | None:
+        if first and check is None:
+            return None  # just created by this process
+        rec = self._thread(thread_id)
+        if check is not None:
+            check(rec)
+        return rec
 
     def _flush_events(self, thread_id: str, *, propagating: bool) -> None:
         try:

@@ -595,7 +595,8 @@ def fix_loop_failure(
                 gate_request(
                     "fix",
                     info,
-                    f"still failing after {done} fix rounds: {failure[:300]}",
+                    f"still failing after {done} fix round{'' if done == 1 else 's'}: "
+                    f"{failure[:300]}",
                     f"fix it by hand, then `longtask retry {call.thread_id}`",
                 )
             )

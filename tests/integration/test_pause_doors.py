@@ -229,3 +229,25 @@ def test_update_state_during_a_pause_asks_again_when_continued(
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert _deployed() == [f"deployed {thread}"]
+
+
+def test_an_update_during_a_pause_is_read_at_once(runner: Runner, db_url: str) -> None:
+    """``resume --update`` on a paused thread stores the update among the head checkpoint's
+    pending writes (LangGraph applies it when the thread moves on); every read shows it at
+    once, as LangGraph's ``get_state`` does, not the old value until then."""
+    from longtask.runtime._reader import Reader
+
+    thread = runner.start(TASK)
+    assert runner.result(thread, "build") == {"version": 1}
+    runner.resume(thread, Command(update={"build": {"version": 2}}), task=TASK)
+    _still_waits(runner, thread)
+    graph_values = runner.graph(TASK).get_state({"configurable": {"thread_id": thread}}).values
+    assert graph_values["out.build"] == {"version": 2}
+    assert runner.result(thread, "build") == {"version": 2}
+    assert runner.results(thread) == {"build": {"version": 2}}
+    with Reader(db_url) as reader:  # what the CLI's `result` reads, without LangGraph
+        assert reader.result(thread, "build") == {"version": 2}
+        assert reader.results(thread) == {"build": {"version": 2}}
+    runner.approve(thread, "ok", by="alice")
+    assert runner.status(thread, usage=False).status == "completed"
+    assert runner.result(thread, "build") == {"version": 2}

@@ -362,7 +362,7 @@ def test_a_fix_loop_out_of_rounds_asks_with_an_interrupt(runner: Runner, llm: An
     thread = runner.start(task, thread_id="t-fixask")
     (intr,) = interrupts(runner, task, thread)
     assert intr.value["kind"] == "fix" and intr.value["step"] == "check"
-    assert "still failing after 1 fix rounds" in intr.value["reason"]
+    assert "still failing after 1 fix round:" in intr.value["reason"]
     status = runner.status(thread)
     assert status.status == "waiting_user"
     assert [(w["kind"], w["interrupt_id"]) for w in status.waiting] == [("fix", intr.id)]

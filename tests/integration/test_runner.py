@@ -182,13 +182,34 @@ def test_changed_definition_is_refused_with_the_changed_steps(runner: Runner) ->
             Stage("finish", [*changed.stages[2].steps, function_step(extra)]),
         ],
     )
+    lease = _lease(runner, "t-drift")
     with pytest.raises(DefinitionChanged) as info:
         runner.resume("t-drift", task=changed)
     assert "step 'extra' was added" in str(info.value)
     assert runner.status("t-drift").checkpoint_id == before
+    # refused under the thread's lock before a lease epoch is taken: no row changed
+    assert _lease(runner, "t-drift") == lease
     runner.resume("t-drift", task=changed, allow_changed_definition=True)
     assert runner.status("t-drift").status == "completed"
     assert runner.result("t-drift", "extra") == 1
+
+
+def _lease(runner: Runner, thread_id: str) -> list[tuple[Any, ...]]:
+    return runner.db.store._run(
+        "SELECT epoch, holder, acquired_at, released_at FROM longtask_leases "
+        "WHERE thread_id = ?",
+        (thread_id,),
+    )
+
+
+def test_a_refused_resume_takes_no_lease_epoch(runner: Runner) -> None:
+    calls: Counter[str] = Counter()
+    runner.start(make_task(calls), {"topic": "x"}, thread_id="t-ended")
+    lease = _lease(runner, "t-ended")
+    assert lease, "a run takes an epoch"
+    with pytest.raises(NothingToResume):
+        runner.resume("t-ended", task=make_task(calls))
+    assert _lease(runner, "t-ended") == lease
 
 
 def test_one_writer_per_thread(runner: Runner) -> None:
