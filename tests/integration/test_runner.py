@@ -196,8 +196,7 @@ def test_changed_definition_is_refused_with_the_changed_steps(runner: Runner) ->
 
 def _lease(runner: Runner, thread_id: str) -> list[tuple[Any, ...]]:
     return runner.db.store._run(
-        "SELECT epoch, holder, acquired_at, released_at FROM longtask_leases "
-        "WHERE thread_id = ?",
+        "SELECT epoch, holder, acquired_at, released_at FROM longtask_leases WHERE thread_id = ?",
         (thread_id,),
     )
 
