@@ -94,6 +94,19 @@ class CheckpointRead(NamedTuple):
     pending_writes: builtins.list[tuple[str, str, Any]] | None = None
 
 
+#: LangGraph's msgpack extension code for an object rebuilt from its class path and keyword
+#: arguments (a dataclass such as ``Interrupt``; ``serde/jsonplus.py``)
+_EXT_CONSTRUCTOR_KW_ARGS = 2
+
+
+class StoredInterrupt(NamedTuple):
+    """A LangGraph ``Interrupt`` read by a process without LangGraph: its ``value`` and
+    ``id``, the two fields it has."""
+
+    value: Any
+    id: str
+
+
 class LightSerde:
     """Decodes stored values as LangGraph's ``JsonPlusSerializer`` does; the serializer
     itself (and LangGraph with it) is imported only for a value ormsgpack cannot decode
@@ -110,6 +123,15 @@ class LightSerde:
         return self._full
 
     def _ext(self, code: int, data: bytes) -> Any:
+        if code == _EXT_CONSTRUCTOR_KW_ARGS:
+            import ormsgpack
+
+            module, name, kwargs = ormsgpack.unpackb(
+                data, ext_hook=self._ext, option=ormsgpack.OPT_NON_STR_KEYS
+            )
+            if (module, name) == ("langgraph.types", "Interrupt") and isinstance(kwargs, dict):
+                # what a paused thread's pending writes hold: read without LangGraph
+                return StoredInterrupt(kwargs.get("value"), str(kwargs.get("id", "")))
         return self._serializer()._unpack_ext_hook(code, data)
 
     def loads_typed(self, data: tuple[str, bytes]) -> Any:

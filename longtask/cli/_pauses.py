@@ -106,7 +106,7 @@ def pending(
 
     Approvals (plan, hash, deadline), outside events (payload schema) and effects whose
     outcome is unknown (arguments, result schema)."""
-    with _runner(db) as runner:
+    with _reader(db) as runner:
         items = runner.pending(thread_id)
     if json_:
         print(json.dumps([p.model_dump(mode="json") for p in items], indent=2))

@@ -8,7 +8,16 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from longtask.cli._app import MAX_INT, DbOpt, JsonOpt, _parse_json, _runner, app, out
+from longtask.cli._app import (
+    MAX_INT,
+    DbOpt,
+    JsonOpt,
+    _parse_json,
+    _reader,
+    _runner,
+    app,
+    out,
+)
 from longtask.cli._hints import cmd
 from longtask.cli._output import print_history
 from longtask.cli._values import jsonable, render
@@ -36,7 +45,7 @@ def history(
     db: DbOpt = None,
 ) -> None:
     """A thread's checkpoints, newest first, across branches."""
-    with _runner(db) as runner:
+    with _reader(db) as runner:
         views = runner.history(thread_id, limit=limit, step=step, stage=stage, before=before)
     if json_:
         print(json.dumps([v.model_dump() for v in views], indent=2))

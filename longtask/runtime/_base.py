@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from longtask.checkpointers import Database
     from longtask.model import LongTask
+    from longtask.runtime._views import Pending
     from longtask.steps import StepEnv
     from longtask.store import EventWriter, ThreadRecord, ValueCodec
 
@@ -40,6 +41,9 @@ class RunnerBase(ABC):
 
     @abstractmethod
     def _done_steps(self, thread_id: str) -> set[str]: ...
+
+    @abstractmethod
+    def pending(self, thread_id: str, *, task: LongTask | None = None) -> list[Pending]: ...
 
     @abstractmethod
     def _validate_inputs(

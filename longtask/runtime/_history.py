@@ -1,13 +1,12 @@
-"""Time travel: the thread's checkpoints, the state at one, differences, branches and forks.
+"""Time travel: the state at a checkpoint, differences, branches and forks (the list of
+checkpoints, ``history``, is a read without LangGraph: ``runtime._reading``).
 
-Reads are bounded: ``history`` reads ``limit`` checkpoints through the saver's own ``list``
-(LangGraph's ``get_state_history`` would load every checkpoint's state); ``branches`` reads
-only the id and parent id of each checkpoint, never their state.
+Reads are bounded: ``branches`` reads only the id and parent id of each checkpoint, never
+their state.
 """
 
 from __future__ import annotations
 
-import shlex
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ from pydantic import BaseModel
 from longtask.errors import InvalidInput
 from longtask.graphs import pause_write, rewriting
 from longtask.runtime._base import RunnerBase
-from longtask.runtime._views import CheckpointState, CheckpointView, HistoryList
+from longtask.runtime._views import CheckpointState
 from longtask.steps import INPUTS_CHANNEL, result_channel
 
 if TYPE_CHECKING:
@@ -50,73 +49,7 @@ def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     return {"configurable": conf}
 
 
-def view_of(
-    tup: Any, stage_of: dict[str, str], out_channels: frozenset[str] | None = None
-) -> CheckpointView:
-    """``tup`` as a history line; ``stage_of``: each step's stage; ``out_channels``: every
-    step's result channel (counted against the checkpoint's versions in C, not in a Python
-    loop over the thousands of channels of a long task)."""
-    meta = tup.metadata or {}
-    updated = tup.checkpoint.get("updated_channels") or []
-    completed = sorted(c[4:] for c in updated if c.startswith("out."))
-    versions = tup.checkpoint.get("channel_versions") or {}
-    if out_channels is None:
-        out_channels = frozenset(c for c in versions if c.startswith("out."))
-    return CheckpointView(
-        checkpoint_id=tup.config["configurable"]["checkpoint_id"],
-        parent_id=(tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
-        step=meta.get("step"),
-        source=meta.get("source"),
-        created_at=tup.checkpoint.get("ts"),
-        completed=completed,
-        stages=sorted({stage_of[c] for c in completed if c in stage_of}),
-        done=len(out_channels.intersection(versions)),
-        total=len(stage_of),
-    )
-
-
 class HistoryMixin(RunnerBase):
-    def history(
-        self,
-        thread_id: str,
-        limit: int = 20,
-        *,
-        step: str | None = None,
-        stage: str | None = None,
-        before: str | None = None,
-    ) -> list[CheckpointView]:
-        """The latest ``limit`` checkpoints of the thread, newest first, across branches
-        (``before``: older than that checkpoint, to page back). With ``step`` or ``stage``,
-        only checkpoints that stored a result of that step (or of a step of that stage);
-        the search reads at most 50 × ``limit`` checkpoints."""
-        rec = self._thread(thread_id)
-        if limit < 1:
-            raise InvalidInput("limit must be at least 1")
-        if before is not None and self.db.saver.get_tuple(_cfg(thread_id, before)) is None:
-            # Else the page is silently the newest: nothing is older than an unknown id.
-            raise InvalidInput(
-                f"thread {thread_id!r} has no checkpoint {before!r}; see `longtask history "
-                f"{shlex.quote(thread_id)}`"
-            )
-        wanted: set[str] | None = None
-        names = {s["name"]: st["name"] for st in rec.definition["stages"] for s in st["steps"]}
-        if step is not None or stage is not None:
-            if step is not None and step not in names:
-                raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
-            if stage is not None and stage not in names.values():
-                raise InvalidInput(f"task {rec.task_name!r} has no stage {stage!r}")
-            wanted = {n for n, st in names.items() if (step in (None, n)) and (stage in (None, st))}
-        scan = limit if wanted is None else 50 * limit
-        out: list[CheckpointView] = HistoryList()
-        outs = frozenset(result_channel(n) for n in names)
-        for tup in self.db.saver.list_light(thread_id, before=before, limit=scan):
-            view = view_of(tup, names, outs)
-            if wanted is None or wanted & set(view.completed):
-                out.append(view)
-                if len(out) >= limit:
-                    break
-        return out
-
     def at(
         self, thread_id: str, checkpoint_id: str, *, task: LongTask | None = None
     ) -> CheckpointState:

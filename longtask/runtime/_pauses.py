@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from langgraph.types import Command
 from pydantic import ValidationError
 
-from longtask.checkpointers._reader import NULL_TASK_ID
 from longtask.errors import (
     InvalidInput,
     LongTaskError,
@@ -27,11 +26,11 @@ from longtask.errors import (
 from longtask.model import ApprovalRequest, Decision, LongTask, PauseStep, WaitStep
 from longtask.runtime._base import RunnerBase
 from longtask.runtime._control import whoami
+from longtask.runtime._interrupts import GATE_KINDS, open_interrupts
 from longtask.runtime._streams import check_config, using_config
 from longtask.runtime._text import refuse_bad_text
 from longtask.runtime._views import Pending
 from longtask.steps import TIMEOUT, check_decision, check_payload
-from longtask.steps._attempts import GATE_KINDS
 from longtask.steps._effects import RESOLVED_AS_FAILED
 from longtask.steps._hitl import decision_from_hitl, is_hitl
 from longtask.steps._pause import signal_value
@@ -39,66 +38,11 @@ from longtask.store import Effect
 from longtask.store._values import to_json_bytes
 
 if TYPE_CHECKING:
-    from langgraph.checkpoint.base import CheckpointTuple
-
     from longtask.store import ThreadRecord
 
 
-#: every kind of interrupt longtask makes
-PAUSE_KINDS = ("approval", "wait", "effect", *GATE_KINDS)
-#: kinds a person answers (the others wait for an outside event)
-USER_KINDS = ("approval", "effect", *GATE_KINDS)
 #: the answer ``resume`` (and ``retry``) gives a gate: look again
 GATE_ANSWER = {"continue": True}
-
-
-#: LangGraph's channels of the writes that tell what happened to a task rather than what it
-#: produced (private to LangGraph since 1.0; the rules are those of its
-#: ``pregel/_task_status.py``)
-INTERRUPT = "__interrupt__"
-_CONTROL_WRITES = frozenset({INTERRUPT, "__resume__", "__error__", "__error_source_node__"})
-
-
-def _waiting_interrupts(tup: CheckpointTuple | None) -> list[Any]:
-    """The interrupts still waiting for an answer in the head checkpoint ``tup``'s pending
-    writes: a task's latest interrupt, while the task has no output write (a task that was
-    answered and finished has one; an answer that did not finish its node leaves the
-    interrupt standing)."""
-    asked: dict[str, list[Any]] = {}
-    finished: set[str] = set()
-    for task_id, channel, value in (tup.pending_writes or ()) if tup is not None else ():
-        if task_id == NULL_TASK_ID:
-            continue
-        if channel == INTERRUPT:
-            asked[task_id] = list(value) if isinstance(value, (list, tuple)) else [value]
-        elif channel not in _CONTROL_WRITES:
-            finished.add(task_id)
-    return [i for task_id, found in asked.items() if task_id not in finished for i in found]
-
-
-def open_interrupts(tup: CheckpointTuple | None) -> list[Pending]:
-    """Our interrupts waiting for an answer in the head checkpoint ``tup`` (approvals,
-    waits, effects to settle and gates: a budget or deadline reached, a permission missing,
-    a fix loop out of rounds): those LangGraph's ``get_state`` lists, read from the pending
-    writes without rebuilding the graph's channels."""
-    out = []
-    for intr in _waiting_interrupts(tup):
-        request = getattr(intr, "value", None)
-        if isinstance(request, dict) and request.get("kind") in PAUSE_KINDS:
-            out.append(
-                Pending(
-                    step=request["step"],
-                    kind=request["kind"],
-                    interrupt_id=str(getattr(intr, "id", "")),
-                    request=request,
-                )
-            )
-    return out
-
-
-def interrupted(tup: CheckpointTuple | None) -> bool:
-    """Whether the head checkpoint ``tup`` waits at an interrupt (ours or another's)."""
-    return bool(_waiting_interrupts(tup))
 
 
 class NotWaiting(InvalidInput):
@@ -130,16 +74,6 @@ class TickResult:
 
 class PauseMixin(RunnerBase):
     """Runner's pause methods: pending, approve, reject, decide, signal, answer, tick."""
-
-    def pending(self, thread_id: str, *, task: LongTask | None = None) -> list[Pending]:
-        """What the thread is waiting for: approvals (with plan, hash, deadline, approvers)
-        and outside events, each with the LangGraph interrupt id it answers."""
-        rec = self._thread(thread_id)
-        if rec.status in ("failed", "completed", "cancelled"):
-            # LangGraph keeps a task's last interrupt next to a later error (a rejection
-            # that failed the thread): nothing is waiting for an answer any more.
-            return []
-        return open_interrupts(self.db.saver.head(thread_id))
 
     def _select(
         self, thread_id: str, task: LongTask, target: str | None, kind: str | None

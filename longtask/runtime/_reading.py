@@ -1,21 +1,35 @@
-"""The Runner's reading methods: a thread's status, results and events (no run, no lock)."""
+"""The Runner's reading methods: a thread's status, results, events, what it waits for and
+its checkpoints (no run, no lock).
+
+``history`` reads ``limit`` checkpoints through the reader's own ``list_light`` (LangGraph's
+``get_state_history`` would load every checkpoint's state)."""
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from longtask.checkpointers._reader import values_now
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._base import RunnerBase
+from longtask.runtime._interrupts import USER_KINDS, open_interrupts
 from longtask.runtime._usage import read_usage
-from longtask.runtime._views import StepState, ThreadStatus, step_layout
+from longtask.runtime._views import (
+    CheckpointView,
+    HistoryList,
+    Pending,
+    StepState,
+    ThreadStatus,
+    step_layout,
+)
 from longtask.store import SKIP_MARK, Event, ThreadRecord, is_skipped
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
+    from longtask.model import LongTask
     from longtask.store import Store
 
 # This module imports no LangGraph and no task model: `longtask status` and the other reads
@@ -35,6 +49,41 @@ def _config(thread_id: str, run: int | None = None) -> RunnableConfig:
 
         conf[RUN_KEY] = run
     return {"configurable": conf}
+
+
+def _config_at(thread_id: str, checkpoint_id: str) -> dict[str, Any]:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": "",
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def view_of(
+    tup: Any, stage_of: dict[str, str], out_channels: frozenset[str] | None = None
+) -> CheckpointView:
+    """``tup`` as a history line; ``stage_of``: each step's stage; ``out_channels``: every
+    step's result channel (counted against the checkpoint's versions in C, not in a Python
+    loop over the thousands of channels of a long task)."""
+    meta = tup.metadata or {}
+    updated = tup.checkpoint.get("updated_channels") or []
+    completed = sorted(c[4:] for c in updated if c.startswith("out."))
+    versions = tup.checkpoint.get("channel_versions") or {}
+    if out_channels is None:
+        out_channels = frozenset(c for c in versions if c.startswith("out."))
+    return CheckpointView(
+        checkpoint_id=tup.config["configurable"]["checkpoint_id"],
+        parent_id=(tup.parent_config or {}).get("configurable", {}).get("checkpoint_id"),
+        step=meta.get("step"),
+        source=meta.get("source"),
+        created_at=tup.checkpoint.get("ts"),
+        completed=completed,
+        stages=sorted({stage_of[c] for c in completed if c in stage_of}),
+        done=len(out_channels.intersection(versions)),
+        total=len(stage_of),
+    )
 
 
 def _schedule_of(store: Store, thread_id: str) -> dict[str, Any] | None:
@@ -90,8 +139,6 @@ def derived_status(
     if steps and all(s.name in committed for s in steps):
         return "completed", []
     if status == "running":
-        from longtask.runtime._pauses import USER_KINDS, open_interrupts
-
         pending = open_interrupts(tup)
         if pending:
             waiting = [p.summary() for p in pending]
@@ -199,6 +246,58 @@ class ReadingMixin(RunnerBase):
             schedule=_schedule_of(self.db.store, thread_id),
             usage=totals,
         )
+
+    def pending(self, thread_id: str, *, task: LongTask | None = None) -> list[Pending]:
+        """What the thread is waiting for: approvals (with plan, hash, deadline, approvers)
+        and outside events, each with the LangGraph interrupt id it answers. (``task`` is
+        not needed: the requests are stored.)"""
+        rec = self._thread(thread_id)
+        if rec.status in ("failed", "completed", "cancelled"):
+            # LangGraph keeps a task's last interrupt next to a later error (a rejection
+            # that failed the thread): nothing is waiting for an answer any more.
+            return []
+        return open_interrupts(self.db.reader.head(thread_id))
+
+    def history(
+        self,
+        thread_id: str,
+        limit: int = 20,
+        *,
+        step: str | None = None,
+        stage: str | None = None,
+        before: str | None = None,
+    ) -> list[CheckpointView]:
+        """The latest ``limit`` checkpoints of the thread, newest first, across branches
+        (``before``: older than that checkpoint, to page back). With ``step`` or ``stage``,
+        only checkpoints that stored a result of that step (or of a step of that stage);
+        the search reads at most 50 × ``limit`` checkpoints."""
+        rec = self._thread(thread_id)
+        if limit < 1:
+            raise InvalidInput("limit must be at least 1")
+        if before is not None and self.db.reader.get_tuple(_config_at(thread_id, before)) is None:
+            # Else the page is silently the newest: nothing is older than an unknown id.
+            raise InvalidInput(
+                f"thread {thread_id!r} has no checkpoint {before!r}; see `longtask history "
+                f"{shlex.quote(thread_id)}`"
+            )
+        wanted: set[str] | None = None
+        names = {s["name"]: st["name"] for st in rec.definition["stages"] for s in st["steps"]}
+        if step is not None or stage is not None:
+            if step is not None and step not in names:
+                raise InvalidInput(f"task {rec.task_name!r} has no step {step!r}")
+            if stage is not None and stage not in names.values():
+                raise InvalidInput(f"task {rec.task_name!r} has no stage {stage!r}")
+            wanted = {n for n, st in names.items() if (step in (None, n)) and (stage in (None, st))}
+        scan = limit if wanted is None else 50 * limit
+        out: list[CheckpointView] = HistoryList()
+        outs = frozenset(f"out.{n}" for n in names)
+        for tup in self.db.reader.list_light(thread_id, before=before, limit=scan):
+            view = view_of(tup, names, outs)
+            if wanted is None or wanted & set(view.completed):
+                out.append(view)
+                if len(out) >= limit:
+                    break
+        return out
 
     def result(self, thread_id: str, step: str) -> Any:
         """The stored result of ``step`` in the thread's latest checkpoint."""

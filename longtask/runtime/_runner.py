@@ -49,15 +49,13 @@ from longtask.runtime._clock import ServerClock
 from longtask.runtime._control import CancelWatch, ControlMixin
 from longtask.runtime._costs import CostMixin
 from longtask.runtime._history import HistoryMixin
+from longtask.runtime._interrupts import USER_KINDS, interrupted, open_interrupts
 from longtask.runtime._migrate import MigrateMixin
 from longtask.runtime._move import MoveMixin
 from longtask.runtime._pauses import (
     GATE_ANSWER,
-    USER_KINDS,
     NotWaiting,
     PauseMixin,
-    interrupted,
-    open_interrupts,
     refuse_repeated_outcome,
 )
 from longtask.runtime._prune import PruneMixin
@@ -89,7 +87,7 @@ from longtask.steps import (
     StepEnv,
     result_channel,
 )
-from longtask.steps._attempts import GATE_KINDS, error_type
+from longtask.steps._attempts import error_type
 from longtask.steps._tracing import end_span, remote_parent, start_span
 from longtask.store import (
     DEFAULT_INLINE_LIMIT,
@@ -98,6 +96,7 @@ from longtask.store import (
     ValueCodec,
 )
 from longtask.store._fence import lease_lost
+from longtask.store._kinds import GATE_KINDS
 from longtask.store._limits import settle_statement
 
 log = logging.getLogger("longtask.runtime")

@@ -46,9 +46,6 @@ E = TypeVar("E", bound=BaseException)
 #: control flow of the runtime, never an attempt's failure
 CONTROL = (Cancelled, NeedsPerson, LimitReached, Stopping, RetryLater)
 
-#: kinds of pause a step's own condition makes (gates), answered by any value, after which
-#: the step looks again: a limit reached, a permission missing, a fix loop out of rounds
-GATE_KINDS = ("budget", "deadline", "permission", "fix")
 
 #: what a gate's interrupt value says it expects as its answer
 _ANSWERS = {

@@ -43,3 +43,11 @@ LIVE_KINDS: frozenset[str] = frozenset(
         "tool.call",
     }
 )
+
+#: kinds of pause a step's own condition makes (gates), answered by any value, after which
+#: the step looks again: a limit reached, a permission missing, a fix loop out of rounds
+GATE_KINDS: tuple[str, ...] = ("budget", "deadline", "permission", "fix")
+#: every kind of interrupt longtask makes (the ``kind`` of its request)
+PAUSE_KINDS: tuple[str, ...] = ("approval", "wait", "effect", *GATE_KINDS)
+#: kinds a person answers (the others wait for an outside event)
+USER_KINDS: tuple[str, ...] = ("approval", "effect", *GATE_KINDS)

@@ -5,6 +5,7 @@ command; the times themselves are measured in ``bench/cli.py``."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from conftest import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 QUICKSTART = f"{ROOT / 'examples' / 'quickstart.py'}:task"
+RELEASE = f"{ROOT / 'examples' / 'release.py'}:task"
 
 #: runs the CLI in this process, then prints the heavy modules it imported
 _PROBE = """
@@ -62,6 +64,9 @@ def test_the_reads_import_no_langgraph(db_url: str) -> None:
         ["result", "qs"],
         ["result", "qs", "write"],
         ["effects", "qs"],
+        ["history", "qs"],
+        ["history", "qs", "--json"],
+        ["pending", "qs"],
     ):
         code, output, heavy = _probe(*args, db=db_url)
         assert code == 0, (args, output)
@@ -80,15 +85,39 @@ def test_a_read_of_a_missing_thread_says_so_without_langgraph(db_url: str) -> No
     assert heavy == []
 
 
-@pytest.mark.parametrize("name", ["status", "result"])
+def test_pending_of_a_paused_thread_without_langgraph(db_url: str) -> None:
+    """A paused thread's pending writes hold LangGraph ``Interrupt`` objects: `pending`
+    decodes them without LangGraph, and says what a person must answer."""
+    made = run_cli("run", RELEASE, "--thread", "rel", "--input", '{"version": "1.4.0"}', db=db_url)
+    assert made.returncode == 3, made.stdout + made.stderr
+    for args in (["pending", "rel"], ["pending", "rel", "--json"], ["history", "rel"]):
+        code, output, heavy = _probe(*args, db=db_url)
+        assert code == 0, (args, output)
+        assert heavy == [], (args, heavy)
+    code, output, _ = _probe("pending", "rel", "--json", db=db_url)
+    from longtask import Runner
+
+    with Runner(db_url) as runner:
+        expected = [p.model_dump(mode="json") for p in runner.pending("rel")]
+    assert expected, "the release thread waits for something"
+    assert json.loads(output[: output.rindex("HEAVY=")]) == expected
+
+
+@pytest.mark.parametrize("name", ["status", "result", "pending", "history"])
 def test_the_reader_gives_what_the_runner_gives(db_url: str, name: str) -> None:
     from longtask import Runner
     from longtask.runtime import Reader
 
     run_cli("run", QUICKSTART, "--thread", "qs", db=db_url)
+    run_cli("run", RELEASE, "--thread", "rel", "--input", '{"version": "1.4.0"}', db=db_url)
     with Runner(db_url) as runner, Reader(db_url) as reader:
         if name == "status":
             assert reader.status("qs").model_dump() == runner.status("qs").model_dump()
+        elif name == "pending":
+            assert reader.pending("rel") and reader.pending("rel") == runner.pending("rel")
+        elif name == "history":
+            for tid in ("qs", "rel"):
+                assert reader.history(tid) == runner.history(tid)
         else:
             assert reader.results("qs") == runner.results("qs")
             assert reader.result("qs", "outline") == runner.result("qs", "outline")
