@@ -1,12 +1,35 @@
-"""The ``longtask`` command line (typer)."""
+"""The ``longtask`` command line (typer).
 
-# isort: off
-# Each module registers its commands on app; --help lists them in this order.
-from longtask.cli import _pauses, _control, _costs, _demo, _travel, _move  # noqa: F401
-from longtask.cli import _workers, _prune, _schedules, _versions  # noqa: F401
-from longtask.cli import _migrate  # noqa: F401
+``main`` answers ``--version`` before importing typer, rich or any command, and otherwise
+imports only the module of the command it runs (``_commands``): each is part of every
+command's cold start. ``app`` (every command registered) is imported when asked for.
+"""
 
-# isort: on
-from longtask.cli._app import app, main
+from __future__ import annotations
+
+import sys
+from typing import Any
 
 __all__ = ["app", "main"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args == ["--version"]:
+        from longtask.cli._version import version_line
+
+        print(version_line())
+        sys.exit(0)
+    from longtask.cli import _commands
+
+    _commands.load(args)
+    _commands.main(args)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from longtask.cli import _commands
+
+        _commands.load(None)
+        return _commands.app
+    raise AttributeError(f"module 'longtask.cli' has no attribute {name!r}")

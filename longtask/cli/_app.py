@@ -672,36 +672,12 @@ def db_upgrade(db: DbOpt = None) -> None:
         out.print(f"{database.url.redacted}: " + ("; ".join(done) or "already up to date"))
 
 
-def _dist_version(dist: str) -> str:
-    """An installed distribution's version, read from its ``*.dist-info`` directory name on
-    ``sys.path``: ``importlib.metadata`` parses every installed distribution's metadata
-    first, which costs more than the rest of ``--version``."""
-    import os
-
-    prefix = dist.replace("-", "_").lower() + "-"
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            low = name.lower()
-            if low.startswith(prefix) and low.endswith(".dist-info"):
-                return name[len(prefix) : -len(".dist-info")]
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
-
-
 def _print_version(value: bool) -> None:
     if not value:
         return
-    out.print(
-        f"longtask {_dist_version('langgraph-longtask')} (langgraph {_dist_version('langgraph')})"
-    )
+    from longtask.cli._version import version_line
+
+    out.print(version_line())
     raise typer.Exit(0)
 
 

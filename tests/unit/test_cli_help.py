@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -108,3 +109,54 @@ def test_readme_approves_only_steps_an_example_has() -> None:
     assert steps
     for step in steps:
         assert re.search(rf"approval\(\s*[\"']{step}[\"']", examples), step
+
+
+def test_each_command_is_found_in_the_module_that_registers_it() -> None:
+    """A run of one command imports only its module (``cli._commands.load``): the map from
+    command to module must name every command, and the module that really registers it."""
+    import typer.main
+
+    from longtask.cli import _commands, app
+
+    found: dict[str, str] = {}
+    for c in app.registered_commands:
+        assert c.callback is not None
+        name = c.name or typer.main.get_command_name(c.callback.__name__)
+        found[name] = c.callback.__module__.rsplit(".", 1)[1]
+    for g in app.registered_groups:
+        assert g.name is not None and g.typer_instance is not None
+        callbacks = [c.callback for c in g.typer_instance.registered_commands if c.callback]
+        found[g.name] = callbacks[0].__module__.rsplit(".", 1)[1]
+    expected = {name: _commands.MODULES.get(name, "_app") for name in found}
+    assert found == expected
+    assert set(_commands.MODULES) | _commands.OWN == set(found)
+    assert {m for m in found.values() if m != "_app"} == set(_commands.ORDER)
+
+
+def test_a_command_alone_imports_only_its_module() -> None:
+    probe = (
+        "import sys\nfrom longtask.cli import main\n"
+        "try:\n    main(['pending', '--help'])\nexcept SystemExit:\n    pass\n"
+        "import json\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('longtask.cli.'))))"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "longtask.cli._pauses" in loaded
+    assert not {"longtask.cli._travel", "longtask.cli._demo", "longtask.cli._workers"} & set(
+        loaded
+    ), loaded
+    version = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom longtask.cli import main\n"
+            "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('typer', 'rich')))",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert version.stdout.startswith("longtask "), version.stderr
+    assert version.stdout.strip().endswith("[]"), version.stdout
