@@ -716,7 +716,7 @@ def _only(args: list[str]) -> typer.Typer:
     error suggests the near names) get every command."""
     name = args[0] if args and not args[0].startswith("-") else None
     if name is None:
-        return app
+        return _outline(app) if args in ([], ["--help"]) else app
     commands = [
         c
         for c in app.registered_commands
@@ -732,6 +732,39 @@ def _only(args: list[str]) -> typer.Typer:
     one.registered_commands = commands
     one.registered_groups = groups
     return one
+
+
+def _outline(typer_app: typer.Typer) -> typer.Typer:
+    """``typer_app`` for its own help only: each command's name and docstring, without the
+    parameters (which the list of commands does not show, and which cost typer most of
+    ``longtask --help``: an ``inspect`` of every signature)."""
+    import copy
+
+    def bare(info: Any) -> Any:
+        callback = info.callback
+        if callback is None:
+            return info
+
+        def stub() -> None:  # pragma: no cover - never run, only listed
+            raise AssertionError("an outline's command is listed, not run")
+
+        stub.__name__ = callback.__name__
+        stub.__doc__ = callback.__doc__
+        listed = copy.copy(info)
+        listed.callback = stub
+        return listed
+
+    def bare_group(info: Any) -> Any:
+        if info.typer_instance is None:
+            return info
+        listed = copy.copy(info)
+        listed.typer_instance = _outline(info.typer_instance)
+        return listed
+
+    outline = copy.copy(typer_app)
+    outline.registered_commands = [bare(c) for c in typer_app.registered_commands]
+    outline.registered_groups = [bare_group(g) for g in typer_app.registered_groups]
+    return outline
 
 
 def _dispatch(argv: list[str] | None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -55,7 +56,6 @@ def test_usage_lines_and_options_name_values_not_python_types() -> None:
     names each option's value (--db URL, --by NAME), never ``{THREAD}`` or ``<str>``
     (issue 29, item 9)."""
     import re
-    from typing import Any
 
     import typer.main
 
@@ -160,3 +160,21 @@ def test_a_command_alone_imports_only_its_module() -> None:
     )
     assert version.stdout.startswith("longtask "), version.stderr
     assert version.stdout.strip().endswith("[]"), version.stdout
+
+
+def test_the_outline_lists_what_the_full_app_lists() -> None:
+    """`longtask --help` is built from an outline of the app (commands without their
+    parameters, which the list does not show): its text is the full app's."""
+    import typer.main
+
+    from longtask.cli import app
+    from longtask.cli._app import _outline
+
+    def top_help(typer_app: Any) -> str:
+        group: Any = typer.main.get_command(typer_app)
+        with group.context_class(group, info_name="longtask") as ctx:
+            return str(group.get_help(ctx))
+
+    full = top_help(app)
+    assert "  schedule " in full and "  migrate " in full
+    assert top_help(_outline(app)) == full
