@@ -328,7 +328,7 @@ def age(seconds: float) -> str:
 def print_usage(out: Console, st: ThreadStatus) -> None:
     """Tokens, cost, calls and wall time of each step that used any, and the totals with
     what the budget has left."""
-    from longtask.runtime._report import seconds
+    from longtask.runtime._usage import seconds
 
     usage = st.usage
     if usage is None:

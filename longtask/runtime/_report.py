@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from longtask.errors import InvalidInput, LongTaskError
+from longtask.runtime._usage import seconds
 
 if TYPE_CHECKING:
     from longtask.runtime._views import ThreadStatus
@@ -95,24 +96,6 @@ def _when(value: datetime | str | None) -> str:
 
 def _at(epoch: float | None) -> str:
     return "" if epoch is None else _when(datetime.fromtimestamp(epoch, UTC))
-
-
-def seconds(value: float | None) -> str:
-    """A duration as people read it: 850 ms, 12.3 s, 4 min 05 s, 2 h 03 min, 3 d 04 h."""
-    if value is None:
-        return ""
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 60:
-        return f"{value:.1f} s"
-    minutes, secs = divmod(round(value), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours:02d} h"
 
 
 def money(value: float | None) -> str:

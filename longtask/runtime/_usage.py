@@ -133,3 +133,21 @@ def read_usage(
             "finished_at": finished,
         }
     return thread_usage(rec, store.budget(rec.thread_id), rows, declared, now), rows
+
+
+def seconds(value: float | None) -> str:
+    """A duration as people read it: 850 ms, 12.3 s, 4 min 05 s, 2 h 03 min, 3 d 04 h."""
+    if value is None:
+        return ""
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 60:
+        return f"{value:.1f} s"
+    minutes, secs = divmod(round(value), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"
