@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from longtask._version import __version__
 from longtask.errors import (
     DatabaseError,
     DefinitionChanged,
@@ -37,6 +38,7 @@ from longtask.errors import (
 if TYPE_CHECKING:
     from langgraph.types import Command
 
+    from longtask._runner import Runner
     from longtask.model import (
         AgentStep,
         Budget,
@@ -56,11 +58,10 @@ if TYPE_CHECKING:
         versions,
         wait_for,
     )
-    from longtask.runtime import MoveSummary, PruneReport, Runner, ThreadStatus, ThreadUsage
-    from longtask.runtime._plots import draw_graph
+    from longtask.ops import MoveSummary, PruneReport, draw_graph
+    from longtask.runtime import ThreadStatus, ThreadUsage
     from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
 
-__version__ = "0.1.0"
 
 # The runtime pulls in LangGraph and the model pydantic; keep `import longtask` (and so every
 # CLI command, whose package this is) light by importing them on first use.
@@ -85,10 +86,10 @@ _MODEL = (
 )
 _LAZY = {
     **dict.fromkeys(_MODEL, "longtask.model"),
-    "Runner": "longtask.runtime",
-    "PruneReport": "longtask.runtime",
+    "Runner": "longtask._runner",
+    "PruneReport": "longtask.ops",
     "ThreadStatus": "longtask.runtime",
-    "MoveSummary": "longtask.runtime",
+    "MoveSummary": "longtask.ops",
     "ThreadUsage": "longtask.runtime",
     "StepContext": "longtask.steps",
     "ItemContext": "longtask.steps",
@@ -96,7 +97,7 @@ _LAZY = {
     "current_context": "longtask.steps",
     "Classified": "longtask.steps",
     "Command": "langgraph.types",
-    "draw_graph": "longtask.runtime._plots",
+    "draw_graph": "longtask.ops",
 }
 
 

@@ -38,7 +38,8 @@ from longtask.cli._output import (
 from longtask.cli._values import jsonable, render, render_text
 
 if TYPE_CHECKING:
-    from longtask.runtime import Reader, Runner
+    from longtask._runner import Runner
+    from longtask.runtime import Reader
     from longtask.store import Event
 
 
@@ -125,7 +126,7 @@ def _runner(
     database connection can say how to continue it). Only commands that start threads
     ``create`` a missing SQLite database; the others say there is none and leave the disk
     as it was."""
-    from longtask.runtime import Runner
+    from longtask._runner import Runner
 
     session.update(db=db, thread=thread)
     return Runner(db, create=create, **kw)
@@ -355,7 +356,7 @@ def resume(
         # An answer to a pause: checked against what the thread waits for, and made by the
         # caller (--by, else this user): a decision naming anybody else is refused.
         with _runner(db, thread_id, on_update=_printer()) as runner:
-            from longtask.runtime._control import whoami
+            from longtask.runtime._who import whoami
 
             runner.answer(
                 thread_id,

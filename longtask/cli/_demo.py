@@ -26,8 +26,8 @@ from longtask.cli._hints import use_db
 from longtask.cli._output import plural
 
 if TYPE_CHECKING:
+    from longtask._runner import Runner
     from longtask.model import LongTask
-    from longtask.runtime import Runner
 
 #: who decides the approvals and delivers the CI event with --yes (in the events' ``by``)
 AUTO = "demo --yes"
@@ -171,8 +171,8 @@ def demo(
 
     Agents analyse, design, edit a git worktree and fix the tests; you approve the plan
     and the release; CI is simulated."""
+    from longtask._runner import Runner
     from longtask.demo.migration import Inputs, task
-    from longtask.runtime import Runner
 
     auto = yes or crash_at is not None
     if crash_at is not None and crash_at not in task.steps:
@@ -248,7 +248,7 @@ def _answer_until_done(
 ) -> None:
     """Answer the thread's approvals and its CI wait through the Runner until it completes."""
     from longtask.cli._output import print_status
-    from longtask.runtime._control import whoami
+    from longtask.runtime._who import whoami
 
     while True:
         status = runner.status(thread)

@@ -15,7 +15,7 @@ from longtask.cli._hints import cmd
 from longtask.cli._output import plural
 
 if TYPE_CHECKING:
-    from longtask.runtime import MigrationPlan
+    from longtask.ops import MigrationPlan
 
 TaskRefArg = Annotated[
     str,
@@ -79,7 +79,6 @@ def check(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> Non
     recorded definition is among the versions TASKREF names) or not, and then what
     changed, the migration plan to the newest version and the command to migrate it.
     Exit 0 when every live thread is served, 1 otherwise."""
-    from longtask.runtime._migrate import _holder, plan_for
     from longtask.runtime._taskref import load_versions
 
     family = load_versions(task_ref)
@@ -96,8 +95,7 @@ def check(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> Non
                 "served": served is not None,
             }
             if served is None:
-                holder = _holder(runner, rec.thread_id)
-                plan = plan_for(runner, rec.thread_id, newest, held_by=holder)[0]
+                plan = runner.migrations.plan(rec.thread_id, newest)
                 item["plan"] = plan.to_json()
                 item["migrate"] = _migrate_command(plan, task_ref)
             report.append(item)
@@ -126,7 +124,7 @@ def check(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> Non
                 out.print(f"served  {escape(head)}")
                 continue
             out.print(f"NOT SERVED  {escape(head)}: its definition is not in the code")
-            from longtask.runtime import MigrationPlan
+            from longtask.ops import MigrationPlan
 
             plan = MigrationPlan(**{k: v for k, v in r["plan"].items() if k != "ok"})
             out.print(f"  plan to version {escape(newest.version)}:")

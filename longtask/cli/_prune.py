@@ -15,7 +15,7 @@ from longtask.cli._hints import cmd
 if TYPE_CHECKING:
     from datetime import timedelta
 
-    from longtask.runtime import PruneReport
+    from longtask.ops import PruneReport
 
 _AGE_HELP = "like 30d, 12h, 90m or 2w"
 
@@ -24,7 +24,7 @@ def _duration(value: str | None, option: str) -> timedelta | None:
     if value is None:
         return None
     from longtask.errors import InvalidInput
-    from longtask.runtime._prune import parse_duration
+    from longtask.ops._prune import parse_duration
 
     try:
         return parse_duration(value, option)

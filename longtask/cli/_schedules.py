@@ -14,7 +14,7 @@ from longtask.cli._app import DbOpt, JsonOpt, _parse_json, _runner, _stable_ref,
 from longtask.cli._hints import cmd
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner
+    from longtask._runner import Runner
     from longtask.store import ScheduleRecord
 
 schedule_app = typer.Typer(

@@ -30,7 +30,7 @@ def versions(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> 
     code no longer holds is listed too: this code cannot serve it (see `longtask check`).
     Reads only.
     """
-    from longtask.runtime._deployed import version_report
+    from longtask.ops._deployed import version_report
     from longtask.runtime._taskref import load_versions
 
     family = load_versions(task_ref)

@@ -110,10 +110,10 @@ def worker(
     back to the queue. With --prune-completed-before / --prune-failed-before the worker
     also runs `longtask prune` every --prune-every (one worker at a time). PostgreSQL
     only."""
+    from longtask._runner import make_worker
     from longtask.cli._prune import _duration
-    from longtask.runtime._prune import PruneSchedule
+    from longtask.ops._prune import PruneSchedule
     from longtask.runtime._queue import require_postgres
-    from longtask.runtime._worker import Worker
 
     schedule = None
     completed = _duration(prune_completed_before, "--prune-completed-before")
@@ -134,7 +134,7 @@ def worker(
     require_postgres(db)  # after the usage checks (exit 2), before anything opens the URL
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("psycopg").setLevel(logging.NOTSET)  # a worker's log keeps them
-    Worker(
+    make_worker(
         db,
         concurrency=concurrency,
         queues=queues,

@@ -1,7 +1,7 @@
 """Schedule: start a task on a new thread at the times a cron expression names.
 
 Pure data and the time arithmetic (croniter, zoneinfo); registering schedules in a database
-and firing them is the runtime's job (``longtask.runtime._schedules``).
+and firing them is the runtime's job (``longtask.ops._schedules``).
 
 A tick is one time the cron expression names, in the schedule's timezone. The thread a tick
 starts has an id derived from the schedule's name and the tick's UTC time

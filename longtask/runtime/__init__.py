@@ -1,42 +1,68 @@
-"""The Runner facade: start, resume, status, history, events.
+"""The run core: what starts, advances, pauses, answers, cancels, reads and serves threads.
 
-Its names are imported on first use: the Runner pulls in LangGraph, which a process that
-only reads (``longtask status``, through :class:`~longtask.runtime._reader.Reader`) never
-needs."""
+Its parts are built with exactly what they need and compose into the Runner
+(``longtask.Runner``, in ``longtask/_runner.py``): :class:`Engine` (a task's graph, start,
+resume, the run itself), :class:`Reads` (status, results, events, pending, history),
+:class:`Pauses` (approve, reject, signal, answers, deadlines), :class:`Control` (cancel,
+retry, skip, budget), :class:`Watch` (live events, artifacts), :class:`TimeTravel` (the
+state at a checkpoint, diffs, branches, forks), :class:`Streams` (stream and the asyncio
+calls), :class:`Queue` (workers' jobs and leases), with :class:`Gotos` and
+:class:`Compensator`; :class:`Worker` is the ``longtask worker`` process and
+:class:`Reader` the reads alone, for processes that never run a graph.
+
+It may import graphs, steps, checkpointers, store, model and errors; never the operations
+(``longtask.ops``), the Runner façade, serve, demo or cli. Its names are imported on first
+use: the Engine pulls in LangGraph, which a process that only reads (``longtask status``,
+through :class:`Reader`) never needs.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from longtask.runtime._calls import tapping
+    from longtask.runtime._compensate import Compensator
+    from longtask.runtime._control import Control
     from longtask.runtime._costs import ThreadCost
-    from longtask.runtime._migrate_plan import MigrationPlan
-    from longtask.runtime._move import MoveSummary
-    from longtask.runtime._prune import PruneReport
+    from longtask.runtime._engine import Engine, UpdateHook
+    from longtask.runtime._gotos import Gotos
+    from longtask.runtime._history import TimeTravel
+    from longtask.runtime._pauses import Pauses
+    from longtask.runtime._queue import Queue
     from longtask.runtime._reader import Reader
-    from longtask.runtime._runner import Runner, UpdateHook
-    from longtask.runtime._streams import tapping
+    from longtask.runtime._reading import Reads
+    from longtask.runtime._streams import Streams
     from longtask.runtime._taskref import find_ref, load_task, load_versions
     from longtask.runtime._usage import StepUsage, ThreadUsage
     from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
+    from longtask.runtime._watch import Watch
+    from longtask.runtime._worker import Worker
 
 _LAZY = {
     "CheckpointView": "longtask.runtime._views",
-    "MigrationPlan": "longtask.runtime._migrate_plan",
-    "MoveSummary": "longtask.runtime._move",
-    "PruneReport": "longtask.runtime._prune",
+    "Compensator": "longtask.runtime._compensate",
+    "Control": "longtask.runtime._control",
+    "Engine": "longtask.runtime._engine",
+    "Gotos": "longtask.runtime._gotos",
+    "Pauses": "longtask.runtime._pauses",
+    "Queue": "longtask.runtime._queue",
     "Reader": "longtask.runtime._reader",
-    "Runner": "longtask.runtime._runner",
+    "Reads": "longtask.runtime._reading",
     "StepState": "longtask.runtime._views",
     "StepUsage": "longtask.runtime._usage",
+    "Streams": "longtask.runtime._streams",
     "ThreadCost": "longtask.runtime._costs",
     "ThreadStatus": "longtask.runtime._views",
     "ThreadUsage": "longtask.runtime._usage",
-    "UpdateHook": "longtask.runtime._runner",
+    "TimeTravel": "longtask.runtime._history",
+    "UpdateHook": "longtask.runtime._engine",
+    "Watch": "longtask.runtime._watch",
+    "Worker": "longtask.runtime._worker",
     "find_ref": "longtask.runtime._taskref",
     "load_task": "longtask.runtime._taskref",
     "load_versions": "longtask.runtime._taskref",
-    "tapping": "longtask.runtime._streams",
+    "tapping": "longtask.runtime._calls",
 }
 
 
@@ -52,17 +78,24 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CheckpointView",
-    "MigrationPlan",
-    "MoveSummary",
-    "PruneReport",
+    "Compensator",
+    "Control",
+    "Engine",
+    "Gotos",
+    "Pauses",
+    "Queue",
     "Reader",
-    "Runner",
+    "Reads",
     "StepState",
     "StepUsage",
+    "Streams",
     "ThreadCost",
     "ThreadStatus",
     "ThreadUsage",
+    "TimeTravel",
     "UpdateHook",
+    "Watch",
+    "Worker",
     "find_ref",
     "load_task",
     "load_versions",

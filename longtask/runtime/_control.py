@@ -3,41 +3,38 @@ step, skip a step with a given result, and raise a budget."""
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
-import threading
 import time
 import uuid
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command, StateUpdate
 
 from longtask.errors import (
-    CompensationFailed,
     InvalidInput,
     NothingToResume,
     ThreadBusy,
     TooLateToCancel,
 )
 from longtask.model import LongTask, PauseStep
-from longtask.runtime._base import RunnerBase
+from longtask.runtime._who import whoami
 from longtask.steps import (
-    STEP_ATTR,
-    NodeCall,
-    StepContext,
-    StepEnv,
     ask_node_name,
     result_channel,
 )
-from longtask.steps._attempts import describe
-from longtask.steps._effects import effect_key
-from longtask.store import BudgetState, NewEvent, ThreadRecord, is_skipped
+from longtask.store import BudgetState, ThreadRecord
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
     from longtask.checkpointers import Database
+    from longtask.runtime._engine import Engine
+    from longtask.runtime._queue import Queue
+    from longtask.runtime._reading import Reads
+    from longtask.store import ValueCodec
 
 log = logging.getLogger("longtask.runtime")
 
@@ -50,53 +47,28 @@ _SETTLED = ("waiting_user", "waiting_external", "failed")
 _SETTLE_WAIT = 10.0
 
 
-def whoami() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no login name (a container): still say who acted, vaguely
-        return "unknown"
+class Control:
+    """A person's control of a thread: cancel it, run a failed step again, skip a step with
+    a given result, raise its budget. Each records a ``manual.*`` event with who acted,
+    then lets the run core (``engine``, or ``queue`` for a thread the workers serve) carry
+    the thread on."""
 
+    def __init__(
+        self,
+        db: Database,
+        codec: ValueCodec,
+        clock: Callable[[], datetime],
+        reads: Reads,
+        engine: Engine,
+        queue: Queue,
+    ) -> None:
+        self.db = db
+        self.codec = codec
+        self.clock = clock
+        self._reads = reads
+        self._engine = engine
+        self._queue = queue
 
-def _state_of(tup: Any) -> dict[str, Any]:
-    """Channel values of a checkpoint with its pending writes applied (results of steps
-    that finished in a super-step that failed as a whole)."""
-    if tup is None:
-        return {}
-    values = dict(tup.checkpoint.get("channel_values", {}))
-    values.update({c: v for _, c, v in tup.pending_writes or () if c.startswith("out.")})
-    return values
-
-
-class CancelWatch:
-    """Polls the thread's cancel request while a run advances it, so that a cancel given in
-    another process stops the run at its next step boundary."""
-
-    def __init__(self, db: Database, env: StepEnv, thread_id: str, interval: float) -> None:
-        self._db, self._env, self._thread_id, self._interval = db, env, thread_id, interval
-        self._stop = threading.Event()
-        self._worker = threading.Thread(
-            target=self._loop, name=f"longtask-cancel-{thread_id}", daemon=True
-        )
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if self._db.store.cancel_request(self._thread_id) is not None:
-                    self._env.cancel(self._thread_id)
-                    return
-            except Exception:  # a failed poll must not break the run; try again
-                log.debug("cancel poll failed", exc_info=True)
-
-    def __enter__(self) -> CancelWatch:
-        self._worker.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._worker.join()
-
-
-class ControlMixin(RunnerBase):
     def _manual(self, thread_id: str, kind: str, step: str | None, data: dict[str, Any]) -> None:
         self.db.store.append_event(
             thread_id, kind, key=f"{kind}/{uuid.uuid4().hex}", step=step, data=data
@@ -120,10 +92,10 @@ class ControlMixin(RunnerBase):
         Running it again after a crash or a failed compensation continues where it stopped.
         """
         rec = self.record_cancel(thread_id, reason=reason, by=by)
-        task = task or self._load(rec)
-        if self.served_by_workers(rec):
+        task = task or self._engine.load(rec)
+        if self._queue.served_by_workers(rec):
             # A worker stops the run (its cancel watch sees the request) and compensates.
-            self.enqueue(thread_id, {"kind": "cancel", "reason": reason, "by": by})
+            self._queue.enqueue(thread_id, {"kind": "cancel", "reason": reason, "by": by})
             return False
 
         def check(current: ThreadRecord) -> None:
@@ -134,12 +106,12 @@ class ControlMixin(RunnerBase):
         settling = 0.0
         while True:
             try:
-                self._advance(rec, task, None, first=False, check=check)
+                self._engine.advance(rec, task, None, first=False, check=check)
             except ThreadBusy:
                 # A process advancing the thread stops at its next step and compensates.
                 # One that has already paused or failed (it only has to let go of the
                 # thread) does not look again: wait for it and compensate here.
-                status = self._thread(thread_id).status
+                status = self._reads.thread(thread_id).status
                 if status not in _SETTLED or settling >= _SETTLE_WAIT:
                     return False
                 time.sleep(0.05)
@@ -156,7 +128,7 @@ class ControlMixin(RunnerBase):
         a run advancing the thread sees it at its next step boundary and compensates, and
         ``cancel`` (or a resume) finishes it otherwise. What an HTTP request does before it
         answers. A second request keeps the first one's reason and records nothing."""
-        rec = self._thread(thread_id)
+        rec = self._reads.thread(thread_id)
         _refuse_cancel(rec)
         if self.db.store.cancel_request(thread_id) is not None:
             return rec
@@ -166,98 +138,9 @@ class ControlMixin(RunnerBase):
         # comes too late leaves nothing behind. It holds who, why and when, so a crash
         # before the event below still leaves the cancel recorded.
         if not self.db.store.request_cancel(thread_id, request):
-            raise TooLateToCancel(thread_id, self._thread(thread_id).status)
+            raise TooLateToCancel(thread_id, self._reads.thread(thread_id).status)
         self._manual(thread_id, "manual.cancel", None, json.loads(json.dumps(request, default=str)))
         return rec
-
-    def _compensate(
-        self, task: LongTask, thread_id: str, run: int, request: dict[str, Any]
-    ) -> list[str]:
-        """Run the compensations of every completed step, newest first; each is recorded
-        in the effect ledger so that a repeated cancel never runs one twice."""
-        store = self.db.store
-        env, _graph = self._compiled(task)
-        store.set_status(thread_id, "cancelling")
-        tup = self.db.saver.get_tuple(
-            {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
-        )
-        state = _state_of(tup)
-        done = [
-            name
-            for name in reversed(list(task.layout))
-            if result_channel(name) in state
-            and not _skipped(state[result_channel(name)])
-            and task.steps[name].compensate is not None
-        ]
-        call = NodeCall(thread_id, run, "compensate")
-        for name in done:
-            compensate = task.steps[name].compensate
-            assert compensate is not None
-            info = task.layout[name]
-            key = effect_key(thread_id, name, "compensate", "", None)
-            if not store.effect_start(key, thread_id, name, "compensate", ""):
-                row = store.effect(key)
-                if row is not None and row.status == "succeeded":
-                    continue
-                # "started": the process died during this compensation; it runs again and
-                # its own effects (through ctx.effect) are not repeated.
-            env.emit(call, "compensation.started", call.key("compensation.started", name), info)
-            ctx = StepContext(
-                thread_id=thread_id,
-                info=info,
-                attempt=1,
-                state=state,
-                codec=self.codec,
-                inputs_model=task.inputs,
-                effects=env.effects_for(call, info, prefix="compensate:"),
-            )
-            try:
-                value = self.codec.decode(state[result_channel(name)], strict=False)
-                out = compensate(ctx, value)
-                try:
-                    json.dumps(out)
-                except (TypeError, ValueError):
-                    out = None
-            except Exception as exc:
-                error = describe(exc)[:2000]
-                store.effect_finish(key, "failed", error=error)
-                env.emit(
-                    call,
-                    "compensation.failed",
-                    call.key("compensation.failed", name),
-                    info,
-                    data={"error": error},
-                )
-                self.events_writer.flush()
-                store.set_status(
-                    thread_id,
-                    "cancelling",
-                    error={"step": name, "type": type(exc).__name__, "message": error},
-                )
-                setattr(exc, STEP_ATTR, name)
-                raise CompensationFailed(thread_id, name, error) from exc
-            store.effect_finish(key, "succeeded", result=out)
-            env.emit(call, "compensation.completed", call.key("compensation.completed", name), info)
-        failure = request.get("failure")
-        if failure:
-            self.events_writer.flush()
-            store.set_status(thread_id, "failed", error={**failure, "compensated": done})
-        else:
-            self.events_writer.put(
-                NewEvent(
-                    thread_id,
-                    "longtask.cancelled",
-                    "longtask.cancelled",
-                    data={
-                        "reason": request.get("reason"),
-                        "by": request.get("by"),
-                        "compensated": done,
-                    },
-                )
-            )
-            self.events_writer.flush()
-            store.set_status(thread_id, "cancelled")
-        return done
 
     # -- retry and skip ----------------------------------------------------------------------
 
@@ -273,12 +156,12 @@ class ControlMixin(RunnerBase):
         fresh set of attempts numbered on from the last, then continue the thread. An
         approval that was rejected, or an approval or wait that timed out, and so failed the
         thread, is asked again: a fresh request (plan, hash, deadline), and the thread waits."""
-        rec = self._thread(thread_id)
+        rec = self._reads.thread(thread_id)
         failing = self.retry_target(rec, step)
         if (rec.error or {}).get("outcome"):
             return self._ask_again(rec, failing, by=by, task=task)
         self._manual(thread_id, "manual.retry", failing, {"by": by or whoami()})
-        return self.resume(thread_id, task=task)
+        return self._engine.resume(thread_id, task=task)
 
     def retry_target(self, rec: ThreadRecord, step: str | None = None) -> str:
         """The step ``retry`` would run again (``step`` if given), or InvalidInput: what a
@@ -304,12 +187,12 @@ class ControlMixin(RunnerBase):
         """Ask a rejected (or timed out) approval or wait again: a fresh request, with its
         plan, hash and deadline, as if the step were reached for the first time."""
         thread_id = rec.thread_id
-        task = task or self._load(rec)
+        task = task or self._engine.load(rec)
         if not isinstance(task.steps.get(step), PauseStep):
             raise InvalidInput(f"task {task.name!r} has no approval or wait {step!r} any more")
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         with self.db.lock(thread_id):
-            current = self._thread(thread_id)
+            current = self._reads.thread(thread_id)
             if current.status != "failed" or (current.error or {}).get("step") != step:
                 raise InvalidInput(
                     f"thread {thread_id!r} changed meanwhile (now {current.status}); see "
@@ -318,13 +201,13 @@ class ControlMixin(RunnerBase):
             self._manual(thread_id, "manual.retry", step, {"by": by or whoami(), "ask": "again"})
             # The failed ask node would run again with the answer it was given (and fail the
             # same way): retire it, as if it had run, and start the step from its request.
-            self.graph(task).bulk_update_state(
+            self._engine.graph(task).bulk_update_state(
                 config, [[StateUpdate(None, as_node=ask_node_name(step))]]
             )
             # Only then may the thread go on (resume refuses while the outcome stands).
             error = {k: v for k, v in (current.error or {}).items() if k != "outcome"}
             self.db.store.set_status(thread_id, "failed", error=error)
-        return self.resume(thread_id, Command(goto=step), task=task)
+        return self._engine.resume(thread_id, Command(goto=step), task=task)
 
     def skip(
         self,
@@ -338,15 +221,15 @@ class ControlMixin(RunnerBase):
         """Mark ``step`` done with ``result`` (as if it had returned it) and continue the
         thread. For a step that failed or cannot run; approvals and waits are answered with
         approve, reject or signal instead."""
-        rec = self._thread(thread_id)
-        task = task or self._load(rec)
+        rec = self._reads.thread(thread_id)
+        task = task or self._engine.load(rec)
         self.check_skip(rec, task, step)
         encoded = self.codec.encode(result, f"the result given for step {step!r}")
-        _env, graph = self._compiled(task)
+        _env, graph = self._engine.compiled(task)
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         with self.db.lock(thread_id):
-            _refuse_closed(self._thread(thread_id), "skip a step of")
-            if rec.status == "running" and step in self._done_steps(thread_id):
+            _refuse_closed(self._reads.thread(thread_id), "skip a step of")
+            if rec.status == "running" and step in self._reads.done_steps(thread_id):
                 raise InvalidInput(f"step {step!r} of thread {thread_id!r} already has a result")
             # Siblings that finished in the failed super-step have their results only as
             # pending writes, which update_state alone would drop (they would run again):
@@ -375,7 +258,7 @@ class ControlMixin(RunnerBase):
                 step=step,
                 data={"manual": True, "by": who},
             )
-        return self.resume(thread_id, task=task)
+        return self._engine.resume(thread_id, task=task)
 
     def check_skip(self, rec: ThreadRecord, task: LongTask, step: str) -> None:
         """Refuse (InvalidInput, NothingToResume) a ``skip`` of ``step`` that ``skip`` would
@@ -392,7 +275,7 @@ class ControlMixin(RunnerBase):
                 f"step {step!r} is {'an approval' if target.kind == 'approval' else 'a wait'}: "
                 f"answer it with `longtask {'approve' if target.kind == 'approval' else 'signal'}`"
             )
-        done = self._done_steps(thread_id)
+        done = self._reads.done_steps(thread_id)
         if step in done:
             raise InvalidInput(f"step {step!r} of thread {thread_id!r} already has a result")
         missing = [d for d in task.layout[step].depends_on if d not in done]
@@ -405,7 +288,7 @@ class ControlMixin(RunnerBase):
 
     def budget(self, thread_id: str) -> BudgetState | None:
         """The thread's budget limits and usage (None if it has neither)."""
-        self._thread(thread_id)
+        self._reads.thread(thread_id)
         return self.db.store.budget(thread_id)
 
     def raise_budget(
@@ -421,7 +304,7 @@ class ControlMixin(RunnerBase):
     ) -> BudgetState:
         """Raise the thread's limits by the given amounts (``deadline``: seconds later).
         A thread paused by its budget continues with ``resume`` (or ``retry``)."""
-        self._thread(thread_id)
+        self._reads.thread(thread_id)
         adds = {"tokens": tokens, "cost": cost, "tool_calls": tool_calls, "wall_time": wall_time}
         given = {k: float(v) for k, v in adds.items() if v is not None}
         if not given and deadline is None:
@@ -449,10 +332,6 @@ class ControlMixin(RunnerBase):
 
 class _AlreadyCancelled(Exception):
     pass
-
-
-def _skipped(value: Any) -> bool:
-    return is_skipped(value)
 
 
 def _refuse_cancel(rec: ThreadRecord) -> None:

@@ -15,14 +15,17 @@ from pydantic import BaseModel
 
 from longtask.errors import InvalidInput
 from longtask.graphs import pause_write, rewriting
-from longtask.runtime._base import RunnerBase
 from longtask.runtime._views import CheckpointState
 from longtask.steps import INPUTS_CHANNEL, result_channel
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
+    from longtask.checkpointers import Database
     from longtask.model import LongTask
+    from longtask.runtime._engine import Engine
+    from longtask.runtime._reading import Reads
+    from longtask.store import ValueCodec
 
 
 class Branch(BaseModel):
@@ -49,14 +52,24 @@ def _cfg(thread_id: str, checkpoint_id: str | None = None) -> RunnableConfig:
     return {"configurable": conf}
 
 
-class HistoryMixin(RunnerBase):
+class TimeTravel:
+    """A thread's past: the state at a checkpoint, what changed between two, its branches,
+    and forks from a past checkpoint. ``engine`` gives the task's graph (LangGraph's
+    ``get_state`` and ``update_state`` do the work) and checks a fork's inputs."""
+
+    def __init__(self, db: Database, codec: ValueCodec, reads: Reads, engine: Engine) -> None:
+        self.db = db
+        self.codec = codec
+        self._reads = reads
+        self._engine = engine
+
     def at(
         self, thread_id: str, checkpoint_id: str, *, task: LongTask | None = None
     ) -> CheckpointState:
         """The task's state at ``checkpoint_id``: results, what runs next, interrupts."""
-        rec = self._thread(thread_id)
-        task = task or self._load(rec)
-        snapshot = self.graph(task).get_state(_cfg(thread_id, checkpoint_id))
+        rec = self._reads.thread(thread_id)
+        task = task or self._engine.load(rec)
+        snapshot = self._engine.graph(task).get_state(_cfg(thread_id, checkpoint_id))
         if not snapshot.config or snapshot.created_at is None:
             raise InvalidInput(
                 f"thread {thread_id!r} has no checkpoint {checkpoint_id!r}; see `longtask "
@@ -86,8 +99,8 @@ class HistoryMixin(RunnerBase):
         self, thread_id: str, a: str, b: str, *, task: LongTask | None = None
     ) -> list[StepDiff]:
         """How the step results differ from checkpoint ``a`` to checkpoint ``b``."""
-        rec = self._thread(thread_id)
-        task = task or self._load(rec)
+        rec = self._reads.thread(thread_id)
+        task = task or self._engine.load(rec)
         left, right = self.at(thread_id, a, task=task), self.at(thread_id, b, task=task)
         out = []
         for name in sorted(left.results.keys() | right.results.keys()):
@@ -109,7 +122,7 @@ class HistoryMixin(RunnerBase):
     def branches(self, thread_id: str) -> list[Branch]:
         """Every line of the thread's checkpoints, from its first checkpoint (or the fork
         point) to a head; ``current`` is the one ``resume`` continues (the newest head)."""
-        self._thread(thread_id)
+        self._reads.thread(thread_id)
         rows = self.db.store.checkpoint_tree(thread_id)  # in the thread's order
         parent = dict(rows)
         children: dict[str | None, list[str]] = {}
@@ -148,10 +161,10 @@ class HistoryMixin(RunnerBase):
         one run again, effects with unchanged arguments return their recorded results, and
         an approval runs again too — keeping its earlier decision if the plan is the same,
         asking again if the plan changed."""
-        from longtask.runtime._control import whoami
+        from longtask.runtime._who import whoami
 
-        rec = self._thread(thread_id)
-        task = task or self._load(rec)
+        rec = self._reads.thread(thread_id)
+        task = task or self._engine.load(rec)
         if not update and inputs is None:
             raise InvalidInput("say what changes on the fork: update={step: result} or inputs=")
         unknown = [k for k in update or {} if k not in task.steps]
@@ -190,9 +203,11 @@ class HistoryMixin(RunnerBase):
             if result_channel(d) in stored
         ]
         if inputs is not None:
-            encoded = self.codec.encode(self._validate_inputs(task, inputs), "the new inputs")
+            encoded = self.codec.encode(
+                self._engine.validate_inputs(task, inputs), "the new inputs"
+            )
             updates.append(StateUpdate({INPUTS_CHANNEL: encoded}, as_node=None))
-        graph = self.graph(task)
+        graph = self._engine.graph(task)
         with self.db.lock(thread_id):
             self.db.store.append_event(
                 thread_id,

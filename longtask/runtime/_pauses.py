@@ -8,9 +8,9 @@ state is left exactly as it was.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from langgraph.types import Command
@@ -23,13 +23,13 @@ from longtask.errors import (
     ThreadBusy,
     describe_validation,
 )
-from longtask.model import ApprovalRequest, Decision, LongTask, PauseStep, WaitStep
-from longtask.runtime._base import RunnerBase
-from longtask.runtime._control import whoami
-from longtask.runtime._interrupts import GATE_KINDS, open_interrupts
-from longtask.runtime._streams import check_config, using_config
+from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
+from longtask.runtime._answers import GATE_ANSWER, NotWaiting
+from longtask.runtime._calls import check_config, using_config
+from longtask.runtime._interrupts import GATE_KINDS
 from longtask.runtime._text import refuse_bad_text
 from longtask.runtime._views import Pending
+from longtask.runtime._who import whoami
 from longtask.steps import TIMEOUT, check_decision, check_payload
 from longtask.steps._effects import RESOLVED_AS_FAILED
 from longtask.steps._hitl import decision_from_hitl, is_hitl
@@ -38,31 +38,9 @@ from longtask.store import Effect
 from longtask.store._values import to_json_bytes
 
 if TYPE_CHECKING:
-    from longtask.store import ThreadRecord
-
-
-#: the answer ``resume`` (and ``retry``) gives a gate: look again
-GATE_ANSWER = {"continue": True}
-
-
-class NotWaiting(InvalidInput):
-    """The answer came too late: the thread stopped waiting for it (another process answered
-    it, a deadline failed the thread, or the thread ended) before this answer could be used."""
-
-
-def refuse_repeated_outcome(rec: ThreadRecord) -> None:
-    """A thread that failed because an approval was rejected or a pause timed out: going on
-    from its checkpoint (with or without a command) would run the pause again with the same
-    answer and repeat that outcome; ``retry`` asks again."""
-    error = rec.error or {}
-    outcome, step = error.get("outcome"), error.get("step")
-    if outcome and step:
-        raise InvalidInput(
-            f"step {step!r} of thread {rec.thread_id!r} "
-            f"{'was rejected' if outcome == 'rejected' else outcome}; resuming would only "
-            f"repeat that. To ask again (a fresh request), run `longtask retry "
-            f"{rec.thread_id} {step}`"
-        )
+    from longtask.checkpointers import Database
+    from longtask.runtime._engine import Engine
+    from longtask.runtime._reading import Reads
 
 
 @dataclass
@@ -72,14 +50,28 @@ class TickResult:
     outcome: str  # "timed out", "failed", "busy", "not waiting"
 
 
-class PauseMixin(RunnerBase):
-    """Runner's pause methods: pending, approve, reject, decide, signal, answer, tick."""
+class Pauses:
+    """Answering a paused thread: approve, reject, decide, signal, a raw answer, settling an
+    effect cut off mid-call, and ``tick`` (deadlines that passed). Each answer is checked
+    (approvers, plan hash, deadline, payload schema) against the pending request from
+    ``reads``, then the run core (``engine``) resumes the thread with it. ``clock`` decides
+    deadlines (the database server's on PostgreSQL)."""
 
-    def _select(
+    def __init__(
+        self, db: Database, clock: Callable[[], datetime], reads: Reads, engine: Engine
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self._reads = reads
+        self._engine = engine
+
+    def select(
         self, thread_id: str, task: LongTask, target: str | None, kind: str | None
     ) -> Pending:
-        rec = self._thread(thread_id)
-        items = [p for p in self.pending(thread_id, task=task) if kind is None or p.kind == kind]
+        rec = self._reads.thread(thread_id)
+        items = [
+            p for p in self._reads.pending(thread_id, task=task) if kind is None or p.kind == kind
+        ]
         what = {"approval": "an approval", "wait": "an outside event"}.get(kind or "", "an answer")
         if not items:
             raise InvalidInput(
@@ -100,83 +92,7 @@ class PauseMixin(RunnerBase):
             f"{target!r} of thread {thread_id!r} is not waiting for {what}; waiting: {names}"
         )
 
-    def _goto_skips(
-        self,
-        rec: ThreadRecord,
-        task: LongTask,
-        goto: list[str],
-        *,
-        skip_pending: bool,
-        by: str | None,
-        record: bool,
-    ) -> None:
-        """Refuse a ``goto`` that would jump past a pending approval or wait (one that comes
-        before a target): the gated step would run before any decision, and again after it.
-        With ``skip_pending`` it goes on, and (``record``) a ``manual.goto`` event says who
-        skipped what."""
-        if not goto:
-            return
-        if not skip_pending:
-            self._refuse_unanswered(rec, task, goto)
-        if rec.status in ("failed", "completed", "cancelled"):
-            return
-        skipped = [
-            p
-            for p in open_interrupts(self.db.saver.head(rec.thread_id))
-            if p.kind in ("approval", "wait")
-            and any(p.step in task.layout[g].ancestors for g in goto if g in task.layout)
-        ]
-        if not skipped:
-            return
-        if not skip_pending:
-            first = skipped[0]
-            target = next(g for g in goto if first.step in task.layout[g].ancestors)
-            answer = (
-                f"longtask approve {rec.thread_id} {first.step} --by NAME"
-                if first.kind == "approval"
-                else f"longtask signal {rec.thread_id} {first.step} --payload JSON"
-            )
-            what = "approval" if first.kind == "approval" else "wait"
-            raise InvalidInput(
-                f"cannot go to {target!r}: it comes after the pending {what} {first.step!r}, "
-                f"which would be skipped; answer it first (`{answer}`), or go anyway with "
-                "--skip-pending (skip_pending=True)"
-            )
-        if record:
-            self.db.store.append_event(
-                rec.thread_id,
-                "manual.goto",
-                key=f"manual.goto/{uuid.uuid4().hex}",
-                data={
-                    "by": by or whoami(),
-                    "goto": goto,
-                    "skipped_pending": [p.step for p in skipped],
-                },
-            )
-
-    def _refuse_unanswered(self, rec: ThreadRecord, task: LongTask, goto: list[str]) -> None:
-        """Refuse a ``goto`` to a step after an approval or a wait that has no answer and is
-        not pending now (not reached yet, or it failed the thread): the gated step would run
-        with no decision at all. (A pending one is refused by ``_goto_skips``, with the
-        command that answers it.)"""
-        pending = {p.step for p in open_interrupts(self.db.saver.head(rec.thread_id))}
-        done = self._done_steps(rec.thread_id)
-        for target in goto:
-            info = task.layout.get(target)
-            if info is None:
-                continue
-            for name in sorted(info.ancestors):
-                step = task.steps.get(name)
-                if isinstance(step, PauseStep) and name not in done and name not in pending:
-                    what = "approval" if step.kind == "approval" else "wait"
-                    raise InvalidInput(
-                        f"cannot go to {target!r}: it comes after the {what} {name!r}, which "
-                        "has no answer, so the step would run without it; go to "
-                        f"{name!r} instead (it asks again), or go anyway with --skip-pending "
-                        "(skip_pending=True, recorded with --by)"
-                    )
-
-    def _answer(
+    def resume_value(
         self, thread_id: str, task: LongTask, item: Pending, value: Any, by: str | None = None
     ) -> Any:
         """The checked resume value for ``item`` (raises InvalidInput, changing nothing)."""
@@ -211,7 +127,7 @@ class PauseMixin(RunnerBase):
         allow_changed_definition: bool = False,
     ) -> str:
         """Continue the thread with ``value`` for ``item``, if it is still pending then."""
-        return self.resume(
+        return self._engine.resume(
             thread_id,
             Command(resume={item.interrupt_id: value}),
             task=task,
@@ -237,8 +153,8 @@ class PauseMixin(RunnerBase):
         decision is for the plan pending now. ``config`` as for ``start``.
         """
         check_config(config)
-        task = task or self._load(self._thread(thread_id))
-        item = self._select(thread_id, task, step, "approval")
+        task = task or self._engine.load(self._reads.thread(thread_id))
+        item = self.select(thread_id, task, step, "approval")
         try:
             decision = Decision(
                 approved=approved,
@@ -249,7 +165,7 @@ class PauseMixin(RunnerBase):
             )
         except ValidationError as exc:
             raise InvalidInput(f"the decision is not valid: {describe_validation(exc)}") from None
-        value = self._answer(thread_id, task, item, decision)
+        value = self.resume_value(thread_id, task, item, decision)
         with using_config(config):
             return self._resume_pending(thread_id, task, item, value)
 
@@ -313,9 +229,9 @@ class PauseMixin(RunnerBase):
         ``wait.resolved`` records ``by`` (the user of this process if None). ``config`` as
         for ``start``."""
         check_config(config)
-        task = task or self._load(self._thread(thread_id))
-        item = self._select(thread_id, task, name, "wait")
-        value = self._answer(thread_id, task, item, payload, by)
+        task = task or self._engine.load(self._reads.thread(thread_id))
+        item = self.select(thread_id, task, name, "wait")
+        value = self.resume_value(thread_id, task, item, payload, by)
         with using_config(config):
             return self._resume_pending(thread_id, task, item, signal_value(value, by or whoami()))
 
@@ -337,8 +253,8 @@ class PauseMixin(RunnerBase):
         token): a HITL decision is recorded with it (else the user of this process), and a
         decision that names somebody else is refused. ``allow_changed_definition`` as for
         ``resume``."""
-        task = task or self._load(self._thread(thread_id))
-        item = self._select(thread_id, task, interrupt, None)
+        task = task or self._engine.load(self._reads.thread(thread_id))
+        item = self.select(thread_id, task, interrupt, None)
         if by is not None and item.kind == "approval" and not is_hitl(value):
             if isinstance(value, dict) and "by" not in value:
                 value = {**value, "by": by}  # made by the caller: the payload need not say
@@ -348,13 +264,8 @@ class PauseMixin(RunnerBase):
                     f"the decision for {item.step!r} names {named!r} as its approver, but it "
                     f"is given by {by!r}; a decision can only be given in one's own name"
                 )
-        checked = self._answer(thread_id, task, item, value, by=by)
+        checked = self.resume_value(thread_id, task, item, value, by=by)
         return self._resume_pending(thread_id, task, item, checked, allow_changed_definition)
-
-    def effects(self, thread_id: str) -> list[Effect]:
-        """The side-effect ledger of a thread, oldest first."""
-        self._thread(thread_id)
-        return self.db.store.effects(thread_id)
 
     def resolve_effect(
         self,
@@ -369,7 +280,7 @@ class PauseMixin(RunnerBase):
         """Settle an effect whose outcome is unknown (the process died during the call):
         it ``succeeded`` (with ``result``), ``failed``, or should be tried again
         (``retry``). Then the thread continues if it was waiting on it."""
-        rec = self._thread(thread_id)
+        rec = self._reads.thread(thread_id)
         row = self.db.store.effect(key)
         if row is None or row.thread_id != thread_id:
             raise InvalidInput(
@@ -379,10 +290,10 @@ class PauseMixin(RunnerBase):
             raise InvalidInput("outcome must be succeeded, failed or retry")
         if outcome == "succeeded":
             to_json_bytes(result, "the result")
-        task = task or self._load(rec)
+        task = task or self._engine.load(rec)
         items = [
             p
-            for p in self.pending(thread_id, task=task)
+            for p in self._reads.pending(thread_id, task=task)
             if p.kind == "effect" and p.request.get("key") == key
         ]
         if row.status != "started":
@@ -408,7 +319,7 @@ class PauseMixin(RunnerBase):
                 )
             if items:
                 return self._resume_pending(thread_id, task, items[0], {"resolved": outcome})
-            return self.resume(thread_id, task=task)
+            return self._engine.resume(thread_id, task=task)
         # The record of who settled it first: a crash right after the settle would otherwise
         # lose it for good (the key makes a repeated resolve write it once).
         self.db.store.append_event(
@@ -432,7 +343,7 @@ class PauseMixin(RunnerBase):
             return self._resume_pending(thread_id, task, items[0], {"resolved": outcome})
         if rec.status == "running" and not self.db.is_locked(thread_id):
             # Settled right after a crash, before any resume: continue the thread now.
-            return self.resume(thread_id, task=task)
+            return self._engine.resume(thread_id, task=task)
         return thread_id
 
     def tick(self, limit: int = 100, *, thread_id: str | None = None) -> list[TickResult]:
@@ -448,9 +359,9 @@ class PauseMixin(RunnerBase):
             due = [d for d in due if d[0] == thread_id]
         for thread_id, step, _due in due:
             try:
-                rec = self._thread(thread_id)
-                task = self._load(rec)
-                items = [p for p in self.pending(thread_id, task=task) if p.step == step]
+                rec = self._reads.thread(thread_id)
+                task = self._engine.load(rec)
+                items = [p for p in self._reads.pending(thread_id, task=task) if p.step == step]
                 if not items:
                     self.db.store.timer_clear(thread_id, step)
                     results.append(TickResult(thread_id, step, "not waiting"))

@@ -17,18 +17,15 @@ import os
 import socket
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from langgraph.types import Command
-from pydantic import BaseModel
 
 from longtask.errors import InvalidInput, WorkersNeedPostgres
-from longtask.runtime._base import RunnerBase
-from longtask.steps._tracing import trace_carrier
+from longtask.steps._tracing import remote_parent, trace_carrier
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
-    from longtask.model import LongTask
     from longtask.store import ThreadRecord
 
 log = logging.getLogger("longtask.workers")
@@ -86,42 +83,21 @@ def decode_command(data: Mapping[str, Any] | None) -> Command[Any] | None:
     )
 
 
-class QueueMixin(RunnerBase):
-    _app: Any
+class Queue:
+    """The job queue of threads served by workers (procrastinate, in the same PostgreSQL),
+    and the lease that fences every writer of a thread. ``worker`` is set in a worker's
+    runner: it advances worker threads itself instead of queueing their continuations."""
+
+    def __init__(self, db: Database, worker: str | None) -> None:
+        self.db = db
+        self.worker = worker
+        self._app: Any = None
 
     def _queue(self) -> Any:
         if self._app is None:
             self._app = make_app(self.db)
             self._app.open()
         return self._app
-
-    def submit(
-        self,
-        task: LongTask,
-        inputs: Mapping[str, Any] | BaseModel | None = None,
-        thread_id: str | None = None,
-        *,
-        task_ref: str | None = None,
-        queue: str = DEFAULT_QUEUE,
-    ) -> str:
-        """Start ``task`` on a new thread served by workers (``longtask worker``): returns
-        at once; a worker runs it. The task must be importable by its reference on every
-        worker (a module path, or a file path the workers can read)."""
-        make_app(self.db)  # PostgreSQL only: refuse before anything is stored
-        rec = self._new_thread(task, inputs, thread_id, task_ref, "worker")
-        if not rec.task_ref:
-            raise InvalidInput(
-                f"task {task.name!r} has no importable reference, so workers cannot load it; "
-                "define it in a module and pass task_ref='package.module:name'"
-            )
-        self.db.store.append_event(
-            rec.thread_id,
-            "longtask.started",
-            key="longtask.started",
-            data={"task": task.name, "version": task.version, "hash": task.definition_hash},
-        )
-        self.wake(rec.thread_id, queue=queue)
-        return rec.thread_id
 
     def served_by_workers(self, rec: ThreadRecord) -> bool:
         """Whether this runner must hand ``rec``'s continuation to the queue."""
@@ -131,7 +107,7 @@ class QueueMixin(RunnerBase):
         """Put a continuation in the thread's inbox and wake a worker for it."""
         headers = trace_carrier()
         if headers:
-            # The worker's run continues the caller's trace (see Runner.apply_command).
+            # The worker's run continues the caller's trace (see apply_command).
             command = {**command, "trace": headers}
         self.db.store.inbox_put(thread_id, command)
         self.wake(thread_id)
@@ -162,7 +138,7 @@ class QueueMixin(RunnerBase):
         except procrastinate.exceptions.AlreadyEnqueued:
             log.debug("a wake-up of %s is already queued", thread_id)
 
-    def close_queue(self) -> None:
+    def close(self) -> None:
         if self._app is not None:
             with contextlib.suppress(Exception):
                 self._app.close()
@@ -182,13 +158,56 @@ class QueueMixin(RunnerBase):
                 self.db.store.lease_release(thread_id, epoch)
 
     @contextlib.contextmanager
-    def _hold(self, thread_id: str) -> Iterator[int]:
+    def hold(self, thread_id: str) -> Iterator[int]:
         """A single process's hold on a thread: its writer lock, and a lease epoch."""
         with self.db.lock(thread_id), self.lease(thread_id, f"process:{worker_name()}") as epoch:
             yield epoch
 
 
-def serve_thread(runner: Any, thread_id: str) -> str:
+class ThreadServer(Protocol):
+    """What a worker's job needs of the Runner that serves the thread."""
+
+    @property
+    def db(self) -> Database: ...
+
+    def tick(self, limit: int = ..., *, thread_id: str | None = ...) -> Any: ...
+
+    def resume(
+        self,
+        thread_id: str,
+        command: Command[Any] | None = ...,
+        *,
+        allow_changed_definition: bool = ...,
+        expect_interrupt: str | None = ...,
+        skip_pending: bool = ...,
+        by: str | None = ...,
+    ) -> str: ...
+
+    def cancel(self, thread_id: str, *, reason: str | None = ..., by: str | None = ...) -> bool: ...
+
+    def wake(self, thread_id: str, *, at: float | None = ..., queue: str = ...) -> None: ...
+
+
+def apply_command(runner: ThreadServer, thread_id: str, command: Mapping[str, Any]) -> None:
+    """Carry out a continuation a caller queued for a worker thread (worker side)."""
+    kind = command.get("kind")
+    if kind == "resume":
+        with remote_parent(command.get("trace")):
+            runner.resume(
+                thread_id,
+                decode_command(command.get("command")),
+                allow_changed_definition=bool(command.get("allow_changed_definition")),
+                expect_interrupt=command.get("expect_interrupt"),
+                skip_pending=bool(command.get("skip_pending")),
+                by=command.get("by"),
+            )
+    elif kind == "cancel":
+        runner.cancel(thread_id, reason=command.get("reason"), by=command.get("by"))
+    else:
+        raise InvalidInput(f"unknown queued command {kind!r}")
+
+
+def serve_thread(runner: ThreadServer, thread_id: str) -> str:
     """The job a worker runs for a thread: apply its inbox in order (or just continue it),
     then schedule what it waits for (a deadline, a retry). Returns what happened."""
     from longtask.errors import NothingToResume
@@ -203,7 +222,7 @@ def serve_thread(runner: Any, thread_id: str) -> str:
         return "nothing to do"
     for entry_id, command in entries:
         try:
-            runner.apply_command(thread_id, command)
+            apply_command(runner, thread_id, command)
         except (NothingToResume, InvalidInput) as exc:
             # Answered twice, or no longer waiting: the command has nothing left to do.
             log.info("command for %s not applied: %s", thread_id, exc)

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from longtask.checkpointers._reader import values_now
 from longtask.errors import InvalidInput, ThreadNotFound
-from longtask.runtime._base import RunnerBase
+from longtask.runtime._costs import ThreadCost, with_costs
 from longtask.runtime._interrupts import USER_KINDS, open_interrupts
-from longtask.runtime._usage import read_usage
+from longtask.runtime._usage import ThreadUsage, read_usage
 from longtask.runtime._views import (
     CheckpointView,
     HistoryList,
@@ -29,8 +29,9 @@ from longtask.store import SKIP_MARK, Event, ThreadRecord, is_skipped
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
 
+    from longtask.checkpointers import Database
     from longtask.model import LongTask
-    from longtask.store import Store
+    from longtask.store import Effect, Store, ValueCodec
 
 # This module imports no LangGraph and no task model: `longtask status` and the other reads
 # use it in processes that never run a graph (see runtime._reader). So the step result
@@ -86,12 +87,25 @@ def view_of(
     )
 
 
-def _schedule_of(store: Store, thread_id: str) -> dict[str, Any] | None:
+def schedule_of(store: Store, thread_id: str) -> dict[str, Any] | None:
+    """Which schedule started the thread, the tick, and the schedule's next fire time
+    (None for a thread no schedule started)."""
     if not _TICK_SUFFIX_RE.search(thread_id):
+        return None  # not an id a tick gives: no query
+    found = store.fire_of(thread_id)
+    if found is None:
         return None
-    from longtask.runtime._schedules import schedule_of
-
-    return schedule_of(store, thread_id)
+    name, tick = found
+    rec = store.schedule_get(name)
+    out: dict[str, Any] = {"name": name, "tick": tick.isoformat(), "registered": rec is not None}
+    if rec is not None:
+        out.update(
+            timezone=rec.timezone,
+            paused=rec.paused,
+            next_fire_at=rec.next_fire_at.isoformat(),
+            next_fire_local=rec.next_fire_local().isoformat(),
+        )
+    return out
 
 
 def _committed_in(tup: Any) -> set[str]:
@@ -147,18 +161,23 @@ def derived_status(
     return status, waiting
 
 
-class ReadingMixin(RunnerBase):
-    """Status, results, events and the list of threads."""
+class Reads:
+    """The reads of a thread: its record, status, what it waits for, its checkpoints,
+    results, events, effects and usage, and the list of threads. No run, no lock, no
+    LangGraph (see the module docstring)."""
 
-    # -- reading -----------------------------------------------------------------------------
+    def __init__(self, db: Database, codec: ValueCodec) -> None:
+        self.db = db
+        self.codec = codec
 
-    def _thread(self, thread_id: str) -> ThreadRecord:
+    def thread(self, thread_id: str) -> ThreadRecord:
+        """The thread's record, or :class:`ThreadNotFound` naming the database."""
         rec = self.db.store.get_thread(thread_id)
         if rec is None:
             raise ThreadNotFound(thread_id, self.db.url.redacted)
         return rec
 
-    def _done_steps(self, thread_id: str) -> set[str]:
+    def done_steps(self, thread_id: str) -> set[str]:
         """Steps whose result is in the latest checkpoint or in its pending writes."""
         return _done_in(self.db.reader.head(thread_id))
 
@@ -167,7 +186,7 @@ class ReadingMixin(RunnerBase):
         the latest checkpoint only (no history walk, no task import); with ``usage`` (the
         default) what each step and the thread used, from one small row per step and the
         budget row (``usage=False`` skips them, for a caller that polls and shows none)."""
-        rec = self._thread(thread_id)
+        rec = self.thread(thread_id)
         # Without the results: the fix loops' rounds, and the results that may be a skip's
         # mark ({"$longtask": "skipped", ...}), found by the server.
         tup = self.db.reader.head(thread_id, load="fix.", search=("out.", SKIP_MARK))
@@ -243,7 +262,7 @@ class ReadingMixin(RunnerBase):
             created_at=rec.created_at,
             updated_at=rec.updated_at,
             worker=holder[0] if holder else None,
-            schedule=_schedule_of(self.db.store, thread_id),
+            schedule=schedule_of(self.db.store, thread_id),
             usage=totals,
         )
 
@@ -251,7 +270,7 @@ class ReadingMixin(RunnerBase):
         """What the thread is waiting for: approvals (with plan, hash, deadline, approvers)
         and outside events, each with the LangGraph interrupt id it answers. (``task`` is
         not needed: the requests are stored.)"""
-        rec = self._thread(thread_id)
+        rec = self.thread(thread_id)
         if rec.status in ("failed", "completed", "cancelled"):
             # LangGraph keeps a task's last interrupt next to a later error (a rejection
             # that failed the thread): nothing is waiting for an answer any more.
@@ -271,7 +290,7 @@ class ReadingMixin(RunnerBase):
         (``before``: older than that checkpoint, to page back). With ``step`` or ``stage``,
         only checkpoints that stored a result of that step (or of a step of that stage);
         the search reads at most 50 × ``limit`` checkpoints."""
-        rec = self._thread(thread_id)
+        rec = self.thread(thread_id)
         if limit < 1:
             raise InvalidInput("limit must be at least 1")
         if before is not None and self.db.reader.get_tuple(_config_at(thread_id, before)) is None:
@@ -301,7 +320,7 @@ class ReadingMixin(RunnerBase):
 
     def result(self, thread_id: str, step: str) -> Any:
         """The stored result of ``step`` in the thread's latest checkpoint."""
-        rec = self._thread(thread_id)
+        rec = self.thread(thread_id)
         # only the step's channel (and any it is a prefix of): the other values may need
         # LangGraph's classes to decode
         tup = self.db.reader.head(thread_id, load=f"out.{step}")
@@ -315,7 +334,7 @@ class ReadingMixin(RunnerBase):
 
     def results(self, thread_id: str) -> dict[str, Any]:
         """Every stored step result of the thread, by step name."""
-        self._thread(thread_id)
+        self.thread(thread_id)
         tup = self.db.reader.head(thread_id, load="out.")
         return {
             k[4:]: self.codec.decode(v, strict=False) for k, v in values_now(tup, "out.").items()
@@ -329,10 +348,36 @@ class ReadingMixin(RunnerBase):
         kinds: Iterable[str] | None = None,
         limit: int | None = None,
     ) -> list[Event]:
-        self._thread(thread_id)
+        self.thread(thread_id)
         return self.db.store.events(
             thread_id, since=since, kinds=list(kinds) if kinds else None, limit=limit
         )
 
     def threads(self, limit: int = 100, status: str | None = None) -> list[ThreadRecord]:
         return self.db.store.list_threads(limit=limit, status=status)
+
+    def effects(self, thread_id: str) -> list[Effect]:
+        """The side-effect ledger of a thread, oldest first."""
+        self.thread(thread_id)
+        return self.db.store.effects(thread_id)
+
+    def usage(self, thread_id: str) -> ThreadUsage:
+        """What the thread used in all (tokens, cost, tool and model calls, wall time) and
+        what its budget has left; the same as ``status(thread_id).usage``."""
+        rec = self.thread(thread_id)
+        declared = {s["name"] for st in rec.definition["stages"] for s in st["steps"]}
+        return read_usage(self.db.store, rec, declared)[0]
+
+    def threads_with_cost(
+        self,
+        limit: int = 100,
+        status: str | None = None,
+        sort: str = "updated",
+        task: str | None = None,
+    ) -> list[ThreadCost]:
+        """Threads (with ``status``, of the task named ``task``) with what they cost and
+        their age: ``sort`` is ``updated`` (most recently updated first), ``cost`` (most
+        expensive first) or ``age`` (oldest first). Two queries, whatever the number of
+        threads."""
+        records = self.db.store.list_threads(limit=limit, status=status, sort=sort, task=task)
+        return with_costs(records, self.db.store.costs_of([r.thread_id for r in records]))

@@ -9,10 +9,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import InvalidInput
-from longtask.runtime._base import RunnerBase
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
+    from longtask.runtime._reading import Reads
     from longtask.store import Artifact, Event
 
 #: statuses after which a thread writes no more events until someone acts
@@ -65,8 +65,20 @@ class EventHub:
         self._stop.set()
 
 
-class WatchMixin(RunnerBase):
-    _hub: EventHub | None = None
+class Watch:
+    """Watching threads live: their events as they are stored (``follow``, and
+    ``wait_events`` for a server's streams), and their artifacts and agent transcripts.
+    ``reads`` says whether a thread exists and what its status is."""
+
+    def __init__(self, db: Database, reads: Reads) -> None:
+        self.db = db
+        self._reads = reads
+        self._hub: EventHub | None = None
+
+    def close(self) -> None:
+        """Stop the listener ``wait_events`` started, if any."""
+        if self._hub is not None:
+            self._hub.close()
 
     def wait_events(self, thread_id: str, timeout: float) -> None:
         """Block until the thread may have new events (PostgreSQL: a NOTIFY for it), or
@@ -92,7 +104,7 @@ class WatchMixin(RunnerBase):
         Works while any process, on any machine, advances the thread; PostgreSQL wakes the
         follower with LISTEN/NOTIFY, SQLite is polled every ``poll`` seconds.
         """
-        self._thread(thread_id)
+        self._reads.thread(thread_id)
         wanted = list(kinds) if kinds else None
         store = self.db.store
         waiter = self.db.event_waiter(poll)
@@ -102,7 +114,7 @@ class WatchMixin(RunnerBase):
             while True:
                 # The status first: a thread's events are stored before its final status,
                 # so the fetch below holds all of them once the status is final.
-                status = self._thread(thread_id).status
+                status = self._reads.thread(thread_id).status
                 now = time.time()
                 batch = store.events(
                     thread_id, since=last, kinds=wanted, recent=now - LOOKBACK if last else None
@@ -123,12 +135,12 @@ class WatchMixin(RunnerBase):
 
     def artifacts(self, thread_id: str) -> list[Artifact]:
         """The thread's artifacts (newest content per name), oldest first."""
-        self._thread(thread_id)
+        self._reads.thread(thread_id)
         return self.db.store.artifacts(thread_id)
 
     def artifact(self, thread_id: str, name: str) -> tuple[bytes, Artifact]:
         """The content of artifact ``name`` and its record."""
-        self._thread(thread_id)
+        self._reads.thread(thread_id)
         record = self.db.store.artifact(thread_id, name)
         if record is None:
             names = ", ".join(a.name for a in self.db.store.artifacts(thread_id)) or "none"
@@ -136,17 +148,6 @@ class WatchMixin(RunnerBase):
                 f"thread {thread_id!r} has no artifact {name!r} (artifacts: {names})"
             )
         return self.db.store.artifact_data(record), record
-
-    def timeline(self, thread_id: str) -> Any:
-        """A matplotlib figure of the thread over time (a Gantt chart): one row per step,
-        grouped by stage, a bar per run coloured by its outcome (failed runs, retries and
-        pauses show), the time spent waiting for a person or an outside event shaded."""
-        from longtask.runtime._plots import timeline_figure
-
-        rec = self._thread(thread_id)
-        stages = {s["name"]: st["name"] for st in rec.definition["stages"] for s in st["steps"]}
-        events = self.db.store.events(thread_id)
-        return timeline_figure(events, list(stages), f"{rec.task_name} · {thread_id}", stages)
 
     def transcript(self, thread_id: str, step: str) -> list[dict[str, Any]]:
         """The messages of the latest run of agent step ``step`` (LangChain's

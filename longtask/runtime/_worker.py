@@ -11,7 +11,7 @@ next step boundary and hand it back to the queue.
 Workers also fire schedules (``longtask schedule``): every few seconds (a quarter of
 ``stalled_after``) each starts a thread for every due tick and queues it like ``submit``.
 Every worker tries; row locks and the tick's thread id make it one thread per tick (see
-``longtask.runtime._schedules``).
+``longtask.ops._schedules``).
 
 Workers route by definition: a job whose thread recorded a definition this worker's code
 lacks is handed back untouched, to wait for a worker that has it (``longtask.runtime._routing``);
@@ -28,37 +28,76 @@ import signal
 import socket
 import threading
 import time
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from longtask.errors import LeaseLost, LongTaskError, StepFailed
-from longtask.runtime._prune import PruneSchedule
-from longtask.runtime._queue import DEFAULT_QUEUE, JOB_TASK, WAKE_TASK, make_app, serve_thread
+from longtask.runtime._queue import (
+    DEFAULT_QUEUE,
+    JOB_TASK,
+    WAKE_TASK,
+    ThreadServer,
+    make_app,
+    serve_thread,
+)
 from longtask.runtime._routing import Lacking, Routing, served_elsewhere
 
 log = logging.getLogger("longtask.workers")
 
 
+class WorkerRunner(ThreadServer, Protocol):
+    """What a worker needs of the Runner it serves threads with (one made with its name as
+    ``worker``): the job's calls, the database, the clock, the stop flag, firing due
+    schedules."""
+
+    @property
+    def worker(self) -> str | None: ...
+
+    @property
+    def stopping(self) -> threading.Event: ...
+
+    def clock(self) -> datetime: ...
+
+    def fire_due(
+        self, now: datetime | None = ..., *, launch: Any = ..., limit: int = ...
+    ) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class Prune(Protocol):
+    """A worker's scheduled prune (``ops.PruneSchedule``): every ``every`` seconds,
+    ``run`` prunes through the runner (None when another process is pruning)."""
+
+    @property
+    def every(self) -> float: ...
+
+    def run(self, runner: Any) -> Any: ...
+
+
 class Worker:
+    """Runs the wake-up jobs of threads served by workers, with ``runner`` (made for this
+    worker: its ``worker`` is the worker's name, see ``longtask.make_worker``); closes it
+    when it stops."""
+
     def __init__(
         self,
-        db: str | None = None,
+        runner: WorkerRunner,
         *,
         concurrency: int = 1,
         queues: list[str] | None = None,
         stalled_after: float = 30.0,
-        name: str | None = None,
-        prune: PruneSchedule | None = None,
+        prune: Prune | None = None,
     ) -> None:
-        from longtask.checkpointers import Database
-        from longtask.runtime._runner import Runner
-
+        if runner.worker is None:
+            raise ValueError("a Worker needs a Runner made for it (Runner(..., worker=NAME))")
         self.concurrency = concurrency
         self.queues = queues or [DEFAULT_QUEUE]
         self.stalled_after = stalled_after
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
-        self.db = Database.open(db)
+        self.name = runner.worker
+        self.runner = runner
+        self.db = runner.db
         self.app = make_app(self.db)
-        self.runner = Runner(self.db, worker=self.name, cancel_poll=min(0.5, stalled_after / 4))
         self.started = time.time()
         self.prune = prune
         self.jobs = 0
@@ -247,4 +286,3 @@ class Worker:
             with contextlib.suppress(Exception):
                 self.db.store.worker_stopped(self.name)
             self.runner.close()
-            self.db.close()

@@ -21,14 +21,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from longtask import __version__
+from longtask._version import __version__
 from longtask.errors import (
     InvalidInput,
     LongTaskError,
     TooLateToCancel,
     describe_validation,
 )
-from longtask.runtime._costs import report_name
+from longtask.ops._reports import report_name
 from longtask.serve import _lg_assistants as lg_assistants
 from longtask.serve import _lg_runs as lg_runs
 from longtask.serve import _lg_threads as lg_threads
@@ -60,7 +60,7 @@ from longtask.serve._stream import EventStream
 from longtask.store import THREAD_SORTS
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner
+    from longtask._runner import Runner
 
 log = logging.getLogger("longtask.serve")
 T = TypeVar("T")
@@ -264,7 +264,7 @@ def create_app(
     ) -> str | None:
         """Check an answer now, and record it as a run that serve's executor carries out:
         the request returns at once, however long the steps after the pause take."""
-        rec = runner._thread(thread_id)
+        rec = runner.reads.thread(thread_id)
         if runner.served_by_workers(rec):
             # Queued for the workers: returns as soon as the command is in the inbox.
             if kind == "approval":
@@ -273,9 +273,9 @@ def create_app(
                 runner.signal(thread_id, str(target), value, by=by)
             return None  # no run of serve's: a worker carries it out
         entry = tasks.find(rec.task_name)
-        task = entry.for_thread(rec) if entry is not None else runner._load(rec)
+        task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
         seen = lg_runs.refuse_busy(lg, thread_id)
-        rec = runner._thread(thread_id)  # read after the mark: what the check sees is current
+        rec = runner.reads.thread(thread_id)  # read after the mark: what the check sees is current
         request = plan_answer(runner, rec, task, target, kind, value, by)
         run = lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by, seen=seen)
         return run.run_id
@@ -306,7 +306,7 @@ def create_app(
     def cancel_later(thread_id: str, reason: str | None, by: str) -> str | None:
         """Refuse a cancel that comes too late now; record the rest as a run: compensations
         run in serve's executor, never inside the request."""
-        rec = runner._thread(thread_id)
+        rec = runner.reads.thread(thread_id)
         if rec.status in ("completed", "cancelled") or (rec.error or {}).get("compensated"):
             raise TooLateToCancel(thread_id, rec.status)
         if runner.served_by_workers(rec):

@@ -32,8 +32,8 @@ from longtask.serve._lg_live import Feed, Feeds
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 
 if TYPE_CHECKING:
+    from longtask._runner import Runner
     from longtask.model import LongTask
-    from longtask.runtime import Runner
     from longtask.serve._lg_assistants import Registry
     from longtask.store import ThreadRecord
     from longtask.store._apiruns import ApiRun
@@ -68,7 +68,7 @@ class Executor:
         to_workers: bool = False,
         follow_poll: float = 0.2,
     ) -> None:
-        from longtask.runtime import Runner as RunnerClass
+        from longtask._runner import Runner as RunnerClass
 
         # Its own Runner on the app's database: runs never share the request side's state.
         self.runner = RunnerClass(runner.db)
@@ -111,7 +111,7 @@ class Executor:
 
     def task_for(self, rec: ThreadRecord) -> LongTask:
         entry = self.registry.find(rec.task_name)
-        return entry.for_thread(rec) if entry is not None else self.runner._load(rec)
+        return entry.for_thread(rec) if entry is not None else self.runner.engine.load(rec)
 
     # -- submitting ------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ class Executor:
         self._jobs.put((self._execute, (run_id,)))
 
     def start_fired(self, thread_id: str) -> None:
-        """Run a thread a schedule fired (see ``ScheduleMixin.start_fired``). Firing hands
+        """Run a thread a schedule fired (see ``Scheduler.start_fired``). Firing hands
         over a fired thread again each round until it has started: while the pool is busy
         with long runs, it waits here once, not once per round."""
         with self._fired_lock:

@@ -26,8 +26,8 @@ from longtask.model import AgentStep
 from longtask.serve._lg_json import plain
 
 if TYPE_CHECKING:
+    from longtask._runner import Runner
     from longtask.model import LongTask
-    from longtask.runtime import Runner
 
 #: the run input key a chat client sends its messages in
 KEY = "messages"

@@ -19,8 +19,8 @@ from longtask.graphs import pause_write
 from longtask.model import Decision
 
 if TYPE_CHECKING:
+    from longtask._runner import Runner
     from longtask.model import LongTask
-    from longtask.runtime import Runner
     from longtask.runtime._views import Pending
     from longtask.store import ThreadRecord
 
@@ -75,7 +75,7 @@ def _check(
             )
         except ValidationError as exc:
             raise InvalidInput(f"the decision is not valid: {describe_validation(exc)}") from None
-        runner._answer(thread_id, task, item, decision)  # raises, changing nothing
+        runner.pauses.resume_value(thread_id, task, item, decision)  # raises, changing nothing
         return {
             "kind": "approval",
             "step": item.step,
@@ -83,7 +83,7 @@ def _check(
             "comment": comment,
             "plan_hash": plan_hash or item.request["plan_hash"],
         }
-    runner._answer(thread_id, task, item, value)
+    runner.pauses.resume_value(thread_id, task, item, value)
     return {"kind": "wait", "step": item.step, "payload": value}
 
 
@@ -160,7 +160,7 @@ def plan_command(
                 raise refused
         # Refused here, in the request, as the run would refuse it: a goto past a pending
         # (or unanswered) approval or wait. The API never skips one.
-        runner._goto_skips(rec, task, goto or [], skip_pending=False, by=actor, record=False)
+        runner.gotos.check(rec, task, goto or [], skip_pending=False, by=actor, record=False)
         return {"kind": "command", "update": update, "goto": goto}
     raise InvalidInput("the command is empty: give resume, update or goto")
 
@@ -176,7 +176,7 @@ def plan_answer(
 ) -> dict[str, Any]:
     """The run request answering the pending ``kind`` (approval or wait) ``target`` (the
     only one if None) of ``rec`` with ``value``, checked (raises InvalidInput)."""
-    item = runner._select(rec.thread_id, task, target, kind)
+    item = runner.pauses.select(rec.thread_id, task, target, kind)
     return {"kind": "answer", "answers": [_check(runner, rec.thread_id, task, item, value, actor)]}
 
 

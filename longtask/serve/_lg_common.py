@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner
+    from longtask._runner import Runner
     from longtask.serve._executor import Executor
     from longtask.serve._lg_assistants import Registered, Registry
 

@@ -33,8 +33,8 @@ from longtask.serve._lg_json import plain, sse
 from longtask.serve._lg_state import api_values, decode_values, interrupt_json, step_name
 
 if TYPE_CHECKING:
+    from longtask._runner import Runner
     from longtask.model import LongTask
-    from longtask.runtime import Runner
 
 #: seconds a finished run's feed stays for a late client of its stream
 KEEP = 60.0

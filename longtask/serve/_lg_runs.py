@@ -211,7 +211,7 @@ def routes(api: Api) -> list[Route]:
             if raw_input is not None and not isinstance(raw_input, dict):
                 raise InvalidInput("a run's input is an object of the task's inputs")
             raw_input = chat_input(raw_input, entry.task)
-            runner._validate_inputs(entry.task, raw_input or {})  # raises, storing nothing
+            runner.engine.validate_inputs(entry.task, raw_input or {})  # raises, storing nothing
             request = {"kind": "start", "graph": entry.name, "input": raw_input or {}}
         elif raw_input:
             raise InvalidInput(

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from langgraph.graph.state import CompiledStateGraph
     from langgraph.types import StateSnapshot
 
+    from longtask._runner import Runner
     from longtask.model import LongTask
-    from longtask.runtime import Runner
     from longtask.serve._lg_assistants import Registry
     from longtask.store import ThreadRecord
 
@@ -222,7 +222,7 @@ def graph_of(
     runner: Runner, registry: Registry, rec: ThreadRecord
 ) -> tuple[LongTask, CompiledStateGraph[Any, Any, Any, Any]]:
     entry = registry.find(rec.task_name)
-    task = entry.for_thread(rec) if entry is not None else runner._load(rec)
+    task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
     return task, runner.graph(task)
 
 
@@ -246,7 +246,7 @@ def current_state(
     state = state_json(runner, snapshot, finished=finished, chat=chat, live=live)
     if checkpoint_id is None and rec.status == "pending" and not state["next"]:
         # A state update or a fork left the steps after it untriggered: a run continuing
-        # the thread starts those whose dependencies are done (see Runner._stream).
+        # the thread starts those whose dependencies are done (see Engine._stream).
         done = set(state["values"])
         state["next"] = [
             name

@@ -144,7 +144,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         if not isinstance(values, dict) or not values:
             raise InvalidInput("values must be an object of step name to result")
         entry = api.registry.find(rec.task_name)
-        task = entry.for_thread(rec) if entry is not None else runner._load(rec)
+        task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
         unknown = [k for k in values if k not in task.steps]
         if unknown:
             raise InvalidInput(
@@ -163,7 +163,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         update = {
             result_channel(k): runner.codec.encode(v, f"update of {k!r}") for k, v in values.items()
         }
-        with runner._hold(thread_id):
+        with runner.queue.hold(thread_id):
             config = runner.graph(task).update_state(
                 config_of(thread_id, body.get("checkpoint_id")), update, as_node=as_node
             )

@@ -24,12 +24,12 @@ def retry_later(api: Api, thread_id: str, step: str | None, by: str) -> str | No
     """Check a retry now and record it as a run; returns the run id (None: queued for the
     workers)."""
     runner = api.runner
-    rec = runner._thread(thread_id)
+    rec = runner.reads.thread(thread_id)
     if runner.served_by_workers(rec):
         runner.retry(thread_id, step, by=by)
         return None
     seen = lg_runs.refuse_busy(api, thread_id)
-    rec = runner._thread(thread_id)  # read after the mark: what the check sees is current
+    rec = runner.reads.thread(thread_id)  # read after the mark: what the check sees is current
     failing = runner.retry_target(rec, step)
     request = {"kind": "retry", "step": failing}
     return lg_runs.record(
@@ -41,14 +41,14 @@ def skip_later(api: Api, thread_id: str, step: str, result: Any, by: str) -> str
     """Check a skip now and record it as a run; returns the run id (None: queued for the
     workers)."""
     runner = api.runner
-    rec = runner._thread(thread_id)
+    rec = runner.reads.thread(thread_id)
     if runner.served_by_workers(rec):
         runner.skip(thread_id, step, result, by=by)
         return None
     seen = lg_runs.refuse_busy(api, thread_id)
-    rec = runner._thread(thread_id)
+    rec = runner.reads.thread(thread_id)
     entry = api.registry.find(rec.task_name)
-    task = entry.for_thread(rec) if entry is not None else runner._load(rec)
+    task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
     runner.check_skip(rec, task, step)
     refuse_bad_text(result, "the result")  # JSON may hold text the database cannot store
     # Encoded now too: a result the codec refuses is refused here, not in the executor.

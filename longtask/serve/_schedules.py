@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 from longtask.errors import LongTaskError
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner
+    from longtask._runner import Runner
     from longtask.serve._executor import Executor
     from longtask.serve._lg_assistants import Registry
 
@@ -46,7 +46,7 @@ class ScheduleLoop:
 
     def register(self) -> None:
         """Bring the schedules the served tasks declare into the database."""
-        from longtask.runtime._schedules import stable_ref
+        from longtask.ops._schedules import stable_ref
 
         runner = self.executor.runner
         for entry in self.registry.by_name.values():

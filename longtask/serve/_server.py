@@ -51,7 +51,7 @@ def run_server(
         )
     import uvicorn
 
-    from longtask.runtime import Runner
+    from longtask._runner import Runner
     from longtask.serve._app import create_app
     from longtask.serve._lg_assistants import load_registry
     from longtask.serve._limits import (

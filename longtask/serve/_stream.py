@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from longtask.store import FINAL_STATUSES
 
 if TYPE_CHECKING:
-    from longtask.runtime import Runner
+    from longtask._runner import Runner
     from longtask.store import Event
 
 FINAL = frozenset(FINAL_STATUSES)

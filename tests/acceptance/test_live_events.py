@@ -170,7 +170,7 @@ def test_a_crash_mid_step_leaves_an_honest_record(db_url: str) -> None:
         == 1
     )
     # the timeline shows the dead attempt as a bar of its own
-    from longtask.runtime._plots import spans
+    from longtask.ops._plots import spans
 
     with Runner(db_url) as runner:
         rows = spans(runner.db.store.events("t-dead"))

@@ -331,7 +331,7 @@ def test_report_without_matplotlib_says_how_to_get_charts(
 
 
 def test_timeline_and_cost_charts_render(runner: Runner, llm: FakeOpenAI) -> None:
-    from longtask.runtime._plots import png, spans
+    from longtask.ops._plots import png, spans
 
     thread = run_costly(runner)
     figure = runner.timeline(thread)

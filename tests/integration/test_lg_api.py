@@ -153,7 +153,7 @@ def test_serve_continues_a_thread_a_dead_process_left_running(
     task = load_task(SLEEPY_REF)
     # What a process that died before its first checkpoint leaves: a thread record that
     # says running, and no lock held.
-    runner._new_thread(task, {}, "left-running", SLEEPY_REF, None)
+    runner.engine.new_thread(task, {}, "left-running", SLEEPY_REF, None)
     runner.db.store.set_status("left-running", "running")
     registry = load_registry([SLEEPY_REF])
     with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
@@ -169,7 +169,7 @@ def test_a_thread_of_a_task_serve_cannot_import_is_listed_without_its_state(
     runner: Runner, client: TestClient, tmp_path: Path
 ) -> None:
     task = load_task(f"{LG_TASKS}:LONG")  # not registered with this server
-    runner._new_thread(task, {}, "orphan", f"{tmp_path / 'gone.py'}:LONG", None)
+    runner.engine.new_thread(task, {}, "orphan", f"{tmp_path / 'gone.py'}:LONG", None)
     found = client.post("/threads/search", json={"ids": ["orphan"]}).json()
     assert [t["thread_id"] for t in found] == ["orphan"]
     assert "does not exist" in found[0]["metadata"]["longtask_error"]
@@ -190,7 +190,7 @@ def test_serve_carries_out_runs_a_dead_serve_left_open(
     store.api_thread_put("half-started", {})
     store.api_run_create("run-2", "half-started", sleepy, dict(start), "alice", None)
     assert store.api_run_claim("run-2", "pending")
-    runner._new_thread(load_task(SLEEPY_REF), {}, "half-started", SLEEPY_REF, None)
+    runner.engine.new_thread(load_task(SLEEPY_REF), {}, "half-started", SLEEPY_REF, None)
     assert runner.status("half-started").status == "pending"
 
     registry = load_registry([SLEEPY_REF])

@@ -35,7 +35,7 @@ from longtask import (
     function_step,
     map_step,
 )
-from longtask.runtime._move import FORMAT_VERSION, MANIFEST
+from longtask.ops._move import FORMAT_VERSION, MANIFEST
 from longtask.steps._effects import effect_key
 from longtask.store._owned import OWNED_TABLES, blobs_in_use, referenced_blobs
 

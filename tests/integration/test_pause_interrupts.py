@@ -293,7 +293,7 @@ def test_a_hitl_decision_meets_the_approvers_check(runner: Runner) -> None:
 
 def test_the_runner_takes_a_hitl_rejection_as_its_user(runner: Runner) -> None:
     from longtask import StepFailed
-    from longtask.runtime._control import whoami
+    from longtask.runtime._who import whoami
 
     task = approval_task()
     thread = runner.start(task, thread_id="t-hitl-no")

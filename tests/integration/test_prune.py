@@ -365,7 +365,7 @@ def test_a_blob_stored_again_during_a_prune_is_kept(db_url: str, tasks: tuple[An
 def test_one_scheduled_prune_at_a_time(pg_url: str, tasks: tuple[Any, Any]) -> None:
     from datetime import timedelta
 
-    from longtask.runtime._prune import PruneSchedule, prune_turn
+    from longtask.ops._prune import PruneSchedule, prune_turn
 
     with Runner(pg_url) as r:
         r.start(tasks[0], {}, thread_id="old")
@@ -382,7 +382,7 @@ def test_one_scheduled_prune_at_a_time(pg_url: str, tasks: tuple[Any, Any]) -> N
 def test_a_long_backlog_frees_blobs_as_it_goes(
     db_url: str, tasks: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import longtask.runtime._prune as prune_module
+    import longtask.ops._prune as prune_module
 
     monkeypatch.setattr(prune_module, "SWEEP_AT", 1)  # free after every page
     with Runner(db_url) as r:

@@ -95,7 +95,7 @@ def test_submit_queues_and_a_worker_job_runs(caller: Runner, worker: Runner, pg_
     caller.wake(thread)
     assert len(_jobs(pg_url)) == 1
 
-    worker._graphs.clear()
+    worker.engine._graphs.clear()
     worker.resume(thread, task=task)  # what the job does, with the task given directly
     status = worker.status(thread)
     # The retry wait is not slept through: the thread waits for a scheduled wake-up.
@@ -115,7 +115,7 @@ def test_a_caller_queues_answers_instead_of_running(caller: Runner, pg_url: str)
         stages=[Stage("a", [function_step(lambda ctx: 1, name="one")]), Stage("b", [gate])],
     )
     with Runner(pg_url, worker="w-local") as local:
-        local._load = lambda rec: task  # type: ignore[method-assign]
+        local.engine.load = lambda rec: task  # type: ignore[method-assign]
         thread = local.submit(task, thread_id="t-gate", task_ref="x:y")
         serve_thread(local, thread)  # the worker's job runs it to the approval
         assert local.status(thread).status == "waiting_user"
@@ -131,7 +131,7 @@ def test_a_caller_queues_answers_instead_of_running(caller: Runner, pg_url: str)
     inbox = caller.db.store.inbox_peek(thread)
     assert len(inbox) == 1 and inbox[0][1]["expect_interrupt"] == pending.interrupt_id
     with Runner(pg_url, worker="w-local") as local:
-        local._load = lambda rec: task  # type: ignore[method-assign]
+        local.engine.load = lambda rec: task  # type: ignore[method-assign]
         assert serve_thread(local, thread) == "continued"
         assert local.status(thread).status == "completed"
         assert local.db.store.inbox_peek(thread) == []

@@ -313,7 +313,7 @@ def test_opentelemetry_trace_goes_into_worker_jobs(
 
     exporter.clear()
     with Runner(pg_url, worker="w-trace") as worker:
-        worker._load = lambda rec: GATED  # type: ignore[method-assign]
+        worker.engine.load = lambda rec: GATED  # type: ignore[method-assign]
         thread = worker.submit(GATED, thread_id="w-1", task_ref="x:y")
         serve_thread(worker, thread)  # the worker's job runs it to the approval
         with Runner(pg_url) as caller:

@@ -16,6 +16,7 @@ import pytest
 from conftest import run_cli
 
 from longtask import Runner
+from longtask._runner import make_worker
 from longtask.runtime._routing import HANDBACK_FIRST, HANDBACK_MAX, Lacking, Routing
 from longtask.runtime._worker import Worker
 
@@ -53,10 +54,9 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 @pytest.fixture
 def worker(pg_url: str) -> Iterator[Worker]:
-    w = Worker(pg_url, name="w-route")
+    w = make_worker(pg_url, name="w-route")
     yield w
     w.runner.close()
-    w.db.close()
 
 
 def _snapshot(url: str, thread_id: str) -> dict[str, list[str]]:

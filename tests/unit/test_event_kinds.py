@@ -20,7 +20,7 @@ PAUSE_KIND = re.compile(r'f"\{kind\}\.([a-z_]+)"')
 #: dotted names that are not event kinds: loggers, modules, queue tasks, a browser key, a
 #: file, OpenTelemetry span names and attributes
 NOT_KINDS = re.compile(
-    r"longtask\.(runtime|steps|serve|checkpointers|workers|events|advance|wake|token|db|json"
+    r"longtask\.(runtime|ops|_runner|steps|serve|checkpointers|workers|events|advance|wake|token|db|json"
     r"|run|step|pause|paused|model|model_call|tool_call)$"
 )
 

@@ -1,7 +1,7 @@
 """Schedules: registering them, and firing the ticks that are due.
 
 Nothing of ours stays resident for schedules: whatever already runs fires them. On
-PostgreSQL every ``longtask worker`` calls :meth:`ScheduleMixin.fire_due` in its
+PostgreSQL every ``longtask worker`` calls :meth:`Scheduler.fire_due` in its
 housekeeping loop and queues the threads it starts; on SQLite ``longtask serve`` does in
 its loop, and ``longtask tick`` (from the system's crontab) does each time it runs.
 
@@ -29,21 +29,22 @@ from longtask.errors import (
     ThreadExists,
 )
 from longtask.model._schedule import (
-    TICK_SUFFIX_RE,
     Schedule,
     latest_tick,
     next_tick,
     tick_id,
     ticks_between,
 )
-from longtask.runtime._queue import QueueMixin
+from longtask.runtime._reading import schedule_of
 from longtask.runtime._taskref import find_ref, load_task
 from longtask.store import ScheduleRecord
 from longtask.store._schedules import DueSchedules
 
 if TYPE_CHECKING:
+    from longtask.checkpointers import Database
     from longtask.model import LongTask
-    from longtask.store import Store, ThreadRecord
+    from longtask.runtime import Engine, Queue
+    from longtask.store import ThreadRecord
 
 log = logging.getLogger("longtask.runtime")
 
@@ -83,7 +84,19 @@ class _NotNew(Exception):
     """A fired thread that has run already: nothing to start."""
 
 
-class ScheduleMixin(QueueMixin):
+class Scheduler:
+    """Schedules: registering them (by hand or as a task declares them), and firing the
+    ticks that are due, each starting a thread through the run core (``engine``, or
+    ``queue`` for the workers). ``clock`` decides what is due."""
+
+    def __init__(
+        self, db: Database, clock: Callable[[], datetime], engine: Engine, queue: Queue
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self._engine = engine
+        self._queue = queue
+
     # -- registering -------------------------------------------------------------------------
 
     def schedules(self) -> list[ScheduleRecord]:
@@ -273,7 +286,7 @@ class ScheduleMixin(QueueMixin):
         thread_id = tick_id(rec.name, latest)
         try:
             task = load_task(rec.task_ref)
-            self._new_thread(task, rec.inputs, thread_id, rec.task_ref, mode)
+            self._engine.new_thread(task, rec.inputs, thread_id, rec.task_ref, mode)
             outcome = "fired"
         except ThreadExists:
             outcome = "already fired"
@@ -319,11 +332,11 @@ class ScheduleMixin(QueueMixin):
                     "hash": rec.definition_hash,
                 },
             )
-            self.wake(thread_id)
+            self._queue.wake(thread_id)
             store.fire_started(thread_id)
             return "queued"
         try:
-            task = self._load(rec)
+            task = self._engine.load(rec)
         except LongTaskError as exc:
             log.warning("thread %s fired by a schedule cannot start: %s", thread_id, exc)
             return f"error: {exc}"
@@ -337,7 +350,7 @@ class ScheduleMixin(QueueMixin):
         from longtask.steps import INPUTS_CHANNEL
 
         try:
-            self._advance(rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True, check=check)
+            self._engine.advance(rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True, check=check)
         except (_NotNew, ThreadBusy):
             return "started elsewhere"
         except LongTaskError as exc:
@@ -355,26 +368,6 @@ def stable_ref(ref: str) -> str:
     if target.endswith(".py") or "/" in target:
         return f"{Path(target).resolve()}:{attr}"
     return ref
-
-
-def schedule_of(store: Store, thread_id: str) -> dict[str, Any] | None:
-    """See :meth:`ScheduleMixin.schedule_of`."""
-    if not TICK_SUFFIX_RE.search(thread_id):
-        return None  # not an id a tick gives: no query
-    found = store.fire_of(thread_id)
-    if found is None:
-        return None
-    name, tick = found
-    rec = store.schedule_get(name)
-    out: dict[str, Any] = {"name": name, "tick": tick.isoformat(), "registered": rec is not None}
-    if rec is not None:
-        out.update(
-            timezone=rec.timezone,
-            paused=rec.paused,
-            next_fire_at=rec.next_fire_at.isoformat(),
-            next_fire_local=rec.next_fire_local().isoformat(),
-        )
-    return out
 
 
 def _same(rec: ScheduleRecord, task: LongTask, schedule: Schedule, ref: str) -> bool:

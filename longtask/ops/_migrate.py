@@ -1,4 +1,5 @@
-"""``Runner.migrate``: move a thread to another definition of its task, checked and recorded.
+"""Moving a thread to another definition of its task (:class:`Migrations`, ``Runner.migrate``),
+checked and recorded.
 
 The plan comes from ``_migrate_plan`` (read-only). A real migration holds the thread's
 writer lock, computes the plan again on a fresh read and refuses what the plan refuses, with
@@ -29,21 +30,22 @@ from typing import TYPE_CHECKING, Any
 from longtask.errors import InvalidInput, MigrationRefused, ThreadBusy
 from longtask.model import ApprovalStep, LongTask, PauseStep
 from longtask.model._decision import plan_hash
-from longtask.runtime._migrate_plan import LIVE, MigrationPlan, compute_plan
+from longtask.ops._migrate_plan import LIVE, MigrationPlan, compute_plan
 from longtask.runtime._views import definition_summary
 from longtask.store._store import definition_statement
 
 if TYPE_CHECKING:
-    from longtask.runtime._runner import Runner
-    from longtask.store import ThreadRecord
+    from longtask.checkpointers import Database
+    from longtask.runtime import Engine, Queue, Reads
+    from longtask.store import EventWriter, ThreadRecord
 
 _OUT, _PAUSE = "out.", "pause."
 
 
-def _state(runner: Runner, thread_id: str) -> tuple[Any, dict[str, Any]]:
+def _state(mig: Migrations, thread_id: str) -> tuple[Any, dict[str, Any]]:
     """The head checkpoint tuple, and its values with the results of steps that finished
     in a super-step that failed as a whole (pending writes)."""
-    tup = runner.db.saver.get_tuple({"configurable": {"thread_id": thread_id}})
+    tup = mig.db.saver.get_tuple({"configurable": {"thread_id": thread_id}})
     if tup is None:
         return None, {}
     values = dict(tup.checkpoint.get("channel_values", {}))
@@ -51,18 +53,18 @@ def _state(runner: Runner, thread_id: str) -> tuple[Any, dict[str, Any]]:
     return tup, values
 
 
-def _holder(runner: Runner, thread_id: str) -> str | None:
+def _holder(mig: Migrations, thread_id: str) -> str | None:
     """Who advances the thread now, if anyone: a process holding its writer lock, or a
     worker holding its lease (an unreleased lease of a process is one that died)."""
-    if runner.db.is_locked(thread_id):
+    if mig.db.is_locked(thread_id):
         return "another process"
-    held = runner.db.store.lease_holder(thread_id)
+    held = mig.db.store.lease_holder(thread_id)
     if held is not None and not held[0].startswith("process:"):
         return f"worker {held[0]}"
     return None
 
 
-def _target(runner: Runner, rec: ThreadRecord, to: LongTask | str) -> LongTask:
+def _target(mig: Migrations, rec: ThreadRecord, to: LongTask | str) -> LongTask:
     if isinstance(to, LongTask):
         if to.name != rec.task_name:
             raise InvalidInput(
@@ -86,10 +88,10 @@ def _target(runner: Runner, rec: ThreadRecord, to: LongTask | str) -> LongTask:
     return found
 
 
-def _plan_hasher(runner: Runner, thread_id: str, target: LongTask, state: dict[str, Any]) -> Any:
+def _plan_hasher(mig: Migrations, thread_id: str, target: LongTask, state: dict[str, Any]) -> Any:
     from longtask.steps._call import NodeCall
 
-    env, _graph = runner._compiled(target)
+    env, _graph = mig.engine.compiled(target)
 
     def compute(step: str, req: Mapping[str, Any]) -> str | None:
         kind = target.steps[step]
@@ -139,16 +141,16 @@ def _ref(rec: ThreadRecord, target: LongTask) -> str | None:
 
 
 def plan_for(
-    runner: Runner,
+    mig: Migrations,
     thread_id: str,
     to: LongTask | str,
     renames: Mapping[str, str] | None = None,
     *,
     held_by: str | None = None,
 ) -> tuple[MigrationPlan, LongTask, Any, dict[str, Any]]:
-    rec = runner._thread(thread_id)
-    target = _target(runner, rec, to)
-    tup, values = _state(runner, thread_id)
+    rec = mig.reads.thread(thread_id)
+    target = _target(mig, rec, to)
+    tup, values = _state(mig, thread_id)
     results = {c[len(_OUT) :] for c in values if c.startswith(_OUT)}
     requests = {
         c[len(_PAUSE) :]: v
@@ -169,13 +171,13 @@ def plan_for(
         target=target,
         renames=mapped,
         held_by=held_by,
-        new_plan_hash=_plan_hasher(runner, thread_id, target, provisional),
+        new_plan_hash=_plan_hasher(mig, thread_id, target, provisional),
     )
     return plan, target, tup, values
 
 
 def _new_request(
-    runner: Runner, thread_id: str, target: LongTask, step: str, state: dict[str, Any]
+    mig: Migrations, thread_id: str, target: LongTask, step: str, state: dict[str, Any]
 ) -> dict[str, Any]:
     """A fresh request of a re-asked pause, made now by the target's own request node (its
     ``approval.required`` event commits with the migration). Were the request node left to
@@ -183,11 +185,11 @@ def _new_request(
     super-step only when all its tasks are done, and a pending pause is not."""
     from longtask.steps import RUN_KEY, pause_nodes
 
-    env, _graph = runner._compiled(target)
+    env, _graph = mig.engine.compiled(target)
     kind = target.steps[step]
     assert isinstance(kind, PauseStep)
     request = pause_nodes(kind, target.layout[step], env)[0]
-    rec = runner._thread(thread_id)
+    rec = mig.reads.thread(thread_id)
     config: Any = {
         "configurable": {"thread_id": thread_id, RUN_KEY: rec.runs},
         "metadata": {"langgraph_checkpoint_ns": f"{step}.request:migrate-{uuid.uuid4().hex}"},
@@ -197,7 +199,7 @@ def _new_request(
 
 
 def _write(
-    runner: Runner, plan: MigrationPlan, target: LongTask, tup: Any, values: Any, by: str
+    mig: Migrations, plan: MigrationPlan, target: LongTask, tup: Any, values: Any, by: str
 ) -> None:
     """The new checkpoint (see the module docstring), with the event in its transaction."""
     from langgraph.checkpoint.base import copy_checkpoint
@@ -207,7 +209,7 @@ def _write(
     from longtask.steps import ask_node_name
     from longtask.store import NewEvent
 
-    saver = runner.db.saver
+    saver = mig.db.saver
     head = tup.checkpoint
     cp = copy_checkpoint(head)
     versions: dict[str, Any] = dict(cp["channel_versions"])
@@ -216,7 +218,7 @@ def _write(
     new_values = _mapped_values(values, plan, target)
     for step in plan.pauses_reasked:
         if all(d in plan.kept for d in target.layout[step].depends_on):
-            new_values.update(_new_request(runner, plan.thread_id, target, step, new_values))
+            new_values.update(_new_request(mig, plan.thread_id, target, step, new_values))
     # Every channel the head has a value in is cleared (a new version without a value)
     # unless the target keeps it: a dropped result, an old step's trigger, a join's count.
     cleared = [c for c in head.get("channel_values", {}) if c not in new_values]
@@ -255,7 +257,7 @@ def _write(
         "parents": {},
         "longtask_migrated": plan.to_hash,
     }
-    runner.events_writer.put(
+    mig.events.put(
         NewEvent(
             plan.thread_id,
             "definition.migrated",
@@ -274,7 +276,7 @@ def _write(
 
 
 def migrate(
-    runner: Runner,
+    mig: Migrations,
     thread_id: str,
     to: LongTask | str,
     *,
@@ -287,22 +289,22 @@ def migrate(
     if not by or not by.strip():
         raise InvalidInput("say who migrates the thread: by=NAME (--by NAME)")
     if dry_run:
-        plan = plan_for(runner, thread_id, to, renames, held_by=_holder(runner, thread_id))[0]
+        plan = plan_for(mig, thread_id, to, renames, held_by=_holder(mig, thread_id))[0]
         return plan
     with contextlib.ExitStack() as stack:
         try:
-            stack.enter_context(runner.db.lock(thread_id))
+            stack.enter_context(mig.db.lock(thread_id))
         except ThreadBusy:
-            plan = plan_for(runner, thread_id, to, renames, held_by="another process")[0]
+            plan = plan_for(mig, thread_id, to, renames, held_by="another process")[0]
             raise MigrationRefused(plan) from None
         # A single process holds the writer lock as well as its lease (an unreleased lease
         # of a process is one that died); a worker holds only the lease.
-        held = runner.db.store.lease_holder(thread_id)
+        held = mig.db.store.lease_holder(thread_id)
         worker = f"worker {held[0]}" if held and not held[0].startswith("process:") else None
-        plan, target, tup, values = plan_for(runner, thread_id, to, renames, held_by=worker)
+        plan, target, tup, values = plan_for(mig, thread_id, to, renames, held_by=worker)
         if not plan.ok or tup is None:
             raise MigrationRefused(plan)
-        rec = runner._thread(thread_id)
+        rec = mig.reads.thread(thread_id)
         statements = [
             definition_statement(
                 thread_id,
@@ -321,17 +323,34 @@ def migrate(
                     (time.time(), thread_id),
                 )
             )
-        with runner.lease(thread_id, "process:migrate"):
+        with mig.queue.lease(thread_id, "process:migrate"):
             # the record's new hash commits in the checkpoint's transaction, with the event
-            runner.db.saver.with_put(thread_id, statements)
-            _write(runner, plan, target, tup, values, by)
+            mig.db.saver.with_put(thread_id, statements)
+            _write(mig, plan, target, tup, values, by)
     if paused:
-        runner.resume(thread_id, task=target)
+        mig.engine.resume(thread_id, task=target)
     return plan
 
 
-class MigrateMixin:
-    """``Runner.migrate`` and ``Runner.migrate_all``."""
+class Migrations:
+    """Moving threads to another definition of their task: ``migrate`` one, or
+    ``migrate_all`` of a version. Built on the run core: ``reads`` (records), ``engine``
+    (the target's graph and step environment, and the resume after the move), ``queue``
+    (the lease the write is fenced by) and ``events`` (the outbox the record rides in)."""
+
+    def __init__(
+        self, db: Database, events: EventWriter, reads: Reads, engine: Engine, queue: Queue
+    ) -> None:
+        self.db = db
+        self.events = events
+        self.reads = reads
+        self.engine = engine
+        self.queue = queue
+
+    def plan(self, thread_id: str, to: LongTask | str) -> MigrationPlan:
+        """The plan of a migration of the thread to ``to``, as the thread stands now (held
+        or not): what ``longtask check`` shows. Reads only."""
+        return plan_for(self, thread_id, to, held_by=_holder(self, thread_id))[0]
 
     def migrate(
         self,
@@ -351,9 +370,8 @@ class MigrateMixin:
         paused thread asks its pending pauses again on the new definition. ``task_ref``:
         the reference the thread is loaded by from now on (default: its own when that has
         ``to``, else the one ``to`` is found by)."""
-        runner: Any = self
         return migrate(
-            runner, thread_id, to, renames=renames, dry_run=dry_run, by=by, task_ref=task_ref
+            self, thread_id, to, renames=renames, dry_run=dry_run, by=by, task_ref=task_ref
         )
 
     def migrate_all(
@@ -377,9 +395,8 @@ class MigrateMixin:
         known = ", ".join(t.version for t in family)
         if target is None:
             raise InvalidInput(f"task {family.name!r} has no version {to!r}; the code has {known}")
-        runner: Any = self
         plans: list[MigrationPlan] = []
-        for rec in runner.db.store.live_threads(family.name):
+        for rec in self.db.store.live_threads(family.name):
             if rec.status not in LIVE:
                 continue
             if source is not None and rec.definition_hash != source.definition_hash:
@@ -389,7 +406,7 @@ class MigrateMixin:
             try:
                 plans.append(
                     migrate(
-                        runner,
+                        self,
                         rec.thread_id,
                         target,
                         renames=renames,

@@ -15,15 +15,17 @@ import logging
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Protocol
 
 from longtask.errors import InvalidInput, ThreadBusy, ThreadNotFound
-from longtask.runtime._base import RunnerBase
 from longtask.store import FINAL_STATUSES
 from longtask.store import _retention as ret
+
+if TYPE_CHECKING:
+    from longtask.checkpointers import Database
 
 log = logging.getLogger("longtask.runtime")
 
@@ -114,7 +116,14 @@ class PruneReport:
         }
 
 
-class PruneMixin(RunnerBase):
+class Retention:
+    """Deleting ended threads: ``prune`` by age, ``delete`` one by id, with the rows, blobs
+    and files they own. ``clock`` decides ages (the database server's on PostgreSQL)."""
+
+    def __init__(self, db: Database, clock: Callable[[], datetime]) -> None:
+        self.db = db
+        self.clock = clock
+
     def prune(
         self,
         *,
@@ -360,6 +369,21 @@ def _artifact_users(store: Any, digests: set[str], pruned: set[str]) -> set[str]
     return out
 
 
+class Prunes(Protocol):
+    """What a scheduled prune needs: a database and its ``prune`` (a Runner, a Retention)."""
+
+    @property
+    def db(self) -> Database: ...
+
+    def prune(
+        self,
+        *,
+        completed_before: Age = ...,
+        failed_before: Age = ...,
+        keep_last_checkpoint: bool = ...,
+    ) -> PruneReport: ...
+
+
 @dataclass(frozen=True)
 class PruneSchedule:
     """A worker's scheduled prune (``longtask worker --prune-...``): the ages, and every how
@@ -370,7 +394,7 @@ class PruneSchedule:
     keep_last_checkpoint: bool = False
     every: float = 6 * 3600.0
 
-    def run(self, runner: PruneMixin) -> PruneReport | None:
+    def run(self, runner: Prunes) -> PruneReport | None:
         """Prune now, unless another process is pruning (then None)."""
         with prune_turn(runner.db) as mine:
             if not mine:

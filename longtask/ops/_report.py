@@ -103,7 +103,7 @@ def money(value: float | None) -> str:
 
 
 def _step_durations(events: list[Event]) -> dict[str, float]:
-    from longtask.runtime._plots import spans
+    from longtask.ops._plots import spans
 
     out: dict[str, float] = {}
     for step, start, end, outcome in spans(events):
@@ -348,7 +348,7 @@ def _close_wait(table: Table, opened: dict[str, Event], e: Event, kind: str) -> 
 def _charts(
     rec: ThreadRecord, status: ThreadStatus, events: list[Event]
 ) -> tuple[dict[str, bytes], str | None]:
-    from longtask.runtime._plots import cost_figure, png, timeline_figure
+    from longtask.ops._plots import cost_figure, png, timeline_figure
 
     try:
         import matplotlib  # noqa: F401

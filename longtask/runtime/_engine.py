@@ -1,4 +1,4 @@
-"""Runner: start, resume and inspect LongTask threads."""
+"""The run core: a thread started, advanced and stopped, one LangGraph run at a time."""
 
 from __future__ import annotations
 
@@ -6,18 +6,16 @@ import contextlib
 import logging
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 
-from longtask.checkpointers import Database
 from longtask.errors import (
     Cancelled,
     DefinitionChanged,
@@ -44,42 +42,26 @@ from longtask.graphs import (
     pause_write,
 )
 from longtask.model import FunctionStep, LongTask, PauseStep
-from longtask.model._decision import utcnow
-from longtask.runtime._clock import ServerClock
-from longtask.runtime._control import CancelWatch, ControlMixin
-from longtask.runtime._costs import CostMixin
-from longtask.runtime._history import HistoryMixin
-from longtask.runtime._interrupts import USER_KINDS, interrupted, open_interrupts
-from longtask.runtime._migrate import MigrateMixin
-from longtask.runtime._move import MoveMixin
-from longtask.runtime._pauses import (
-    GATE_ANSWER,
-    NotWaiting,
-    PauseMixin,
-    refuse_repeated_outcome,
-)
-from longtask.runtime._prune import PruneMixin
-from longtask.runtime._queue import QueueMixin, decode_command, encode_command, worker_name
-from longtask.runtime._reading import ReadingMixin, _config
-from longtask.runtime._recovery import recover
-from longtask.runtime._schedules import ScheduleMixin
-from longtask.runtime._streams import (
+from longtask.runtime._answers import GATE_ANSWER, NotWaiting, refuse_repeated_outcome
+from longtask.runtime._calls import (
     CALL_CONFIG,
     CALL_TAP,
     TAP_MODES,
-    StreamMixin,
     StreamSpec,
     check_config,
     merge_config,
     traced,
 )
+from longtask.runtime._interrupts import USER_KINDS, interrupted, open_interrupts
+from longtask.runtime._queue import DEFAULT_QUEUE, encode_command, make_app, worker_name
+from longtask.runtime._reading import _config
+from longtask.runtime._recovery import recover
 from longtask.runtime._taskref import find_ref, load_versions
 from longtask.runtime._threadid import check_thread_id
 from longtask.runtime._views import (
     definition_changes,
     definition_summary,
 )
-from longtask.runtime._watch import WatchMixin
 from longtask.steps import (
     INPUTS_CHANNEL,
     STEP_ATTR,
@@ -88,9 +70,8 @@ from longtask.steps import (
     result_channel,
 )
 from longtask.steps._attempts import error_type
-from longtask.steps._tracing import end_span, remote_parent, start_span
+from longtask.steps._tracing import end_span, start_span
 from longtask.store import (
-    DEFAULT_INLINE_LIMIT,
     NewEvent,
     ThreadRecord,
     ValueCodec,
@@ -98,6 +79,14 @@ from longtask.store import (
 from longtask.store._fence import lease_lost
 from longtask.store._kinds import GATE_KINDS
 from longtask.store._limits import settle_statement
+
+if TYPE_CHECKING:
+    from longtask.checkpointers import Database
+    from longtask.runtime._compensate import Compensator
+    from longtask.runtime._gotos import Gotos
+    from longtask.runtime._queue import Queue
+    from longtask.runtime._reading import Reads
+    from longtask.store import EventWriter
 
 log = logging.getLogger("longtask.runtime")
 
@@ -122,6 +111,35 @@ def _concurrency(task: LongTask) -> int:
     one node that runs its items on threads of its own."""
     widths = [len(stage.steps) for stage in task.stages]
     return max(4, min(64, max(widths)))
+
+
+class CancelWatch:
+    """Polls the thread's cancel request while a run advances it, so that a cancel given in
+    another process stops the run at its next step boundary."""
+
+    def __init__(self, db: Database, env: StepEnv, thread_id: str, interval: float) -> None:
+        self._db, self._env, self._thread_id, self._interval = db, env, thread_id, interval
+        self._stop = threading.Event()
+        self._worker = threading.Thread(
+            target=self._loop, name=f"longtask-cancel-{thread_id}", daemon=True
+        )
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                if self._db.store.cancel_request(self._thread_id) is not None:
+                    self._env.cancel(self._thread_id)
+                    return
+            except Exception:  # a failed poll must not break the run; try again
+                log.debug("cancel poll failed", exc_info=True)
+
+    def __enter__(self) -> CancelWatch:
+        self._worker.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._worker.join()
 
 
 class StageTracker:
@@ -149,80 +167,53 @@ class StageTracker:
         return events
 
 
-class Runner(
-    StreamMixin,
-    ReadingMixin,
-    PauseMixin,
-    ControlMixin,
-    WatchMixin,
-    HistoryMixin,
-    ScheduleMixin,
-    QueueMixin,
-    MoveMixin,
-    MigrateMixin,
-    PruneMixin,
-    CostMixin,
-):
-    """Starts, resumes and inspects LongTask threads in one database.
+class Engine:
+    """The run core: compiles a task's graph, starts threads and advances them under their
+    lock (or a worker's lease), one LangGraph run at a time, keeping the thread's record,
+    status and events in step with its checkpoints.
 
-    ``db`` is a URL (``sqlite:///path.db``, ``postgresql://...``), an open
-    :class:`~longtask.checkpointers.Database`, or None for ``$LONGTASK_DB`` or the
-    embedded default ``sqlite:///.longtask/longtask.db``. With ``create=False`` a missing
-    SQLite file is an error instead of being created (for commands that only read).
+    It reads records through ``reads``, hands worker threads' continuations to ``queue``
+    (and takes the lease from it), checks gotos with ``gotos`` and carries out cancels with
+    ``compensator``. ``clock`` decides deadlines, ``sleep`` how steps wait between
+    attempts, ``stopping`` stops every run at its next step boundary (a worker's shutdown),
+    ``cancel_poll`` is how often a run looks for a cancel request, ``on_update`` hears of
+    the steps each run finishes, and ``worker`` is set in a worker's runner.
     """
 
     def __init__(
         self,
-        db: str | Database | None = None,
+        db: Database,
+        codec: ValueCodec,
+        events: EventWriter,
         *,
-        inline_limit: int = DEFAULT_INLINE_LIMIT,
-        on_update: UpdateHook | None = None,
-        clock: Callable[[], datetime] | None = None,
-        sleep: Callable[[float], None] | None = None,
-        cancel_poll: float = 0.5,
-        worker: str | None = None,
-        create: bool = True,
+        reads: Reads,
+        queue: Queue,
+        gotos: Gotos,
+        compensator: Compensator,
+        clock: Callable[[], datetime],
+        sleep: Callable[[float], None],
+        stopping: threading.Event,
+        worker: str | None,
+        cancel_poll: float,
+        on_update: UpdateHook | None,
     ) -> None:
-        self._owns_db = not isinstance(db, Database)
-        self.db = db if isinstance(db, Database) else Database.open(db, create=create)
-        self.codec = ValueCodec(
-            self.db.store, inline_limit, defer=self.db.events.put_blob, maps=self.db.store
-        )
+        self.db = db
+        self.codec = codec
         #: events wait here to commit with their thread's next checkpoint (see EventWriter)
-        self.events_writer = self.db.events
-        self.on_update = on_update
-        #: the time, for deadlines and decision validity (inject one to test): on
-        #: PostgreSQL the database server's, so one clock decides for every process
-        self.clock: Callable[[], datetime] = clock or self._default_clock()
-        #: how steps wait between attempts (inject one to test back-offs without waiting)
-        self.sleep: Callable[[float], None] = sleep or time.sleep
-        #: seconds between checks, while a run advances a thread, for a cancel request
-        self.cancel_poll = cancel_poll
-        #: set when this runner is a worker's (``longtask worker``): it advances threads
-        #: served by workers under a lease instead of queueing their continuations
+        self.events = events
+        self._reads = reads
+        self._queue = queue
+        self._gotos = gotos
+        self._compensator = compensator
+        self.clock = clock
+        self.sleep = sleep
+        self.stopping = stopping
         self.worker = worker
-        #: set to stop every run of this runner at its next step boundary (worker shutdown)
-        self.stopping = threading.Event()
-        self._app: Any = None
+        self.cancel_poll = cancel_poll
+        self.on_update = on_update
         self._graphs: dict[
             int, tuple[LongTask, StepEnv, CompiledStateGraph[Any, Any, Any, Any]]
         ] = {}
-
-    def close(self) -> None:
-        self.close_queue()
-        if self._hub is not None:
-            self._hub.close()
-        try:
-            self.events_writer.close()
-        finally:
-            if self._owns_db:
-                self.db.close()
-
-    def __enter__(self) -> Runner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # -- graphs ------------------------------------------------------------------------------
 
@@ -231,19 +222,15 @@ class Runner(
         It is a plain LangGraph graph: ``get_state``, ``get_state_history``,
         ``update_state`` and ``Command`` work on it with ``{"configurable":
         {"thread_id": ...}}``."""
-        return self._compiled(task)[1]
+        return self.compiled(task)[1]
 
-    def _default_clock(self) -> Callable[[], datetime]:
-        server_time = getattr(self.db.store, "server_time", None)
-        return utcnow if server_time is None else ServerClock(server_time)
-
-    def _compiled(self, task: LongTask) -> tuple[StepEnv, CompiledStateGraph[Any, Any, Any, Any]]:
+    def compiled(self, task: LongTask) -> tuple[StepEnv, CompiledStateGraph[Any, Any, Any, Any]]:
         cached = self._graphs.get(id(task))
         if cached is None or cached[0] is not task:
             env = StepEnv(
                 store=self.db.store,
                 codec=self.codec,
-                events=self.events_writer,
+                events=self.events,
                 inputs_model=task.inputs,
                 clock=self.clock,
                 sleep=self.sleep,
@@ -261,7 +248,7 @@ class Runner(
             install_update_check(
                 compiled,
                 UpdateCheck(
-                    task, self.codec, self.db.store, lambda v: self._validate_inputs(task, v)
+                    task, self.codec, self.db.store, lambda v: self.validate_inputs(task, v)
                 ),
             )
             cached = (task, env, compiled)
@@ -286,12 +273,12 @@ class Runner(
         into the run's LangGraph config, so tracers see the run.
         """
         check_config(config)
-        thread_id, parts = self._start_run(task, inputs, thread_id, task_ref, StreamSpec(), config)
+        thread_id, parts = self.start_run(task, inputs, thread_id, task_ref, StreamSpec(), config)
         for _ in parts:
             pass
         return thread_id
 
-    def _start_run(
+    def start_run(
         self,
         task: LongTask,
         inputs: Mapping[str, Any] | BaseModel | None,
@@ -301,13 +288,41 @@ class Runner(
         config: Mapping[str, Any] | None,
     ) -> tuple[str, Iterator[Any]]:
         """Create the thread now; its first run happens as the parts are read."""
-        rec = self._new_thread(task, inputs, thread_id, task_ref, None)
+        rec = self.new_thread(task, inputs, thread_id, task_ref, None)
         parts = self._run(
             rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True, spec=spec, config=config
         )
         return rec.thread_id, parts
 
-    def _new_thread(
+    def submit(
+        self,
+        task: LongTask,
+        inputs: Mapping[str, Any] | BaseModel | None = None,
+        thread_id: str | None = None,
+        *,
+        task_ref: str | None = None,
+        queue: str = DEFAULT_QUEUE,
+    ) -> str:
+        """Start ``task`` on a new thread served by workers (``longtask worker``): returns
+        at once; a worker runs it. The task must be importable by its reference on every
+        worker (a module path, or a file path the workers can read)."""
+        make_app(self.db)  # PostgreSQL only: refuse before anything is stored
+        rec = self.new_thread(task, inputs, thread_id, task_ref, "worker")
+        if not rec.task_ref:
+            raise InvalidInput(
+                f"task {task.name!r} has no importable reference, so workers cannot load it; "
+                "define it in a module and pass task_ref='package.module:name'"
+            )
+        self.db.store.append_event(
+            rec.thread_id,
+            "longtask.started",
+            key="longtask.started",
+            data={"task": task.name, "version": task.version, "hash": task.definition_hash},
+        )
+        self._queue.wake(rec.thread_id, queue=queue)
+        return rec.thread_id
+
+    def new_thread(
         self,
         task: LongTask,
         inputs: Mapping[str, Any] | BaseModel | None,
@@ -318,7 +333,7 @@ class Runner(
         if thread_id is None:
             thread_id = f"lt-{uuid.uuid4().hex[:12]}"
         check_thread_id(thread_id)
-        encoded = self.codec.encode(self._validate_inputs(task, inputs), "the task inputs")
+        encoded = self.codec.encode(self.validate_inputs(task, inputs), "the task inputs")
         return self._create_record(task, thread_id, encoded, task_ref, "pending", mode)
 
     def _create_record(
@@ -389,7 +404,7 @@ class Runner(
         by workers runs without it: callbacks cannot be queued).
         """
         check_config(config)
-        parts = self._resume_run(
+        parts = self.resume_run(
             thread_id,
             command,
             task=task,
@@ -404,7 +419,7 @@ class Runner(
             pass
         return thread_id
 
-    def _resume_run(
+    def resume_run(
         self,
         thread_id: str,
         command: Command[Any] | None,
@@ -419,19 +434,19 @@ class Runner(
     ) -> Iterator[Any]:
         """Check and translate now; the run happens as the parts are read (none for a
         thread served by workers: its run is queued)."""
-        rec = self._thread(thread_id)
-        task = task or self._load(rec)
+        rec = self._reads.thread(thread_id)
+        task = task or self.load(rec)
         graph_input: Any = self._translate(task, command) if command is not None else None
         raw: Any = command.goto if command is not None else ()
         goto = [g for g in ([raw] if isinstance(raw, str) else raw or ()) if isinstance(g, str)]
-        if self.served_by_workers(rec):
+        if self._queue.served_by_workers(rec):
             if rec.status in ("completed", "cancelled") and command is None:
                 raise NothingToResume(thread_id, rec.status)
             # Refused here, where the caller sees it; the worker checks again (and records).
             if rec.status == "failed":
                 refuse_repeated_outcome(rec)
-            self._goto_skips(rec, task, goto, skip_pending=skip_pending, by=by, record=False)
-            self.enqueue(
+            self._gotos.check(rec, task, goto, skip_pending=skip_pending, by=by, record=False)
+            self._queue.enqueue(
                 thread_id,
                 {
                     "kind": "resume",
@@ -488,7 +503,7 @@ class Runner(
                 self.db.store.update_definition(thread_id, task.definition_hash, new)
                 # Rides with the run's first checkpoint (or its end's flush): the record of
                 # an unchecked change commits with the work done on the new definition.
-                self.events_writer.put(
+                self.events.put(
                     NewEvent(
                         thread_id,
                         "definition.forced",
@@ -503,7 +518,7 @@ class Runner(
                         },
                     )
                 )
-            self._goto_skips(current, task, goto, skip_pending=skip_pending, by=by, record=True)
+            self._gotos.check(current, task, goto, skip_pending=skip_pending, by=by, record=True)
 
         if graph_input is None:
             graph_input = self._answer_gates(rec, task)
@@ -522,25 +537,7 @@ class Runner(
             return None
         return Command(resume={p.interrupt_id: dict(GATE_ANSWER) for p in gates})
 
-    def apply_command(self, thread_id: str, command: Mapping[str, Any]) -> None:
-        """Carry out a continuation a caller queued for a worker thread (worker side)."""
-        kind = command.get("kind")
-        if kind == "resume":
-            with remote_parent(command.get("trace")):
-                self.resume(
-                    thread_id,
-                    decode_command(command.get("command")),
-                    allow_changed_definition=bool(command.get("allow_changed_definition")),
-                    expect_interrupt=command.get("expect_interrupt"),
-                    skip_pending=bool(command.get("skip_pending")),
-                    by=command.get("by"),
-                )
-        elif kind == "cancel":
-            self.cancel(thread_id, reason=command.get("reason"), by=command.get("by"))
-        else:
-            raise InvalidInput(f"unknown queued command {kind!r}")
-
-    def _validate_inputs(self, task: LongTask, inputs: Mapping[str, Any] | BaseModel | None) -> Any:
+    def validate_inputs(self, task: LongTask, inputs: Mapping[str, Any] | BaseModel | None) -> Any:
         if task.inputs is None:
             if isinstance(inputs, BaseModel):
                 return inputs
@@ -594,7 +591,7 @@ class Runner(
                     raise refused
             update = {
                 (INPUTS_CHANNEL if k == "inputs" else result_channel(k)): self.codec.encode(
-                    self._validate_inputs(task, v) if k == "inputs" else v, f"update of {k!r}"
+                    self.validate_inputs(task, v) if k == "inputs" else v, f"update of {k!r}"
                 )
                 for k, v in update.items()
             }
@@ -610,7 +607,7 @@ class Runner(
         goto = entries[0] if isinstance(goto, str) else entries
         return Command(resume=command.resume, update=update, goto=goto, graph=command.graph)
 
-    def _load(self, rec: ThreadRecord) -> LongTask:
+    def load(self, rec: ThreadRecord) -> LongTask:
         if not rec.task_ref:
             raise TaskRefError(
                 f"thread {rec.thread_id!r} has no task reference (it was started from an "
@@ -621,7 +618,7 @@ class Runner(
         # (and the definition check refuses it unless told otherwise).
         return family.by_hash(rec.definition_hash) or family.newest
 
-    def _advance(
+    def advance(
         self,
         rec: ThreadRecord,
         task: LongTask,
@@ -650,7 +647,7 @@ class Runner(
         extra = config if config is not None else CALL_CONFIG.get()
         store = self.db.store
         thread_id = rec.thread_id
-        env, graph = self._compiled(task)
+        env, graph = self.compiled(task)
         with self._held(thread_id, check, first) as checked:
             rec = checked or rec
             cancel = store.cancel_request(thread_id)
@@ -659,7 +656,7 @@ class Runner(
                 # advance.
                 run = store.set_status(thread_id, "cancelling", new_run=True)
                 try:
-                    self._compensate(task, thread_id, run, cancel)
+                    self._compensator.run(self.compiled(task)[0], task, thread_id, run, cancel)
                 finally:
                     self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
                 return
@@ -670,7 +667,7 @@ class Runner(
             run_config = merge_config(_config(thread_id, run), extra)
             run_config["max_concurrency"] = _concurrency(task)
             if first:
-                self.events_writer.put(
+                self.events.put(
                     NewEvent(
                         thread_id,
                         "longtask.started",
@@ -714,12 +711,12 @@ class Runner(
         so a refused command leaves the thread's rows as they were, lease included. A worker
         is held by its lease alone, so it takes the epoch first."""
         if self.worker:
-            with self.lease(thread_id):
+            with self._queue.lease(thread_id):
                 yield self._checked(thread_id, check, first)
             return
         with self.db.lock(thread_id):
             rec = self._checked(thread_id, check, first)
-            with self.lease(thread_id, f"process:{worker_name()}"):
+            with self._queue.lease(thread_id, f"process:{worker_name()}"):
                 yield rec
 
     def _checked(
@@ -727,7 +724,7 @@ class Runner(
     ) -> ThreadRecord | None:
         if first and check is None:
             return None  # just created by this process
-        rec = self._thread(thread_id)
+        rec = self._reads.thread(thread_id)
         if check is not None:
             check(rec)
         return rec
@@ -737,12 +734,12 @@ class Runner(
             # writes of the run's last steps still held for a checkpoint (see
             # checkpointers._held), then the events no checkpoint carried
             self.db.saver.release(thread_id)
-            self.events_writer.flush(thread_id)
+            self.events.flush(thread_id)
         except Exception as exc:
             if lease_lost(exc):
                 # Refused with the run's writes: drop them, or this process would store
                 # them with a later run of the thread.
-                self.events_writer.take(thread_id)
+                self.events.take(thread_id)
                 if propagating:
                     return
                 raise LeaseLost(thread_id) from exc
@@ -764,8 +761,8 @@ class Runner(
         root: Any,
     ) -> Iterator[Any]:
         store = self.db.store
-        events = self.events_writer
-        done = self._done_steps(thread_id)
+        events = self.events
+        done = self._reads.done_steps(thread_id)
         stages = StageTracker(task, done)
         started: list[str] = []  # steps this run started by hand (see below)
         tap = CALL_TAP.get()
@@ -828,7 +825,7 @@ class Runner(
                 return
             # Steps added by a definition change never got their trigger in the old
             # graph: start those whose dependencies are done.
-            done = self._done_steps(thread_id)
+            done = self._reads.done_steps(thread_id)
             ready = [
                 name
                 for name, info in task.layout.items()
@@ -859,7 +856,7 @@ class Runner(
 
     def _cancel_won(self, task: LongTask, thread_id: str, run: int) -> None:
         request = self.db.store.cancel_request(thread_id) or {"reason": "cancelled"}
-        self._compensate(task, thread_id, run, request)
+        self._compensator.run(self.compiled(task)[0], task, thread_id, run, request)
 
     def _stopped(self, task: LongTask, thread_id: str, run: int, exc: Exception) -> None:
         """A run ended with ``exc``: cancelled (compensate), paused for a person (record what
@@ -874,7 +871,7 @@ class Runner(
             raise exc
         if isinstance(exc, Stopping):
             store.set_status(thread_id, "pending")
-            self.wake(thread_id)  # another worker (or this one, restarted) continues
+            self._queue.wake(thread_id)  # another worker (or this one, restarted) continues
             return
         if isinstance(exc, RetryLater):
             step = getattr(exc, STEP_ATTR, None)
@@ -883,7 +880,7 @@ class Runner(
             return
         if isinstance(exc, Cancelled):
             request = store.cancel_request(thread_id) or {"reason": "cancelled"}
-            self._compensate(task, thread_id, run, request)
+            self._compensator.run(self.compiled(task)[0], task, thread_id, run, request)
             return
         if isinstance(exc, NeedsPerson):
             step = getattr(exc, STEP_ATTR, None)
@@ -903,7 +900,7 @@ class Runner(
         error_class = getattr(exc, "__longtask_error_class__", None)
         if error_class:
             error["error_class"] = error_class
-        self.events_writer.put(
+        self.events.put(
             NewEvent(thread_id, "longtask.failed", f"{run}/longtask.failed", data=error)
         )
         self._flush_events(thread_id, propagating=False)
@@ -913,7 +910,13 @@ class Runner(
         if task.compensate_on_failure:
             request = {"reason": f"step {step!r} failed", "by": "longtask", "failure": error}
             store.request_cancel(thread_id, request)
-            self._compensate(task, thread_id, run, store.cancel_request(thread_id) or request)
+            self._compensator.run(
+                self.compiled(task)[0],
+                task,
+                thread_id,
+                run,
+                store.cancel_request(thread_id) or request,
+            )
         if isinstance(exc, PauseOutcome) and step is not None and not task.compensate_on_failure:
             raise PauseFailed(thread_id, step, str(exc)) from exc
         where = f" (item {error['item']})" if "item" in error else ""

@@ -31,7 +31,6 @@ from longtask.store._values import TAG
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
-    from longtask.runtime._move import _Export
 
 Rows = list[tuple[Any, ...]]
 
@@ -83,9 +82,11 @@ def _replace_in_text(text: str | None, keys: dict[str, str]) -> str | None:
     return text
 
 
-def rename(db: Database, export: _Export, old: str, new: str) -> dict[str, Rows]:
-    """The export's rows as rows of thread ``new``."""
-    tables, cols = export.tables, export.columns
+def rename(
+    db: Database, tables: dict[str, Rows], cols: dict[str, list[str]], old: str, new: str
+) -> dict[str, Rows]:
+    """An export's rows (``tables``, with each table's columns ``cols``) as rows of thread
+    ``new``."""
     map_steps = {r[cols["longtask_maps"].index("step")] for r in tables["longtask_maps"]}
     if len(map_steps) > 1:
         raise _refuse(

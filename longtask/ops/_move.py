@@ -81,7 +81,7 @@ class MoveSummary:
 
 
 def _version() -> str:
-    from longtask import __version__
+    from longtask._version import __version__
 
     return str(__version__)
 
@@ -436,7 +436,7 @@ def import_thread(
     """Load an export into ``db``, as its own thread id or as ``as_id``, in one transaction:
     a refused or failed import leaves the database as it was."""
     from longtask.checkpointers._saver_sql import Batch
-    from longtask.runtime._renaming import rename
+    from longtask.ops._renaming import rename
 
     export = read_export(path)
     source_id = str(export.manifest["thread_id"])
@@ -444,7 +444,7 @@ def import_thread(
     check_thread_id(new_id)
     tables = export.tables
     if new_id != source_id:
-        tables = rename(db, export, source_id, new_id)
+        tables = rename(db, export.tables, export.columns, source_id, new_id)
     store = db.store
     if store.dialect.name == "sqlite" and "mode" in export.columns["longtask_threads"]:
         # Workers share threads through PostgreSQL: in an SQLite database the thread is
@@ -529,10 +529,11 @@ def import_thread(
     )
 
 
-class MoveMixin:
-    """``Runner.export_thread`` and ``Runner.import_thread``."""
+class Moves:
+    """Moving threads between databases: ``export_thread`` and ``import_thread`` on ``db``."""
 
-    db: Database
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def export_thread(
         self,
@@ -558,8 +559,8 @@ class MoveMixin:
 __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
-    "MoveMixin",
     "MoveSummary",
+    "Moves",
     "export_thread",
     "import_thread",
     "read_export",
