@@ -2,6 +2,7 @@
 
 from longtask.store._artifacts import Artifact
 from longtask.store._effects import EFFECT_STATUSES, Effect
+from longtask.store._events import NewEvent
 from longtask.store._leases import WorkerRecord
 from longtask.store._limits import (
     BUDGET_LIMITS,
@@ -17,7 +18,6 @@ from longtask.store._store import (
     FINAL_STATUSES,
     THREAD_STATUSES,
     Event,
-    NewEvent,
     PostgresStore,
     SqliteStore,
     Store,
