@@ -1,4 +1,9 @@
-"""Open LangGraph savers (and our tables beside them) from a URL."""
+"""Open a database from a URL (``Database.open``): longtask's LangGraph checkpoint saver,
+the reader of checkpoints that needs no LangGraph, our ``store`` beside them and the
+per-thread writer lock, over SQLite or PostgreSQL. Beside ``steps``, above ``store``: it
+imports only ``longtask.store``, ``longtask.errors`` and third-party libraries (LangGraph's
+checkpoint base, psycopg, ormsgpack).
+"""
 
 from longtask.checkpointers._database import Database, set_opener
 from longtask.checkpointers._open import open_database

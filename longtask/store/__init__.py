@@ -1,4 +1,9 @@
-"""longtask's own tables beside the checkpoints: threads, events, blobs."""
+"""longtask's own tables beside the checkpoints (threads, events, blobs, artifacts, effects,
+attempts, budgets, leases, schedules) over SQLite or PostgreSQL, the codec that keeps values
+in state channels and the writer that queues events. Beside ``model``, on the floor above
+``errors``: it imports only ``longtask.errors`` and third-party libraries (psycopg, pydantic;
+LangGraph's run config lazily, in ``_values``), never another longtask room.
+"""
 
 from longtask.store._artifacts import Artifact
 from longtask.store._effects import EFFECT_STATUSES, Effect
