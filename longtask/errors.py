@@ -2,6 +2,8 @@
 
 Messages say what is wrong and how to fix it; an underlying driver error is kept as
 ``__cause__``. Connection URLs in messages are always redacted.
+
+The floor everything stands on: every room may import it, and it imports no longtask module.
 """
 
 from __future__ import annotations

@@ -1,31 +1,46 @@
-"""Open a database by URL: longtask's saver, our store and the per-thread writer lock.
+"""A database: longtask's saver, our store and the per-thread writer lock, over a backend.
 
-Backends are imported lazily, so the SQLite default never imports psycopg and the CLI's
-``--help`` imports neither.
+The base class the backends (``_sqlite``, ``_postgres``) subclass. It imports none of them:
+``Database.open`` hands the URL to the factory the package passes in (``_open``), which
+imports the backends, so the imports run one way (factory -> backends -> this base).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
-import os
-import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from longtask.checkpointers._url import DatabaseURL, parse_url, resolve_url
-from longtask.errors import DatabaseError, ThreadBusy
+from longtask.checkpointers._url import DatabaseURL
 
 if TYPE_CHECKING:
     from longtask.checkpointers._reader import CheckpointReader
     from longtask.checkpointers._saver import LongTaskSaver
     from longtask.store import EventWriter, Store
     from longtask.store._fence import Fence
+
+
+class Opener(Protocol):
+    """What ``Database.open`` hands a URL to (``_open.open_database``)."""
+
+    def __call__(
+        self, url: str | None, *, upgrade: bool | None, verify: bool, create: bool
+    ) -> Database: ...
+
+
+#: the factory ``Database.open`` delegates to, passed in by the package's ``__init__``
+#: (see ``set_opener``): it imports the backends, which import this module
+_opener: Opener | None = None
+
+
+def set_opener(opener: Opener) -> None:
+    """Make ``opener`` the factory behind ``Database.open``."""
+    global _opener
+    _opener = opener
 
 
 class Database(ABC):
@@ -56,21 +71,9 @@ class Database(ABC):
         :class:`SchemaVersionError` naming the command that fixes it).
         ``create``: False for read-only use: a missing SQLite file is an error, not created.
         """
-        parsed = parse_url(resolve_url(url))
-        if parsed.scheme == "sqlite":
-            assert parsed.path is not None
-            if not create and not parsed.path.exists():
-                raise DatabaseError(
-                    f"there is no longtask database at {parsed.path.resolve()}; start a task "
-                    "to create it (`longtask run FILE.py:TASK`), create it empty with "
-                    "`longtask db upgrade`, or point --db / $LONGTASK_DB at another one"
-                )
-            return SqliteDatabase(
-                parsed, upgrade=True if upgrade is None else upgrade, verify=verify
-            )
-        from longtask.checkpointers._postgres import PostgresDatabase
-
-        return PostgresDatabase(parsed, upgrade=bool(upgrade), verify=verify)
+        if _opener is None:  # the package sets it on import, before anything can get here
+            raise RuntimeError("longtask.checkpointers was not imported")
+        return _opener(url, upgrade=upgrade, verify=verify, create=create)
 
     @abstractmethod
     def upgrade(self) -> list[str]:
@@ -180,115 +183,5 @@ def migrated(applied: list[int]) -> str:
     return f"longtask tables migrated to version {applied[-1]}"
 
 
-def _full_disk(path: Path) -> str:
-    """What to add to an error opening the SQLite file ``path`` when its disk is full:
-    SQLite reports the WAL index it could not create as a bare "disk I/O error"."""
-    import shutil
-
-    try:
-        free = shutil.disk_usage(path.parent).free
-    except OSError:
-        return ""
-    if free >= _ROOM_TO_OPEN:
-        return ""
-    return (
-        f" (the disk holding it is full: {free} bytes free); free some space, then run the "
-        "command again"
-    )
-
-
-#: below this many free bytes, a failure to open is put down to a full disk: the WAL index
-#: alone takes 32 KiB
-_ROOM_TO_OPEN = 64 * 1024
-
-
 def _lock_key(thread_id: str) -> bytes:
     return hashlib.blake2b(thread_id.encode(), digest_size=8).digest()
-
-
-class SqliteDatabase(Database):
-    def __init__(self, url: DatabaseURL, *, upgrade: bool, verify: bool = True) -> None:
-        from longtask.checkpointers._saver_sql import SqliteBackend
-        from longtask.store import SqliteStore
-
-        assert url.path is not None
-        self.url = url
-        self.path = url.path
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-            # WAL lets `status` and `events` read while another process writes.
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA busy_timeout=30000")
-            conn.execute("PRAGMA synchronous=NORMAL")
-        except (sqlite3.Error, OSError) as exc:
-            raise DatabaseError(
-                f"cannot open SQLite database {self.path}: {exc}{_full_disk(self.path)}"
-            ) from exc
-        # One connection and one lock for the saver and our tables: SQLite has one writer
-        # at a time, and a second connection would queue parallel steps' writes behind
-        # each other's busy timeouts.
-        lock = threading.Lock()
-        self._wire(SqliteBackend(conn, lock))
-        self._conn = conn
-        self.store = SqliteStore(conn, lock)
-        self.store.artifact_dir = self.path.parent / (self.path.name + ".artifacts")
-        # Locks are by the file's real path: two names of one file (a symlink) are one lock.
-        real = self.path.resolve()
-        self._lock_dir = real.parent / (real.name + ".locks")
-        if upgrade:
-            self.upgrade()
-        elif verify:
-            self.store.check_schema(self.url.redacted)
-
-    def upgrade(self) -> list[str]:
-        def legacy() -> Any:
-            from langgraph.checkpoint.sqlite import SqliteSaver
-
-            return SqliteSaver(self._conn)
-
-        return self._migrate(legacy, "checkpoints")
-
-    def _lock_path(self, thread_id: str) -> Path:
-        return self._lock_dir / (_lock_key(thread_id).hex() + ".lock")
-
-    @contextlib.contextmanager
-    def lock(self, thread_id: str) -> Iterator[None]:
-        # flock is released by the kernel when the process dies, so a crash never leaves a
-        # thread locked. SQLite is single-machine, so a local lock is enough.
-        self._lock_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self._lock_path(thread_id), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            # A moment's retry: `is_locked` (status) takes the lock shared for an instant,
-            # which must not make a real writer give up.
-            for attempt in range(20):
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError as exc:
-                    if attempt == 19:
-                        raise ThreadBusy(thread_id) from exc
-                    time.sleep(0.01)
-            os.ftruncate(fd, 0)
-            os.write(fd, str(os.getpid()).encode())
-            yield
-        finally:
-            os.close(fd)
-
-    def is_locked(self, thread_id: str) -> bool:
-        path = self._lock_path(thread_id)
-        if not path.exists():
-            return False
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
-        return False
-
-    def close(self) -> None:
-        self.events.stop_live()
-        self._close_saver()
-        self.store.close()

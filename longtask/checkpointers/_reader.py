@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from longtask.checkpointers import _maps
+from longtask.checkpointers._maps import apply, copy_maps, decode
 
 if TYPE_CHECKING:
     from longtask.checkpointers._saver_sql import Backend
@@ -194,7 +194,7 @@ class CheckpointReader:
         self._remember(
             (thread_id, ns),
             head["id"],
-            _maps.copy_maps(head["channel_versions"], head["versions_seen"]),
+            copy_maps(head["channel_versions"], head["versions_seen"]),
             rows[0][4],
             rows[0][5],
             head.get("updated_channels"),
@@ -338,7 +338,7 @@ class CheckpointReader:
                 head = self._heads.get((r[0], r[1]))
                 if head is not None and head.checkpoint_id == r[2]:
                     cached[(r[0], r[1], r[2])] = (
-                        _maps.copy_maps(head.cv, head.vs) if seen else (dict(head.cv), {})
+                        copy_maps(head.cv, head.vs) if seen else (dict(head.cv), {})
                     )
         known: dict[Key, tuple[str | None, dict[str, Any]]] = {}
         # a delta's line back to its snapshot: by base, the deepest and latest (by sequence
@@ -354,12 +354,12 @@ class CheckpointReader:
             for cid, parent, state in self.backend.chain(thread_id, ns, base_id, depth, upto):
                 key = (thread_id, ns, cid)
                 if key not in known:
-                    known[key] = (parent, _maps.decode(state))
+                    known[key] = (parent, decode(state))
                     decoded.append((key, known[key]))
         for r in rows:
             key = (r[0], r[1], r[2])
             if key not in known:
-                known[key] = (r[3], _maps.decode(r[6]))
+                known[key] = (r[3], decode(r[6]))
                 decoded.append((key, known[key]))
         self._keep_states(decoded)
 
@@ -384,9 +384,9 @@ class CheckpointReader:
                             cv.pop(k, None)
                         cv.update(state.get("c", {}))
                 elif state["full"]:
-                    cv, vs = _maps.copy_maps(state.get("c", {}), state.get("s", {}))
+                    cv, vs = copy_maps(state.get("c", {}), state.get("s", {}))
                 else:
-                    _maps.apply(cv, vs, state)
+                    apply(cv, vs, state)
             return cv, vs
 
         out = {}

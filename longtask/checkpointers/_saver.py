@@ -47,9 +47,14 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 
-from longtask.checkpointers import _maps
 from longtask.checkpointers._held import Held, HeldWrites
-from longtask.checkpointers._maps import FULL_EVERY
+from longtask.checkpointers._maps import (
+    FULL_EVERY,
+    copy_maps,
+    encode_delta,
+    encode_full,
+    triggered,
+)
 from longtask.checkpointers._reader import _ABSENT, CheckpointReader, version_key
 from longtask.checkpointers._saver_sql import EVENTS_SQL, Batch
 
@@ -223,13 +228,13 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
             and head.checkpoint_id == parent_id
             and head.depth + 1 < FULL_EVERY
         ):
-            state, *maps = _maps.encode_delta(
-                head.cv, head.vs, cv, vs, extra, new_versions, _maps.triggered(head.updated)
+            state, *maps = encode_delta(
+                head.cv, head.vs, cv, vs, extra, new_versions, triggered(head.updated)
             )
             base_id, depth = head.base_id, head.depth + 1
         else:
-            state = _maps.encode_full(cv, vs, extra)
-            maps = list(_maps.copy_maps(cv, vs))
+            state = encode_full(cv, vs, extra)
+            maps = list(copy_maps(cv, vs))
             base_id, depth = checkpoint_id, 0
 
         values = checkpoint["channel_values"]
@@ -436,7 +441,7 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
             for r in rebase:
                 cv, vs, state = maps[(r[0], r[1], r[2])]
                 extra = {k: v for k, v in state.items() if k in ("t", "v", "u", "x")}
-                snapshots.append((_maps.encode_full(cv, vs, extra), r[0], r[1], r[2]))
+                snapshots.append((encode_full(cv, vs, extra), r[0], r[1], r[2]))
             keep: builtins.list[tuple[str, str]] | None = None
             if collect_values:
                 kept = self._maps_of(survivors) if survivors else {}

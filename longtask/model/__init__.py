@@ -1,4 +1,8 @@
-"""The domain model: LongTask, Stage, step kinds and policies. Never imports LangGraph."""
+"""The domain model: LongTask, its stages and step kinds, their policies (retry, budget),
+schedules and versions, as pure data with the checks of a definition. Beside ``store``, on
+the floor above ``errors``: it imports only ``longtask.errors`` and third-party libraries
+(pydantic, croniter), never LangGraph, so a task is defined, checked and hashed without it.
+"""
 
 from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agent_step, fix_with
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest

@@ -15,16 +15,13 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from longtask.errors import describe_validation
 from longtask.model._canonical import canonical_digest
-
-if TYPE_CHECKING:
-    from longtask.model._task import LongTask
 
 #: schedule names: part of every fired thread's id, so a small alphabet; ``-`` allowed
 SCHEDULE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -33,6 +30,14 @@ TICK_SUFFIX_RE = re.compile(r"-(\d{8}T\d{4}Z)$")
 _CRON_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 
 CatchUp = Literal["one", "none"]
+
+
+class HasInputs(Protocol):
+    """What a schedule's checks read of its task (a ``LongTask``): the inputs model, if any.
+    A protocol so this module need not import ``_task``, which imports ``Schedule``."""
+
+    @property
+    def inputs(self) -> type[BaseModel] | None: ...
 
 
 class Schedule(BaseModel):
@@ -65,7 +70,7 @@ class Schedule(BaseModel):
 
     # -- checks ------------------------------------------------------------------------------
 
-    def problems(self, task: LongTask | None = None, *, named: bool = True) -> list[str]:
+    def problems(self, task: HasInputs | None = None, *, named: bool = True) -> list[str]:
         """What is wrong with this schedule (of ``task``, whose inputs model it must fit);
         each problem starts with which schedule it is, unless not ``named``."""
         out = cron_problems(self.cron)
@@ -147,7 +152,7 @@ def timezone_problem(timezone: str) -> str | None:
     return None
 
 
-def inputs_problems(task: LongTask, inputs: Mapping[str, Any]) -> list[str]:
+def inputs_problems(task: HasInputs, inputs: Mapping[str, Any]) -> list[str]:
     """Why ``task`` would refuse ``inputs`` when a tick starts it (the runner's own check,
     made at definition time)."""
     model = task.inputs

@@ -1,4 +1,10 @@
-"""Node runtime per step kind, and the StepContext handed to step functions."""
+"""What a graph node runs for each step kind (function, map, agent, approval, wait), what
+they share (the compiled task's StepEnv, attempts and retries, effects, tracing) and the
+StepContext handed to step functions. Beside ``checkpointers``, above ``model`` and
+``store``: it imports only ``longtask.model``, ``longtask.store``, ``longtask.errors`` and
+third-party libraries (LangGraph, LangChain, OpenTelemetry); it neither opens databases nor
+builds graphs.
+"""
 
 from longtask.steps._agent import agent_node, fix_agent_node, fix_channel
 from longtask.steps._call import RUN_KEY, NodeCall

@@ -25,9 +25,11 @@ back-off). A step that fails for good, or pauses, closes its retry window: resum
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
@@ -35,11 +37,10 @@ from langgraph.types import interrupt
 from longtask.errors import Cancelled, LimitReached, NeedsPerson, RetryLater, Stopping
 from longtask.model import Retry, StepInfo
 from longtask.steps._classify import Classified, classify
-from longtask.store import NO_ITEM, Attempts
+from longtask.store import NO_ITEM, Attempts, Store
 
 if TYPE_CHECKING:
     from longtask.steps._call import NodeCall
-    from longtask.steps._function import StepEnv
 
 E = TypeVar("E", bound=BaseException)
 
@@ -59,6 +60,50 @@ _ANSWERS["deadline"] = _ANSWERS["budget"]
 
 #: replaces ``interrupt`` where the pause must be raised by another thread (a map item)
 Pause = Callable[[dict[str, Any]], Any]
+
+
+class AttemptEnv(Protocol):
+    """What attempts read and record through the nodes' shared env (``StepEnv``, which is
+    built on this module: a protocol, so this module need not import it back)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def sleep(self) -> Callable[[float], None]: ...
+    @property
+    def clock(self) -> Callable[[], datetime]: ...
+    @property
+    def default_retry(self) -> Retry | None: ...
+    @property
+    def has_limits(self) -> bool: ...
+    @property
+    def on_limit(self) -> str: ...
+    @property
+    def stopping(self) -> threading.Event: ...
+    @property
+    def defer_waits(self) -> bool: ...
+
+    def emit(
+        self,
+        call: NodeCall,
+        kind: str,
+        key: str,
+        info: StepInfo | None = None,
+        *,
+        stage: str | None = None,
+        attempt: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None: ...
+
+    def attempts_of(self, thread_id: str, where: tuple[str, int]) -> Attempts | None: ...
+
+    def record_attempt(
+        self, thread_id: str, where: tuple[str, int], record: Attempts | None
+    ) -> None: ...
+
+    def charge_time(self, thread_id: str, seconds: float) -> None: ...
+
+    def is_cancelled(self, thread_id: str) -> bool: ...
 
 
 def gate_request(
@@ -120,7 +165,7 @@ def permission_request(
 
 
 def check_limits(
-    env: StepEnv,
+    env: AttemptEnv,
     call: NodeCall,
     info: StepInfo,
     *,
@@ -190,7 +235,7 @@ def _verdict(exc: Exception, verdict: Classified, retry: Retry | None, in_window
 
 
 def with_retries(
-    env: StepEnv,
+    env: AttemptEnv,
     call: NodeCall,
     info: StepInfo,
     retry: Retry | None,

@@ -27,16 +27,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import StateSnapshot
 
 from longtask.steps._call import NodeCall
-
-if TYPE_CHECKING:
-    from longtask.steps._function import StepEnv
 
 log = logging.getLogger("longtask.steps")
 
@@ -127,8 +124,16 @@ class Siblings:
         )
 
 
+class SiblingEnv(Protocol):
+    """What ``settled`` reads of the nodes' shared env (``StepEnv``, which holds a
+    ``Siblings``: a protocol, so this module need not import it back)."""
+
+    siblings: Siblings
+    snapshot: Snapshot | None
+
+
 def settled(
-    env: StepEnv, fn: Callable[[Any, RunnableConfig], Any]
+    env: SiblingEnv, fn: Callable[[Any, RunnableConfig], Any]
 ) -> Callable[[Any, RunnableConfig], Any]:
     """``fn`` as a node that, before it raises, lets its siblings' results be saved."""
     siblings = env.siblings

@@ -1,7 +1,13 @@
-"""longtask's own tables beside the checkpoints: threads, events, blobs."""
+"""longtask's own tables beside the checkpoints (threads, events, blobs, artifacts, effects,
+attempts, budgets, leases, schedules) over SQLite or PostgreSQL, the codec that keeps values
+in state channels and the writer that queues events. Beside ``model``, on the floor above
+``errors``: it imports only ``longtask.errors`` and third-party libraries (psycopg, pydantic;
+LangGraph's run config lazily, in ``_values``), never another longtask room.
+"""
 
 from longtask.store._artifacts import Artifact
 from longtask.store._effects import EFFECT_STATUSES, Effect
+from longtask.store._events import NewEvent
 from longtask.store._leases import WorkerRecord
 from longtask.store._limits import (
     BUDGET_LIMITS,
@@ -17,7 +23,6 @@ from longtask.store._store import (
     FINAL_STATUSES,
     THREAD_STATUSES,
     Event,
-    NewEvent,
     PostgresStore,
     SqliteStore,
     Store,

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from longtask.store._store import NewEvent
+    from longtask.store._events import NewEvent
 
 EFFECT_STATUSES = ("started", "succeeded", "failed")
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from longtask.store._kinds import LIVE_KINDS
 
 if TYPE_CHECKING:
-    from longtask.store._store import NewEvent
+    from longtask.store._events import NewEvent
 
 log = logging.getLogger("longtask.events")
 
