@@ -50,11 +50,11 @@ from longtask.serve._http import (
     page_response,
     unauthorized,
 )
-from longtask.serve._lg_assistants import Registry, assistant_id
 from longtask.serve._lg_commands import plan_answer
 from longtask.serve._lg_common import Api
 from longtask.serve._manual import final_results, retry_later, skip_later
 from longtask.serve._page import FAVICON, index_page, thread_page
+from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
 from longtask.store import THREAD_SORTS

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from longtask.runtime._text import refuse_bad_text
 from longtask.serve import _lg_runs as lg_runs
-from longtask.serve._lg_assistants import assistant_id
+from longtask.serve._registry import assistant_id
 
 if TYPE_CHECKING:
     from longtask.serve._lg_common import Api
