@@ -21,6 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+import longtask.serve._lg_assistants as lg_assistants
+import longtask.serve._lg_runs as lg_runs
+import longtask.serve._lg_threads as lg_threads
+import longtask.serve._lg_unserved as lg_unserved
 from longtask import __version__
 from longtask.errors import (
     InvalidInput,
@@ -29,10 +33,6 @@ from longtask.errors import (
     describe_validation,
 )
 from longtask.runtime._costs import report_name
-from longtask.serve import _lg_assistants as lg_assistants
-from longtask.serve import _lg_runs as lg_runs
-from longtask.serve import _lg_threads as lg_threads
-from longtask.serve import _lg_unserved as lg_unserved
 from longtask.serve._auth import Tokens
 from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
