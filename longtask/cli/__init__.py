@@ -1,4 +1,7 @@
-"""The ``longtask`` command line (typer).
+"""The ``longtask`` command line (typer): the top floor, where a person at a shell drives
+threads, workers, ``serve`` and the demo. It may import every room below it (serve, demo,
+the root package ``longtask``, ops, runtime and the rooms under runtime); no room imports
+it, only ``longtask.__main__``.
 
 ``main`` answers ``--version`` before importing typer, rich or any command, and otherwise
 imports only the module of the command it runs (``_commands``): each is part of every

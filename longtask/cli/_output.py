@@ -114,7 +114,7 @@ def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None
     if st.worker:
         out.print(f"held by worker {escape(st.worker)}")
     if st.schedule:
-        from longtask.cli._schedules import schedule_lines
+        from longtask.cli._schedule_text import schedule_lines
 
         for line in schedule_lines(st.schedule):
             out.print(line)

@@ -1,17 +1,18 @@
-"""``longtask schedule``: add, ls, rm, pause, resume; and the schedule line of ``status``."""
+"""``longtask schedule``: add, ls, rm, pause, resume. How a schedule reads (its fire times,
+the line ``status`` prints) is ``_schedule_text``'s."""
 
 from __future__ import annotations
 
 import json
 import shlex
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from longtask.cli._app import DbOpt, JsonOpt, _parse_json, _runner, _stable_ref, app, out
 from longtask.cli._hints import cmd
+from longtask.cli._schedule_text import when
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
@@ -24,18 +25,6 @@ schedule_app = typer.Typer(
 app.add_typer(schedule_app, name="schedule")
 
 NameArg = Annotated[str, typer.Argument(metavar="NAME", help="The schedule's name.")]
-
-
-def when(at: datetime, timezone: str) -> str:
-    """``2026-12-02 03:00 CET (02:00 UTC)``: the schedule's own time first."""
-    from zoneinfo import ZoneInfo
-
-    local = at.astimezone(ZoneInfo(timezone))
-    utc = at.astimezone(UTC)
-    if local.utcoffset() == utc.utcoffset():
-        return f"{utc:%Y-%m-%d %H:%M} UTC"
-    utc_text = utc.strftime("%H:%M" if local.date() == utc.date() else "%Y-%m-%d %H:%M")
-    return f"{local:%Y-%m-%d %H:%M} {local.tzname()} ({utc_text} UTC)"
 
 
 def _firing_hint(runner: Runner) -> str:
@@ -224,13 +213,3 @@ def resume(name: NameArg, db: DbOpt = None) -> None:
     with _runner(db) as runner:
         rec = runner.resume_schedule(name)
     out.print(f"schedule {escape(name)} resumed; next {when(rec.next_fire_at, rec.timezone)}")
-
-
-def schedule_lines(info: dict[str, Any]) -> list[str]:
-    """What ``status`` prints about the schedule that started a thread."""
-    name = escape(info["name"])
-    if not info.get("registered"):
-        return [f"started by schedule {name} (since removed)"]
-    nxt = datetime.fromisoformat(info["next_fire_at"])
-    state = "paused" if info.get("paused") else f"next fire {when(nxt, info['timezone'])}"
-    return [f"started by schedule {name}; {state}"]

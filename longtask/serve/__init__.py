@@ -1,4 +1,7 @@
-"""``longtask serve``: a small HTTP API, a Server-Sent Events stream and a web page.
+"""``longtask serve``: a small HTTP API, the LangGraph Server API, a Server-Sent Events
+stream and a web page over one database's threads. It may import the root package
+``longtask``, ops, runtime and the rooms under runtime, never demo or cli; its modules
+import one another directly, never through this ``__init__``, which is for outside callers.
 
 Imports Starlette; the CLI imports this package only when ``serve`` runs.
 """

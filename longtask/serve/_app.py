@@ -21,6 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+import longtask.serve._lg_assistants as lg_assistants
+import longtask.serve._lg_runs as lg_runs
+import longtask.serve._lg_threads as lg_threads
+import longtask.serve._lg_unserved as lg_unserved
 from longtask._version import __version__
 from longtask.errors import (
     InvalidInput,
@@ -29,10 +33,6 @@ from longtask.errors import (
     describe_validation,
 )
 from longtask.ops._reports import report_name
-from longtask.serve import _lg_assistants as lg_assistants
-from longtask.serve import _lg_runs as lg_runs
-from longtask.serve import _lg_threads as lg_threads
-from longtask.serve import _lg_unserved as lg_unserved
 from longtask.serve._auth import Tokens
 from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
@@ -50,11 +50,11 @@ from longtask.serve._http import (
     page_response,
     unauthorized,
 )
-from longtask.serve._lg_assistants import Registry, assistant_id
 from longtask.serve._lg_commands import plan_answer
 from longtask.serve._lg_common import Api
 from longtask.serve._manual import final_results, retry_later, skip_later
 from longtask.serve._page import FAVICON, index_page, thread_page
+from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
 from longtask.store import THREAD_SORTS

@@ -34,7 +34,7 @@ from longtask.store._apiruns import OPEN_RUN_STATUSES
 if TYPE_CHECKING:
     from longtask._runner import Runner
     from longtask.model import LongTask
-    from longtask.serve._lg_assistants import Registry
+    from longtask.serve._registry import Registry
     from longtask.store import ThreadRecord
     from longtask.store._apiruns import ApiRun
 

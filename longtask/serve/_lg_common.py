@@ -16,7 +16,7 @@ from starlette.responses import Response
 if TYPE_CHECKING:
     from longtask._runner import Runner
     from longtask.serve._executor import Executor
-    from longtask.serve._lg_assistants import Registered, Registry
+    from longtask.serve._registry import Registered, Registry
 
 T = TypeVar("T")
 MAX_BODY = 1024 * 1024

@@ -25,8 +25,8 @@ from longtask.serve._lg_state import current_state, thread_state
 from longtask.serve._lg_stream import MODES, follow, modes_of
 
 if TYPE_CHECKING:
-    from longtask.serve._lg_assistants import Registered
     from longtask.serve._lg_common import Api
+    from longtask.serve._registry import Registered
     from longtask.store import ThreadRecord
     from longtask.store._apiruns import ApiRun
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from longtask._runner import Runner
     from longtask.model import LongTask
-    from longtask.serve._lg_assistants import Registry
+    from longtask.serve._registry import Registry
     from longtask.store import ThreadRecord
 
 #: longtask thread status -> LangGraph thread status

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import longtask.serve._lg_runs as lg_runs
 from longtask.runtime._text import refuse_bad_text
-from longtask.serve import _lg_runs as lg_runs
-from longtask.serve._lg_assistants import assistant_id
+from longtask.serve._registry import assistant_id
 
 if TYPE_CHECKING:
     from longtask.serve._lg_common import Api

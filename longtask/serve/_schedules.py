@@ -20,7 +20,7 @@ from longtask.errors import LongTaskError
 if TYPE_CHECKING:
     from longtask._runner import Runner
     from longtask.serve._executor import Executor
-    from longtask.serve._lg_assistants import Registry
+    from longtask.serve._registry import Registry
 
 log = logging.getLogger("longtask.serve")
 

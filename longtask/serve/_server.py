@@ -53,13 +53,13 @@ def run_server(
 
     from longtask._runner import Runner
     from longtask.serve._app import create_app
-    from longtask.serve._lg_assistants import load_registry
     from longtask.serve._limits import (
         KEEP_ALIVE_TIMEOUT,
         MAX_HEAD_BYTES,
         BoundedH11Protocol,
         bounded_heads,
     )
+    from longtask.serve._registry import load_registry
 
     registry = load_registry(tasks or [], config)
     with Runner(db) as runner:

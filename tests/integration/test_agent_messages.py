@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from longtask import LongTask, Runner, Stage, agent_step
 from longtask.graphs import agent_messages
 from longtask.serve import create_app
-from longtask.serve._lg_assistants import Registered, Registry
+from longtask.serve._registry import Registered, Registry
 
 TOKENS = {"tok-alice": "alice"}
 ALICE = {"X-Api-Key": "tok-alice"}

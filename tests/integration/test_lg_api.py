@@ -19,7 +19,7 @@ from longtask.errors import TaskRefError
 from longtask.runtime import load_task
 from longtask.serve import create_app
 from longtask.serve._executor import Executor
-from longtask.serve._lg_assistants import assistant_id, load_registry
+from longtask.serve._registry import assistant_id, load_registry
 
 LG_TASKS = Path(__file__).parents[1] / "acceptance" / "lg_task.py"
 RELEASE_REF = f"{LG_TASKS}:RELEASE"

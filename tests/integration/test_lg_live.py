@@ -32,7 +32,7 @@ from longtask import (
     function_step,
 )
 from longtask.serve import create_app
-from longtask.serve._lg_assistants import Registered, Registry
+from longtask.serve._registry import Registered, Registry
 
 TOKENS = {"tok-alice": "alice"}
 ALICE = {"X-Api-Key": "tok-alice"}

@@ -440,7 +440,7 @@ def test_serve_fires_due_schedules_and_lists_them(sqlite_url: str) -> None:
     from starlette.testclient import TestClient
 
     from longtask.serve import create_app
-    from longtask.serve._lg_assistants import load_registry
+    from longtask.serve._registry import load_registry
 
     tick = _due_in_real_time(sqlite_url, "served")
     thread = tick_id("served", tick)

@@ -160,7 +160,7 @@ def test_paused_v1_threads_resume_on_v1_while_new_threads_run_v2(
 
 
 def test_serve_registry_serves_one_name_from_several_refs(tmp_path: Path) -> None:
-    from longtask.serve._lg_assistants import load_registry
+    from longtask.serve._registry import load_registry
 
     (tmp_path / "one.py").write_text(textwrap.dedent(V1) + "\n\ntask = v1_task()\n")
     (tmp_path / "two.py").write_text(
