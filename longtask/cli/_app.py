@@ -700,7 +700,9 @@ def _main(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: the one place that turns exceptions into messages and exit codes."""
+    """Run a command line on the commands registered so far: the one place that turns
+    exceptions into messages and exit codes. The entry point is ``longtask.cli.main``,
+    which first registers the command the line names (``cli._commands``)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not {"serve", "worker"} & set(args[:1]):
         # (serve and worker stop on Ctrl-C their own way: requests, running threads)

@@ -304,7 +304,7 @@ def effect_finish(self, *args, **kwargs):
     os._exit(9)
 
 _effects.EffectTables.effect_finish = effect_finish
-from longtask.cli._app import main
+from longtask.cli import main
 main(sys.argv[1:])
 """
 
