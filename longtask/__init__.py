@@ -2,6 +2,11 @@
 
 Define a :class:`LongTask` of stages and steps, run it with a :class:`Runner`, and resume it
 after a crash, a restart or a long pause without repeating finished steps.
+
+The root of the house: these public names (imported on first use), and the Runner façade
+(``_runner.py``) composed of the run core's parts (``runtime``) and the operations'
+(``ops``). It may import every room but serve, demo and cli, which stand on it; see
+docs/architecture.md.
 """
 
 from __future__ import annotations

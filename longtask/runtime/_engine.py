@@ -7,14 +7,14 @@ import logging
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph.state import CompiledStateGraph
 from langgraph.types import Command
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from longtask.errors import (
     Cancelled,
@@ -32,16 +32,14 @@ from longtask.errors import (
     TaskRefError,
     ThreadExists,
     connection_error,
-    describe_validation,
 )
 from longtask.graphs import (
     UpdateCheck,
     compile_graph,
     entry_node,
     install_update_check,
-    pause_write,
 )
-from longtask.model import FunctionStep, LongTask, PauseStep
+from longtask.model import LongTask, PauseStep
 from longtask.runtime._answers import GATE_ANSWER, NotWaiting, refuse_repeated_outcome
 from longtask.runtime._calls import (
     CALL_CONFIG,
@@ -52,12 +50,14 @@ from longtask.runtime._calls import (
     merge_config,
     traced,
 )
+from longtask.runtime._inputs import translate, validate_inputs
 from longtask.runtime._interrupts import USER_KINDS, interrupted, open_interrupts
 from longtask.runtime._queue import DEFAULT_QUEUE, encode_command, make_app, worker_name
 from longtask.runtime._reading import _config
 from longtask.runtime._recovery import recover
 from longtask.runtime._taskref import find_ref, load_versions
 from longtask.runtime._threadid import check_thread_id
+from longtask.runtime._tracking import CancelWatch, StageTracker, concurrency, finished
 from longtask.runtime._views import (
     definition_changes,
     definition_summary,
@@ -67,7 +67,6 @@ from longtask.steps import (
     STEP_ATTR,
     PauseOutcome,
     StepEnv,
-    result_channel,
 )
 from longtask.steps._attempts import error_type
 from longtask.steps._tracing import end_span, start_span
@@ -92,79 +91,6 @@ log = logging.getLogger("longtask.runtime")
 
 #: called with (thread_id, step names that just finished) while a run advances
 UpdateHook = Callable[[str, list[str]], None]
-
-
-def _finished(task: LongTask, node: str, update: Any) -> bool:
-    """Whether a node's update in the stream finishes its step (a pause node that asks
-    again does not)."""
-    step = task.steps.get(node)
-    if step is None:
-        return False
-    if isinstance(step, FunctionStep) and step.on_failure:
-        return True  # the step's own node runs once, after its helper nodes
-    return isinstance(update, dict) and result_channel(node) in update
-
-
-def _concurrency(task: LongTask) -> int:
-    """Threads LangGraph may use for one super-step: the widest stage (its default is the
-    machine's core count + 4, which would cap a wide stage on a small box). A map step is
-    one node that runs its items on threads of its own."""
-    widths = [len(stage.steps) for stage in task.stages]
-    return max(4, min(64, max(widths)))
-
-
-class CancelWatch:
-    """Polls the thread's cancel request while a run advances it, so that a cancel given in
-    another process stops the run at its next step boundary."""
-
-    def __init__(self, db: Database, env: StepEnv, thread_id: str, interval: float) -> None:
-        self._db, self._env, self._thread_id, self._interval = db, env, thread_id, interval
-        self._stop = threading.Event()
-        self._worker = threading.Thread(
-            target=self._loop, name=f"longtask-cancel-{thread_id}", daemon=True
-        )
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                if self._db.store.cancel_request(self._thread_id) is not None:
-                    self._env.cancel(self._thread_id)
-                    return
-            except Exception:  # a failed poll must not break the run; try again
-                log.debug("cancel poll failed", exc_info=True)
-
-    def __enter__(self) -> CancelWatch:
-        self._worker.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._worker.join()
-
-
-class StageTracker:
-    """Which stages have completed, kept up to date step by step (no rescans)."""
-
-    def __init__(self, task: LongTask, done: set[str]) -> None:
-        self._stage_of = {step.name: stage.name for stage, step in task.iter_steps()}
-        self._left = {
-            stage.name: sum(1 for s in stage.steps if s.name not in done) for stage in task.stages
-        }
-        self._done = set(done)
-
-    def finish(self, thread_id: str, steps: Iterable[str]) -> list[NewEvent]:
-        events = []
-        for step in steps:
-            if step in self._done:
-                continue
-            self._done.add(step)
-            stage = self._stage_of[step]
-            self._left[stage] -= 1
-            if self._left[stage] == 0:
-                events.append(
-                    NewEvent(thread_id, "stage.completed", f"stage.completed/{stage}", stage=stage)
-                )
-        return events
 
 
 class Engine:
@@ -538,74 +464,12 @@ class Engine:
         return Command(resume={p.interrupt_id: dict(GATE_ANSWER) for p in gates})
 
     def validate_inputs(self, task: LongTask, inputs: Mapping[str, Any] | BaseModel | None) -> Any:
-        if task.inputs is None:
-            if isinstance(inputs, BaseModel):
-                return inputs
-            if inputs is not None and not isinstance(inputs, Mapping):
-                raise InvalidInput(
-                    f"task inputs must be a JSON object, got {type(inputs).__name__}"
-                )
-            return dict(inputs or {})
-        if isinstance(inputs, Mapping) and task.inputs.model_config.get("extra") is None:
-            # pydantic drops unknown keys by default: a misspelt input would vanish silently.
-            # A model that sets `extra` ("allow", "ignore", "forbid") decides for itself.
-            known: set[Any] = set()
-            for name, field in task.inputs.model_fields.items():
-                known.update((name, field.alias, field.validation_alias))
-            unknown = [k for k in inputs if k not in known]
-            if unknown:
-                raise InvalidInput(
-                    f"inputs for task {task.name!r} have unknown key"
-                    f"{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                    f"{task.inputs.__name__} takes {', '.join(task.inputs.model_fields) or 'none'}"
-                )
-        try:
-            if isinstance(inputs, task.inputs):
-                model = inputs
-            else:
-                raw = inputs.model_dump() if isinstance(inputs, BaseModel) else (inputs or {})
-                model = task.inputs.model_validate(raw)
-            # Kept as plain JSON: the task's model rebuilds them for its steps, and
-            # LangGraph's get_state shows them as they are.
-            return model.model_dump(mode="json")
-        except ValidationError as exc:
-            raise InvalidInput(
-                f"inputs for task {task.name!r} do not match {task.inputs.__name__}: "
-                f"{describe_validation(exc)}"
-            ) from exc
+        """``inputs`` checked against the task's inputs model, as plain JSON (InvalidInput
+        naming every problem, and any key the model does not know)."""
+        return validate_inputs(task, inputs)
 
     def _translate(self, task: LongTask, command: Command[Any]) -> Command[Any]:
-        update = command.update
-        if update is not None:
-            if not isinstance(update, Mapping):
-                raise InvalidInput("Command(update=...) must be a mapping of step name to result")
-            unknown = [k for k in update if k != "inputs" and k not in task.steps]
-            if unknown:
-                raise InvalidInput(
-                    f"cannot update {', '.join(map(repr, unknown))}: not a step of "
-                    f"{task.name!r} (steps: {', '.join(task.steps)}; or 'inputs')"
-                )
-            for key in update:
-                refused = pause_write(task, key)
-                if refused is not None:
-                    raise refused
-            update = {
-                (INPUTS_CHANNEL if k == "inputs" else result_channel(k)): self.codec.encode(
-                    self.validate_inputs(task, v) if k == "inputs" else v, f"update of {k!r}"
-                )
-                for k, v in update.items()
-            }
-        goto = command.goto
-        targets: list[Any] = [goto] if isinstance(goto, str) else list(goto or ())  # type: ignore[arg-type]
-        bad = [g for g in targets if isinstance(g, str) and g not in task.steps]
-        if bad:
-            raise InvalidInput(
-                f"cannot go to {', '.join(map(repr, bad))}: not a step of {task.name!r}"
-            )
-        # A step name means the step from its start: a map's dispatch, a pause's request.
-        entries = [entry_node(task, g) if isinstance(g, str) else g for g in targets]
-        goto = entries[0] if isinstance(goto, str) else entries
-        return Command(resume=command.resume, update=update, goto=goto, graph=command.graph)
+        return translate(task, self.codec, command)
 
     def load(self, rec: ThreadRecord) -> LongTask:
         if not rec.task_ref:
@@ -665,7 +529,7 @@ class Engine:
                 # Running, yet this process got the lock: the run that held it died.
                 recover(store, env, thread_id, run)
             run_config = merge_config(_config(thread_id, run), extra)
-            run_config["max_concurrency"] = _concurrency(task)
+            run_config["max_concurrency"] = concurrency(task)
             if first:
                 self.events.put(
                     NewEvent(
@@ -786,7 +650,7 @@ class Engine:
                         if ns and not spec.subgraphs:
                             continue  # asked for by the tap only
                     if mode == "updates" and not ns:
-                        finished = [n for n, u in chunk.items() if _finished(task, n, u)]
+                        finished = [n for n, u in chunk.items() if finished(task, n, u)]
                         done.update(finished)
                         for event in stages.finish(thread_id, finished):
                             events.put(event)

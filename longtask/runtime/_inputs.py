@@ -1,0 +1,91 @@
+"""A caller's inputs and commands as a run needs them: inputs checked against the task's
+model (every unknown key refused), and a ``Command`` translated from step names to
+LangGraph's channels and entry nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from langgraph.types import Command
+from pydantic import BaseModel, ValidationError
+
+from longtask.errors import InvalidInput, describe_validation
+from longtask.graphs import entry_node, pause_write
+from longtask.steps import INPUTS_CHANNEL, result_channel
+
+if TYPE_CHECKING:
+    from longtask.model import LongTask
+    from longtask.store import ValueCodec
+
+
+def validate_inputs(task: LongTask, inputs: Mapping[str, Any] | BaseModel | None) -> Any:
+    """``inputs`` checked against ``task``'s inputs model, kept as plain JSON."""
+    if task.inputs is None:
+        if isinstance(inputs, BaseModel):
+            return inputs
+        if inputs is not None and not isinstance(inputs, Mapping):
+            raise InvalidInput(f"task inputs must be a JSON object, got {type(inputs).__name__}")
+        return dict(inputs or {})
+    if isinstance(inputs, Mapping) and task.inputs.model_config.get("extra") is None:
+        # pydantic drops unknown keys by default: a misspelt input would vanish silently.
+        # A model that sets `extra` ("allow", "ignore", "forbid") decides for itself.
+        known: set[Any] = set()
+        for name, field in task.inputs.model_fields.items():
+            known.update((name, field.alias, field.validation_alias))
+        unknown = [k for k in inputs if k not in known]
+        if unknown:
+            raise InvalidInput(
+                f"inputs for task {task.name!r} have unknown key"
+                f"{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                f"{task.inputs.__name__} takes {', '.join(task.inputs.model_fields) or 'none'}"
+            )
+    try:
+        if isinstance(inputs, task.inputs):
+            model = inputs
+        else:
+            raw = inputs.model_dump() if isinstance(inputs, BaseModel) else (inputs or {})
+            model = task.inputs.model_validate(raw)
+        # Kept as plain JSON: the task's model rebuilds them for its steps, and
+        # LangGraph's get_state shows them as they are.
+        return model.model_dump(mode="json")
+    except ValidationError as exc:
+        raise InvalidInput(
+            f"inputs for task {task.name!r} do not match {task.inputs.__name__}: "
+            f"{describe_validation(exc)}"
+        ) from exc
+
+
+def translate(task: LongTask, codec: ValueCodec, command: Command[Any]) -> Command[Any]:
+    """A command as a caller names things (step names, ``inputs``) as LangGraph needs it: an
+    update's keys as channels with values encoded by ``codec``, a goto's steps as their entry
+    nodes; refusing unknown steps and writes to a pause (InvalidInput)."""
+    update = command.update
+    if update is not None:
+        if not isinstance(update, Mapping):
+            raise InvalidInput("Command(update=...) must be a mapping of step name to result")
+        unknown = [k for k in update if k != "inputs" and k not in task.steps]
+        if unknown:
+            raise InvalidInput(
+                f"cannot update {', '.join(map(repr, unknown))}: not a step of "
+                f"{task.name!r} (steps: {', '.join(task.steps)}; or 'inputs')"
+            )
+        for key in update:
+            refused = pause_write(task, key)
+            if refused is not None:
+                raise refused
+        update = {
+            (INPUTS_CHANNEL if k == "inputs" else result_channel(k)): codec.encode(
+                validate_inputs(task, v) if k == "inputs" else v, f"update of {k!r}"
+            )
+            for k, v in update.items()
+        }
+    goto = command.goto
+    targets: list[Any] = [goto] if isinstance(goto, str) else list(goto or ())  # type: ignore[arg-type]
+    bad = [g for g in targets if isinstance(g, str) and g not in task.steps]
+    if bad:
+        raise InvalidInput(f"cannot go to {', '.join(map(repr, bad))}: not a step of {task.name!r}")
+    # A step name means the step from its start: a map's dispatch, a pause's request.
+    entries = [entry_node(task, g) if isinstance(g, str) else g for g in targets]
+    goto = entries[0] if isinstance(goto, str) else entries
+    return Command(resume=command.resume, update=update, goto=goto, graph=command.graph)
