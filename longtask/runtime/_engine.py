@@ -57,7 +57,7 @@ from longtask.runtime._reading import _config
 from longtask.runtime._recovery import recover
 from longtask.runtime._taskref import find_ref, load_versions
 from longtask.runtime._threadid import check_thread_id
-from longtask.runtime._tracking import CancelWatch, StageTracker, concurrency, finished
+from longtask.runtime._tracking import CancelWatch, StageTracker, concurrency, finishes_step
 from longtask.runtime._views import (
     definition_changes,
     definition_summary,
@@ -650,7 +650,7 @@ class Engine:
                         if ns and not spec.subgraphs:
                             continue  # asked for by the tap only
                     if mode == "updates" and not ns:
-                        finished = [n for n, u in chunk.items() if finished(task, n, u)]
+                        finished = [n for n, u in chunk.items() if finishes_step(task, n, u)]
                         done.update(finished)
                         for event in stages.finish(thread_id, finished):
                             events.put(event)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("longtask.runtime")
 
 
-def finished(task: LongTask, node: str, update: Any) -> bool:
+def finishes_step(task: LongTask, node: str, update: Any) -> bool:
     """Whether a node's update in the stream finishes its step (a pause node that asks
     again does not)."""
     step = task.steps.get(node)
