@@ -11,8 +11,9 @@ docs/architecture.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from longtask._lazy import lazy_names
 from longtask._version import __version__
 from longtask.errors import (
     DatabaseError,
@@ -106,14 +107,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # looked up once
-        return value
-    raise AttributeError(f"module 'longtask' has no attribute {name!r}")
+__getattr__ = lazy_names("longtask", _LAZY)
 
 
 __all__ = [

@@ -18,7 +18,9 @@ through :class:`Reader`) never needs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from longtask._lazy import lazy_names
 
 if TYPE_CHECKING:
     from longtask.runtime._calls import tapping
@@ -66,14 +68,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # looked up once
-        return value
-    raise AttributeError(f"module 'longtask.runtime' has no attribute {name!r}")
+__getattr__ = lazy_names("longtask.runtime", _LAZY)
 
 
 __all__ = [
