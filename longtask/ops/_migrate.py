@@ -289,8 +289,7 @@ def migrate(
     if not by or not by.strip():
         raise InvalidInput("say who migrates the thread: by=NAME (--by NAME)")
     if dry_run:
-        plan = plan_for(mig, thread_id, to, renames, held_by=_holder(mig, thread_id))[0]
-        return plan
+        return mig.plan(thread_id, to, renames)
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(mig.db.lock(thread_id))
@@ -347,10 +346,12 @@ class Migrations:
         self.engine = engine
         self.queue = queue
 
-    def plan(self, thread_id: str, to: LongTask | str) -> MigrationPlan:
+    def plan(
+        self, thread_id: str, to: LongTask | str, renames: Mapping[str, str] | None = None
+    ) -> MigrationPlan:
         """The plan of a migration of the thread to ``to``, as the thread stands now (held
-        or not): what ``longtask check`` shows. Reads only."""
-        return plan_for(self, thread_id, to, held_by=_holder(self, thread_id))[0]
+        or not): what a dry run and ``longtask check`` show. Reads only."""
+        return plan_for(self, thread_id, to, renames, held_by=_holder(self, thread_id))[0]
 
     def migrate(
         self,
