@@ -326,7 +326,10 @@ def resume(
         str | None,
         typer.Option(
             "--by",
-            help="Who skips (with --goto) or answers (with --resume) [default: you].",
+            help=(
+                "Who skips (with --goto), answers (with --resume) or changes the state (with "
+                "--update) [default: you]."
+            ),
         ),
     ] = None,
     db: DbOpt = None,
@@ -347,9 +350,10 @@ def resume(
             "goes with --goto (a jump past a pending approval or wait)",
             param_hint="--skip-pending",
         )
-    if by is not None and not goto and resume_value is None:
+    if by is not None and not goto and resume_value is None and update is None:
         raise typer.BadParameter(
-            "goes with --goto (a jump past a pending approval or wait) or --resume (who answers)",
+            "goes with --goto (a jump past a pending approval or wait), --resume (who "
+            "answers) or --update (who changed the state)",
             param_hint="--by",
         )
     if resume_value is not None and update is None and not goto:

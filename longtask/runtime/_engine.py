@@ -33,12 +33,7 @@ from longtask.errors import (
     ThreadExists,
     connection_error,
 )
-from longtask.graphs import (
-    UpdateCheck,
-    compile_graph,
-    entry_node,
-    install_update_check,
-)
+from longtask.graphs import compile_graph, entry_node
 from longtask.model import LongTask, PauseStep
 from longtask.runtime._answers import GATE_ANSWER, NotWaiting, refuse_repeated_outcome
 from longtask.runtime._calls import (
@@ -50,6 +45,7 @@ from longtask.runtime._calls import (
     merge_config,
     traced,
 )
+from longtask.runtime._gate import Gate, holding, through
 from longtask.runtime._inputs import translate, validate_inputs
 from longtask.runtime._interrupts import USER_KINDS, interrupted, open_interrupts
 from longtask.runtime._queue import DEFAULT_QUEUE, encode_command, make_app, worker_name
@@ -62,6 +58,7 @@ from longtask.runtime._views import (
     definition_changes,
     definition_summary,
 )
+from longtask.runtime._who import whoami
 from longtask.steps import (
     INPUTS_CHANNEL,
     STEP_ATTR,
@@ -137,6 +134,8 @@ class Engine:
         self.worker = worker
         self.cancel_poll = cancel_poll
         self.on_update = on_update
+        #: every outside write of a thread's state passes it (see runtime._gate)
+        self.gate = Gate(db, codec, events, queue, validate_inputs, whoami)
         self._graphs: dict[
             int, tuple[LongTask, StepEnv, CompiledStateGraph[Any, Any, Any, Any]]
         ] = {}
@@ -171,12 +170,7 @@ class Engine:
             compiled = compile_graph(task, env, self.db.saver)
             env.snapshot = compiled.get_state
             env.adopt = lambda thread_id, state: self._adopt(task, thread_id, state)
-            install_update_check(
-                compiled,
-                UpdateCheck(
-                    task, self.codec, self.db.store, lambda v: self.validate_inputs(task, v)
-                ),
-            )
+            self.gate.install(task, compiled)
             cached = (task, env, compiled)
             self._graphs[id(task)] = cached
         return cached[1], cached[2]
@@ -362,10 +356,30 @@ class Engine:
         thread served by workers: its run is queued)."""
         rec = self._reads.thread(thread_id)
         task = task or self.load(rec)
+        update = command.update if command is not None else None
+        if update is not None and command is not None and command.resume is not None:
+            raise InvalidInput(
+                "answer a pause and set step results in two commands: first "
+                "Command(update=...) (`resume --update`), then the answer (`--resume`), since "
+                "an update that restarts a pause makes it ask again"
+            )
         graph_input: Any = self._translate(task, command) if command is not None else None
+        if isinstance(graph_input, Command) and graph_input.resume is None and not graph_input.goto:
+            graph_input = None  # an update alone: the run goes on from the checkpoint it makes
         raw: Any = command.goto if command is not None else ()
         goto = [g for g in ([raw] if isinstance(raw, str) else raw or ()) if isinstance(g, str)]
+        graph = self.graph(task)
+
+        def write_update() -> None:
+            # The gate writes the update as a checkpoint of its own (so updates compose);
+            # the run then goes on from it.
+            with holding(thread_id), through("command", by):
+                graph.update_state(_config(thread_id), update)
+
         if self._queue.served_by_workers(rec):
+            if update is not None:
+                # Refused here, where the caller sees it; the worker's run writes it.
+                self.gate.check(task, graph, thread_id, update, door="command")
             if rec.status in ("completed", "cancelled") and command is None:
                 raise NothingToResume(thread_id, rec.status)
             # Refused here, where the caller sees it; the worker checks again (and records).
@@ -445,10 +459,22 @@ class Engine:
                     )
                 )
             self._gotos.check(current, task, goto, skip_pending=skip_pending, by=by, record=True)
+            if update is not None:
+                # Checked under the lock, before the lease is taken: a refusal changes nothing.
+                self.gate.check(task, graph, thread_id, update, door="command", held=True)
 
         if graph_input is None:
             graph_input = self._answer_gates(rec, task)
-        return self._run(rec, task, graph_input, first=False, check=check, spec=spec, config=config)
+        return self._run(
+            rec,
+            task,
+            graph_input,
+            first=False,
+            check=check,
+            spec=spec,
+            config=config,
+            before=write_update if update is not None else None,
+        )
 
     def _answer_gates(self, rec: ThreadRecord, task: LongTask) -> Command[Any] | None:
         """A plain resume of a thread paused at gates (a budget reached, a permission
@@ -469,7 +495,7 @@ class Engine:
         return validate_inputs(task, inputs)
 
     def _translate(self, task: LongTask, command: Command[Any]) -> Command[Any]:
-        return translate(task, self.codec, command)
+        return translate(task, command)
 
     def load(self, rec: ThreadRecord) -> LongTask:
         if not rec.task_ref:
@@ -504,9 +530,11 @@ class Engine:
         check: Callable[[ThreadRecord], None] | None = None,
         spec: StreamSpec | None = None,
         config: Mapping[str, Any] | None = None,
+        before: Callable[[], None] | None = None,
     ) -> Iterator[Any]:
         """One run of the thread, under its lock (or lease); yields the stream parts
-        ``spec`` asks for (none for start and resume, which read it to the end)."""
+        ``spec`` asks for (none for start and resume, which read it to the end). ``before``
+        runs first, holding the thread (a command's state update)."""
         spec = spec or StreamSpec()
         extra = config if config is not None else CALL_CONFIG.get()
         store = self.db.store
@@ -524,6 +552,9 @@ class Engine:
                 finally:
                     self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
                 return
+            if before is not None:
+                before()
+                rec = self._reads.thread(thread_id)
             run = store.set_status(thread_id, "running", new_run=True)
             if not first and rec.status == "running":
                 # Running, yet this process got the lock: the run that held it died.

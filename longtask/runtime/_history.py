@@ -14,9 +14,10 @@ from langgraph.types import StateUpdate
 from pydantic import BaseModel
 
 from longtask.errors import InvalidInput
-from longtask.graphs import pause_write, rewriting
+from longtask.runtime._gate import through
 from longtask.runtime._views import CheckpointState
 from longtask.steps import INPUTS_CHANNEL, result_channel
+from longtask.store import NewEvent
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -167,16 +168,8 @@ class TimeTravel:
         task = task or self._engine.load(rec)
         if not update and inputs is None:
             raise InvalidInput("say what changes on the fork: update={step: result} or inputs=")
-        unknown = [k for k in update or {} if k not in task.steps]
-        if unknown:
-            raise InvalidInput(
-                f"cannot fork with {', '.join(map(repr, unknown))}: not a step of "
-                f"{task.name!r} (steps: {', '.join(task.steps)})"
-            )
-        for key in update or {}:
-            refused = pause_write(task, key, thread_id)
-            if refused is not None:
-                raise refused
+        if update is not None and not isinstance(update, dict):
+            raise InvalidInput("a fork's update is a dict of step name to its new result")
         tup = self.db.saver.get_tuple(_cfg(thread_id, checkpoint_id))
         if tup is None:
             raise InvalidInput(
@@ -184,13 +177,12 @@ class TimeTravel:
                 f"history {thread_id}`"
             )
         updates = [
-            StateUpdate(
-                {result_channel(k): self.codec.encode(v, f"the new result of {k!r}")}, as_node=k
-            )
+            StateUpdate({k: v}, as_node=k if k in task.steps else None)
             for k, v in (update or {}).items()
         ]
         # A step after a changed one that waits for several steps (a join) runs only when
-        # all of them have written: rewrite the unchanged ones with their stored values.
+        # all of them have written: write the unchanged ones back with their stored values
+        # (the gate lets a value written back as it is through, a pause's decision too).
         stored = dict(tup.checkpoint.get("channel_values", {}))
         changed = set(update or {})
         again: set[str] = set()
@@ -203,31 +195,21 @@ class TimeTravel:
             if result_channel(d) in stored
         ]
         if inputs is not None:
-            encoded = self.codec.encode(
-                self._engine.validate_inputs(task, inputs), "the new inputs"
+            updates.append(StateUpdate({INPUTS_CHANNEL: inputs}, as_node=None))
+        who = by or whoami()
+        record = NewEvent(
+            thread_id,
+            "manual.fork",
+            key=f"manual.fork/{uuid.uuid4().hex}",
+            data={
+                "by": who,
+                "checkpoint": checkpoint_id,
+                "steps": sorted(update or {}),
+                "inputs": inputs is not None,
+            },
+        )
+        with through("fork", who, also=(record,)):
+            new = self._engine.graph(task).bulk_update_state(
+                _cfg(thread_id, checkpoint_id), [updates]
             )
-            updates.append(StateUpdate({INPUTS_CHANNEL: encoded}, as_node=None))
-        graph = self._engine.graph(task)
-        with self.db.lock(thread_id):
-            self.db.store.append_event(
-                thread_id,
-                "manual.fork",
-                key=f"manual.fork/{uuid.uuid4().hex}",
-                data={
-                    "by": by or whoami(),
-                    "checkpoint": checkpoint_id,
-                    "steps": sorted(update or {}),
-                    "inputs": inputs is not None,
-                },
-            )
-            try:
-                # The stored decisions of a join's other dependencies, written back as they
-                # are: the only pause values a state update may write.
-                with rewriting(result_channel(d) for d in again):
-                    new = graph.bulk_update_state(_cfg(thread_id, checkpoint_id), [updates])
-            except Exception as exc:
-                if type(exc).__name__ == "InvalidUpdateError":
-                    raise InvalidInput(f"cannot fork there: {exc}") from exc
-                raise
-            self.db.store.set_status(thread_id, "pending")
         return str(new["configurable"]["checkpoint_id"])

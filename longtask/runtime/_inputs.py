@@ -11,12 +11,10 @@ from langgraph.types import Command
 from pydantic import BaseModel, ValidationError
 
 from longtask.errors import InvalidInput, describe_validation
-from longtask.graphs import entry_node, pause_write
-from longtask.steps import INPUTS_CHANNEL, result_channel
+from longtask.graphs import entry_node
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
-    from longtask.store import ValueCodec
 
 
 def validate_inputs(task: LongTask, inputs: Mapping[str, Any] | BaseModel | None) -> Any:
@@ -56,30 +54,10 @@ def validate_inputs(task: LongTask, inputs: Mapping[str, Any] | BaseModel | None
         ) from exc
 
 
-def translate(task: LongTask, codec: ValueCodec, command: Command[Any]) -> Command[Any]:
-    """A command as a caller names things (step names, ``inputs``) as LangGraph needs it: an
-    update's keys as channels with values encoded by ``codec``, a goto's steps as their entry
-    nodes; refusing unknown steps and writes to a pause (InvalidInput)."""
-    update = command.update
-    if update is not None:
-        if not isinstance(update, Mapping):
-            raise InvalidInput("Command(update=...) must be a mapping of step name to result")
-        unknown = [k for k in update if k != "inputs" and k not in task.steps]
-        if unknown:
-            raise InvalidInput(
-                f"cannot update {', '.join(map(repr, unknown))}: not a step of "
-                f"{task.name!r} (steps: {', '.join(task.steps)}; or 'inputs')"
-            )
-        for key in update:
-            refused = pause_write(task, key)
-            if refused is not None:
-                raise refused
-        update = {
-            (INPUTS_CHANNEL if k == "inputs" else result_channel(k)): codec.encode(
-                validate_inputs(task, v) if k == "inputs" else v, f"update of {k!r}"
-            )
-            for k, v in update.items()
-        }
+def translate(task: LongTask, command: Command[Any]) -> Command[Any]:
+    """A command's ``resume`` and ``goto`` as LangGraph needs them: a goto's steps as their
+    entry nodes, refusing unknown steps. (Its ``update`` is an outside write of the state:
+    the run core hands it to the gate, ``runtime._gate``, which writes it before the run.)"""
     goto = command.goto
     targets: list[Any] = [goto] if isinstance(goto, str) else list(goto or ())  # type: ignore[arg-type]
     bad = [g for g in targets if isinstance(g, str) and g not in task.steps]
@@ -88,4 +66,4 @@ def translate(task: LongTask, codec: ValueCodec, command: Command[Any]) -> Comma
     # A step name means the step from its start: a map's dispatch, a pause's request.
     entries = [entry_node(task, g) if isinstance(g, str) else g for g in targets]
     goto = entries[0] if isinstance(goto, str) else entries
-    return Command(resume=command.resume, update=update, goto=goto, graph=command.graph)
+    return Command(resume=command.resume, goto=goto, graph=command.graph)

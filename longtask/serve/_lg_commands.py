@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from longtask.errors import InvalidInput, NothingToResume, describe_validation
-from longtask.graphs import pause_write
 from longtask.model import Decision
 
 if TYPE_CHECKING:
@@ -147,17 +146,17 @@ def plan_command(
                 f"(`longtask cancel {rec.thread_id} --by NAME`); to answer what it waits for, "
                 'send command={"resume": ...}'
             )
-        bad = [k for k in (update or {}) if k != "inputs" and k not in task.steps]
-        bad += [g for g in goto or [] if g not in task.steps]
+        bad = [g for g in goto or [] if g not in task.steps]
         if bad:
             raise InvalidInput(
                 f"{', '.join(map(repr, bad))}: not a step of {task.name!r} "
                 f"(steps: {', '.join(task.steps)})"
             )
-        for key in update or {}:
-            refused = pause_write(task, key, rec.thread_id)
-            if refused is not None:
-                raise refused
+        if update:
+            # Refused here, in the request, by the gate the run's write passes (runtime._gate).
+            runner.engine.gate.check(
+                task, runner.graph(task), rec.thread_id, update, door="command"
+            )
         # Refused here, in the request, as the run would refuse it: a goto past a pending
         # (or unanswered) approval or wait. The API never skips one.
         runner.gotos.check(rec, task, goto or [], skip_pending=False, by=actor, record=False)

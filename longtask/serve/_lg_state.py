@@ -233,6 +233,10 @@ def current_state(
     is its ``values["messages"]`` (None when there is none)."""
     task, graph = graph_of(runner, registry, rec)
     snapshot = graph.get_state(config_of(rec.thread_id, checkpoint_id))
+    if checkpoint_id is not None:
+        head = runner.db.saver.head(rec.thread_id)
+        if head is not None and head.config["configurable"]["checkpoint_id"] == checkpoint_id:
+            checkpoint_id = None  # the head, named: shown as the thread's state
     finished = rec.status in ("failed", "completed", "cancelled") and checkpoint_id is None
     if not snapshot.config or (not snapshot.values and not snapshot.next):
         return empty_state(rec.thread_id), None
@@ -244,16 +248,22 @@ def current_state(
         found = agent_conversation(graph, snapshot)
     live = messages_json(found[1]) if found is not None else []
     state = state_json(runner, snapshot, finished=finished, chat=chat, live=live)
-    if checkpoint_id is None and rec.status == "pending" and not state["next"]:
-        # A state update or a fork left the steps after it untriggered: a run continuing
-        # the thread starts those whose dependencies are done (see Engine._stream).
+    if checkpoint_id is None:
+        _idle_next(state, rec, task)
+    return state, (found[0] if found is not None else None)
+
+
+def _idle_next(state: dict[str, Any], rec: ThreadRecord, task: LongTask) -> None:
+    """The head's ``next`` of an idle thread: a state update or a fork left the steps after
+    it untriggered, and a run continuing the thread starts those whose dependencies are
+    done (see Engine._stream). State and history show the head alike."""
+    if rec.status == "pending" and not state["next"]:
         done = set(state["values"])
         state["next"] = [
             name
             for name, info in task.layout.items()
             if name not in done and all(d in done for d in info.depends_on)
         ]
-    return state, (found[0] if found is not None else None)
 
 
 def thread_history(
@@ -266,13 +276,22 @@ def thread_history(
 ) -> list[dict[str, Any]]:
     task, graph = graph_of(runner, registry, rec)
     chat = Conversation(runner, task, rec.thread_id)
+    # The head is shown as the thread's state shows it: of a finished thread, with nothing
+    # next and no interrupt (LangGraph keeps the interrupt of a pause that failed it).
+    head = runner.db.saver.head(rec.thread_id)
+    head_id = head.config["configurable"]["checkpoint_id"] if head is not None else None
+    finished = rec.status in ("failed", "completed", "cancelled")
     out = []
     for snap in graph.get_state_history(
         config_of(rec.thread_id),
         limit=limit,
         before=config_of(rec.thread_id, before) if before else None,
     ):
-        out.append(state_json(runner, snap, finished=False, chat=chat))
+        is_head = (snap.config or {}).get("configurable", {}).get("checkpoint_id") == head_id
+        state = state_json(runner, snap, finished=finished and is_head, chat=chat)
+        if is_head:
+            _idle_next(state, rec, task)
+        out.append(state)
     return out
 
 

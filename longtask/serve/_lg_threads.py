@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, ThreadNotFound
-from longtask.graphs import pause_write
+from longtask.runtime._gate import through
 from longtask.runtime._threadid import check_thread_id
 from longtask.serve._lg_body import integer_field, mapping_field, strings_field, text_field
 from longtask.serve._lg_state import (
@@ -25,7 +25,6 @@ from longtask.serve._lg_state import (
     thread_json,
     thread_state,
 )
-from longtask.steps import result_channel
 
 if TYPE_CHECKING:
     from longtask.serve._lg_common import Api, Handler
@@ -133,47 +132,21 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             )
         return thread_history(runner, api.registry, rec, limit=limit, before=before)
 
-    def update_state(thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    def update_state(thread_id: str, body: dict[str, Any], actor: str) -> dict[str, Any]:
         rec = store.get_thread(thread_id)
         if rec is None:
             get_json(thread_id)
             raise InvalidInput(f"thread {thread_id!r} has not started: there is no state yet")
-        if rec.status in ("running", "cancelling") or busy(thread_id):
-            raise HTTPException(409, f"thread {thread_id!r} is running; update it when it stops")
-        values = body.get("values")
-        if not isinstance(values, dict) or not values:
-            raise InvalidInput("values must be an object of step name to result")
+        checkpoint_id = body.get("checkpoint_id")
+        if checkpoint_id is not None and not isinstance(checkpoint_id, str):
+            raise InvalidInput(f"checkpoint_id must be a checkpoint id, not {checkpoint_id!r}")
         entry = api.registry.find(rec.task_name)
         task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
-        unknown = [k for k in values if k not in task.steps]
-        if unknown:
-            raise InvalidInput(
-                f"cannot update {', '.join(map(repr, unknown))}: not a step of {task.name!r} "
-                f"(steps: {', '.join(task.steps)})"
-            )
-        for key in values:
-            refused = pause_write(task, key, thread_id)
-            if refused is not None:
-                raise refused
-        as_node = body.get("as_node")
-        if as_node is None and len(values) == 1:
-            as_node = next(iter(values))
-        if as_node is not None and as_node not in task.steps:
-            raise InvalidInput(f"as_node {as_node!r} is not a step of {task.name!r}")
-        update = {
-            result_channel(k): runner.codec.encode(v, f"update of {k!r}") for k, v in values.items()
-        }
-        with runner.queue.hold(thread_id):
+        # The gate decides (runtime._gate): this door only names itself and who asks.
+        with through("server.state", actor):
             config = runner.graph(task).update_state(
-                config_of(thread_id, body.get("checkpoint_id")), update, as_node=as_node
+                config_of(thread_id, checkpoint_id), body.get("values"), as_node=body.get("as_node")
             )
-            if rec.status in ("waiting_user", "waiting_external") and not runner.pending(
-                thread_id, task=task
-            ):
-                # The update restarted the steps after it (a pause asks again, with a plan
-                # from the new results): nothing waits for an answer until a run continues
-                # the thread, as on LangGraph's server (idle, with next steps).
-                store.set_status(thread_id, "pending")
         conf = config["configurable"]
         where = {
             "thread_id": thread_id,
@@ -246,7 +219,9 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
 
     async def post_state(request: Request, actor: str) -> Response:
         body = await api.json_body(request)
-        return JSONResponse(await api.call(update_state, request.path_params["thread_id"], body))
+        return JSONResponse(
+            await api.call(update_state, request.path_params["thread_id"], body, actor)
+        )
 
     async def get_history(request: Request) -> Response:
         body = await api.json_body(request) if request.method == "POST" else {}

@@ -171,13 +171,16 @@ class ValueCodec:
         self._cache: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
-    def encode(self, value: Any, what: str = "value") -> Any:
+    def encode(self, value: Any, what: str = "value", *, thread_id: str | None = None) -> Any:
         """The channel value of ``value``: the JSON value itself, or a tagged object (see
-        the module's doc)."""
+        the module's doc). A large value's blob is handed to the transaction of the thread's
+        next checkpoint when inside one of its nodes, or when ``thread_id`` names the thread
+        whose state write is about to carry it (a refused write then stores nothing)."""
         data, model = to_json_bytes(value, what)
         if len(data) > self.inline_limit:
             digest = hashlib.sha256(data).hexdigest()[:40]
-            thread_id = _node_thread() if self._defer is not None else None
+            if thread_id is None and self._defer is not None:
+                thread_id = _node_thread()
             if thread_id is not None and self._defer is not None:
                 self._defer(thread_id, digest, data)
                 self._remember(digest, data)  # readable here before it commits

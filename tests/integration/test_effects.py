@@ -74,9 +74,10 @@ def test_replay_returns_the_recorded_result(runner: Runner) -> None:
     assert (effect.status, effect.calls, effect.result["charged"]) == ("succeeded", 1, 42)
     assert service.calls == [(effect.key, 42)]  # fn got the idempotency key
     # a fork of the step with the same arguments: the ledger answers, no second call
-    runner.graph(task).update_state(
-        {"configurable": {"thread_id": thread}}, {"out.receipt": runner.codec.encode("x")}
-    )
+    # (at the named head checkpoint: LangGraph's fork, the way a finished thread changes)
+    graph = runner.graph(task)
+    head = graph.get_state({"configurable": {"thread_id": thread}}).config
+    graph.update_state(head, {"out.receipt": runner.codec.encode("x")})
     from langgraph.types import Command
 
     runner.resume(thread, Command(goto="pay"), task=task)

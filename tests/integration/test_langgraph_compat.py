@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from langgraph.types import Command
 
 from longtask import LongTask, Runner, Stage, StepContext, function_step
+from longtask.errors import InvalidInput
 
 
 def build(calls: Counter[str]) -> LongTask:
@@ -50,12 +52,22 @@ def test_update_state_and_command_goto(runner: Runner) -> None:
     thread = runner.start(task)
     graph = runner.graph(task)
     config = {"configurable": {"thread_id": thread}}
-    # Re-run d from the head with a changed c: LangGraph's own update_state, then resume.
-    graph.update_state(config, {"out.c": runner.codec.encode(7)}, as_node="c")
+    # A finished thread is not changed in place: update_state at its head is refused...
+    with pytest.raises(InvalidInput, match="fork it from a checkpoint"):
+        graph.update_state(config, {"out.c": 7}, as_node="c")
+    # ...while LangGraph's own fork (update_state at a named checkpoint) re-runs d.
+    head = graph.get_state(config).config["configurable"]["checkpoint_id"]
+    at_head = {"configurable": {"thread_id": thread, "checkpoint_id": head}}
+    graph.update_state(at_head, {"out.c": runner.codec.encode(7)}, as_node="c")
     runner.resume(thread, task=task)
     assert runner.result(thread, "d") == 70
     assert calls["d"] == 2 and calls["c"] == 1
-    # Command passed through the Runner: update by step name, then go to a step.
-    runner.resume(thread, Command(update={"c": 5}, goto="d"), task=task)
+    # Command passed through the Runner: refused on the completed thread, by step name on a
+    # fork of it, then go to a step.
+    with pytest.raises(InvalidInput, match="fork it from a checkpoint"):
+        runner.resume(thread, Command(update={"c": 5}, goto="d"), task=task)
+    head = graph.get_state(config).config["configurable"]["checkpoint_id"]
+    runner.fork(thread, head, update={"c": 5}, task=task)
+    runner.resume(thread, Command(goto="d"), task=task)
     assert runner.result(thread, "d") == 50
     assert calls["d"] == 3 and calls["a"] == 1

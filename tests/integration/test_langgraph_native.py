@@ -78,6 +78,12 @@ def _config(thread_id: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread_id}}
 
 
+def _at_head(graph: Any, thread_id: str) -> dict[str, Any]:
+    """The head checkpoint named: an update there is a fork, which a finished thread takes
+    (an update of a finished thread in place is refused)."""
+    return dict(graph.get_state(_config(thread_id)).config)
+
+
 def test_channels_hold_plain_values(runner: Runner) -> None:
     ran.clear()
     thread = runner.start(task, thread_id="plain")
@@ -111,12 +117,14 @@ def test_update_state_applies_a_result(runner: Runner) -> None:
     graph = runner.graph(task)
     config = _config(thread)
     # By step name (as Runner.resume's Command does), and as a channel.
-    graph.update_state(config, {"summary": Summary(title="u", words=7)}, as_node="summary")
+    graph.update_state(
+        _at_head(graph, thread), {"summary": Summary(title="u", words=7)}, as_node="summary"
+    )
     assert graph.get_state(config).values["out.summary"]["value"] == {"title": "u", "words": 7}
     runner.resume(thread, task=task)
     assert runner.result(thread, "total") == 14 and ran["total"] == 2
     # A large value goes to the blob table like a step's own result.
-    graph.update_state(config, {"out.big": "y" * 3000}, as_node="big")
+    graph.update_state(_at_head(graph, thread), {"out.big": "y" * 3000}, as_node="big")
     assert graph.get_state(config).values["out.big"]["$longtask"] == "blob"
     assert runner.result(thread, "big") == "y" * 3000
 
@@ -125,14 +133,14 @@ def test_update_state_applies_a_result(runner: Runner) -> None:
     ("update", "message"),
     [
         ({"out.small": {1, 2}}, "not JSON-serialisable"),
-        ({"out.nope": 1}, "'out.nope' is not a step or a channel of task 'native'"),
+        ({"out.nope": 1}, "'out.nope' is not a step of task 'native'"),
         ({"nope": 1}, "steps: small, big, summary, total"),
         (
             {"out.big": {"$longtask": "blob", "digest": "f" * 40, "size": 3}},
-            "refers to a stored value " + "f" * 40 + " that is not in this database",
+            "refers to a stored value that is not in this database",
         ),
         ({"small": 1, "out.small": 2}, "sets 'out.small' twice"),
-        ("not a dict", "is a dict of channels to values"),
+        ("not a dict", "a non-empty object of step name to result"),
     ],
 )
 def test_update_state_refuses_what_it_cannot_apply(
@@ -144,7 +152,7 @@ def test_update_state_refuses_what_it_cannot_apply(
     before = len(list(graph.get_state_history(config)))
     head = graph.get_state(config).config
     with pytest.raises(InvalidInput, match=message):
-        graph.update_state(config, update, as_node="small")
+        graph.update_state(_at_head(graph, thread), update, as_node="small")
     assert len(list(graph.get_state_history(config))) == before
     assert graph.get_state(config).config == head
 
@@ -157,8 +165,8 @@ def test_update_state_refuses_inputs_the_model_rejects(runner: Runner) -> None:
     thread = runner.start(typed, {"topic": "x"}, thread_id="inputs")
     graph = runner.graph(typed)
     with pytest.raises(InvalidInput, match="topic"):
-        graph.update_state(_config(thread), {"lt.inputs": {"topic": 3}}, as_node="small")
-    graph.update_state(_config(thread), {"lt.inputs": {"topic": "y"}}, as_node="small")
+        graph.update_state(_at_head(graph, thread), {"lt.inputs": {"topic": 3}}, as_node="small")
+    graph.update_state(_at_head(graph, thread), {"lt.inputs": {"topic": "y"}}, as_node="small")
     assert graph.get_state(_config(thread)).values["lt.inputs"] == {"topic": "y"}
 
 
