@@ -175,6 +175,21 @@ class Gate:
         graph.bulk_update_state = bulk_update_state  # type: ignore[method-assign]
         graph.abulk_update_state = abulk_update_state  # type: ignore[method-assign]
 
+        # A Command(update=...) handed to the graph itself would be applied by LangGraph
+        # as the run's first writes, past every check: refused, naming the doors.
+        stream, astream = graph.stream, graph.astream
+
+        def checked_stream(input: Any, *args: Any, **kwargs: Any) -> Any:
+            _refuse_command_update(input)
+            return stream(input, *args, **kwargs)
+
+        def checked_astream(input: Any, *args: Any, **kwargs: Any) -> Any:
+            _refuse_command_update(input)
+            return astream(input, *args, **kwargs)
+
+        graph.stream = checked_stream  # type: ignore[method-assign]
+        graph.astream = checked_astream  # type: ignore[method-assign]
+
     def check(
         self,
         task: LongTask,
@@ -550,6 +565,18 @@ class Gate:
                 f"{what} refers to a stored value that is not in this database (or cannot be "
                 f"read: {exc}); give the value itself instead"
             ) from exc
+
+
+def _refuse_command_update(input: Any) -> None:
+    from langgraph.types import Command
+
+    if isinstance(input, Command) and input.update is not None and not _TRUSTED.get():
+        raise InvalidInput(
+            "a Command(update=...) given to the task's graph would write its state past the "
+            "checks of a state update; set results with Runner.resume(thread, "
+            "Command(update={step: result})), `longtask resume THREAD --update JSON` or the "
+            "graph's update_state, which check and record them"
+        )
 
 
 def pause_refusal(task: LongTask, step: str, thread_id: str | None = None) -> str:

@@ -26,7 +26,10 @@ EVENT_KINDS: tuple[str, ...] = (
     "fix.exhausted",
     "definition.migrated",
     "definition.forced",
-    *(f"manual.{k}" for k in ("skip", "retry", "resolve", "fork", "cancel", "budget", "goto")),
+    *(
+        f"manual.{k}"
+        for k in ("skip", "retry", "resolve", "fork", "cancel", "budget", "goto", "update")
+    ),
 )
 
 #: Events about work in progress: stored within a second of being emitted, in their own small

@@ -160,7 +160,7 @@ class Target:
     inputs: bool = False
 
     def allowed(self, state: str, door: Door) -> bool:
-        if state in ("running", "cancelled"):
+        if door.around or state in ("running", "cancelled"):
             return False
         if state == "completed" and not door.forks:
             return False
@@ -209,6 +209,8 @@ class Door:
     write: Callable[[World, str, Target], None]
     as_node: bool = False
     forks: bool = False
+    #: a way around every door (refused whatever it writes)
+    around: bool = False
 
 
 def _config(thread: str) -> Any:
@@ -292,6 +294,15 @@ def _server_command(world: World, thread: str, t: Target) -> None:
     _http(world, "POST", f"/threads/{thread}/runs/wait", body)
 
 
+def _invoke_command(world: World, thread: str, t: Target) -> None:
+    world.runner.graph(TASK).invoke(Command(update=_channels(t.values)), _config(thread))
+
+
+def _channels(values: dict[str, Any]) -> dict[str, Any]:
+    names = {s: f"out.{s}" for s in TASK.steps} | {"inputs": "lt.inputs"}
+    return {names.get(k, k): v for k, v in values.items()}
+
+
 DOORS = [
     Door("update_state", "update_state", _update_state, as_node=True),
     Door("aupdate_state", "update_state", _aupdate_state, as_node=True),
@@ -302,6 +313,7 @@ DOORS = [
     Door("cli fork --set", "fork", _cli_fork, forks=True),
     Door("POST /threads/T/state", "server.state", _server_state, as_node=True),
     Door("runs with command.update", "command", _server_command),
+    Door("graph.invoke(Command(update))", "", _invoke_command, around=True),
 ]
 
 
@@ -347,7 +359,7 @@ def _package_doors() -> tuple[set[str], list[str]]:
 
 def test_every_door_of_the_gate_is_tried() -> None:
     names, _ = _package_doors()
-    assert names <= {d.gate for d in DOORS}, "a door of the gate that this test does not try"
+    assert names <= {d.gate for d in DOORS if not d.around}, "a door this test does not try"
 
 
 def test_no_graph_write_goes_around_the_gate() -> None:
