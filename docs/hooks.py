@@ -43,16 +43,15 @@ def _help(args: list[str]) -> str:
 
 
 def _commands(group: Any, prefix: list[str]) -> list[list[str]]:
-    """Every command path under a click group, in --help's order."""
-    import click
-
+    """Every command path under a group, in --help's order (typer carries its own copy of
+    click, so a group is told by its ``commands``, not by click's class)."""
     paths: list[list[str]] = []
     for name, command in group.commands.items():
         if getattr(command, "hidden", False):
             continue
         path = [*prefix, name]
         paths.append(path)
-        if isinstance(command, click.Group):
+        if isinstance(getattr(command, "commands", None), dict):
             paths.extend(_commands(command, path))
     return paths
 
