@@ -119,14 +119,19 @@ EVENT_NOTES: dict[str, str] = {
     "manual.cancel": "a person cancelled the thread",
     "manual.budget": "a person raised a limit (`longtask budget --add-...`)",
     "manual.goto": "a person sent the thread past a pending pause (`--skip-pending`)",
+    "manual.update": "a write from outside a step's node passed the gate: what it set, who",
 }
+
+#: kinds described above before the code writes them (issue 39's gate is being built); the
+#: table shows a kind only once longtask/store/_kinds.py lists it
+COMING = frozenset({"manual.update"})
 
 
 def event_reference() -> str:
     from longtask.store._kinds import EVENT_KINDS, LIVE_KINDS
 
     missing = [k for k in EVENT_KINDS if k not in EVENT_NOTES]
-    extra = [k for k in EVENT_NOTES if k not in EVENT_KINDS]
+    extra = [k for k in EVENT_NOTES if k not in EVENT_KINDS and k not in COMING]
     if missing or extra:
         raise GenerationError(
             f"docs/hooks.py EVENT_NOTES disagrees with longtask/store/_kinds.py: "
@@ -152,17 +157,18 @@ def _served_routes() -> list[tuple[str, str]]:
     from longtask.serve._lg_unserved import UNSERVED
 
     unserved = {path for path, _, _, _ in UNSERVED}
-    with tempfile.TemporaryDirectory() as scratch:
-        with Runner(f"sqlite:///{Path(scratch) / 'routes.db'}") as runner:
-            app = create_app(runner, schedule_poll=None)
-            found = []
-            for route in app.routes:
-                if not isinstance(route, Route):
-                    continue
-                methods = sorted((route.methods or set()) - {"HEAD"})
-                if route.path in unserved and route.endpoint.__name__ == "endpoint":
-                    continue
-                found.append((" ".join(methods), route.path))
+    found = []
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        Runner(f"sqlite:///{Path(scratch) / 'routes.db'}") as runner,
+    ):
+        for route in create_app(runner, schedule_poll=None).routes:
+            if not isinstance(route, Route):
+                continue
+            if route.path in unserved and route.endpoint.__name__ == "endpoint":
+                continue  # answered as unserved: the next table lists it
+            methods = sorted((route.methods or set()) - {"HEAD"})
+            found.append((" ".join(methods), route.path))
     return found
 
 
