@@ -73,12 +73,8 @@ def _source_copy(into: Path) -> Path:
     return into
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, str]]:
+def _install(base: Path) -> tuple[Path, Path, dict[str, str]]:
     """(the wheel, the virtualenv's bin directory, an environment to run it in)."""
-    if shutil.which("git") is None:
-        pytest.skip("needs git to list the source files")
-    base = tmp_path_factory.mktemp("wheel")
     source = _source_copy(base / "src")
     env = {k: v for k, v in os.environ.items() if k not in ("LONGTASK_DB", "VIRTUAL_ENV")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -91,10 +87,18 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
     return wheel, bin_dir, env
 
 
-def test_wheel_holds_every_file_of_the_package(
-    installed: tuple[Path, Path, dict[str, str]],
-) -> None:
-    wheel, _, _ = installed
+def test_built_wheel_installs_and_runs_in_a_clean_virtualenv(tmp_path: Path) -> None:
+    """One test, so that one wheel and one virtualenv serve every check (pytest-xdist would
+    build one per worker for a fixture shared by several tests)."""
+    if shutil.which("git") is None:
+        pytest.skip("needs git to list the source files (and the demo edits a git worktree)")
+    wheel, bin_dir, env = _install(tmp_path / "build")
+    _check_wheel_contents(wheel)
+    _check_a_task_runs_from_its_own_directory(bin_dir, env, tmp_path)
+    _check_the_demo_runs(bin_dir, env, tmp_path)
+
+
+def _check_wheel_contents(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     tracked = subprocess.run(
         ["git", "ls-files", "longtask"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -107,10 +111,9 @@ def test_wheel_holds_every_file_of_the_package(
     assert "License-Expression: MIT" in text
 
 
-def test_installed_command_runs_from_its_own_directory(
-    installed: tuple[Path, Path, dict[str, str]], tmp_path: Path
+def _check_a_task_runs_from_its_own_directory(
+    bin_dir: Path, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _, bin_dir, env = installed
     project = tmp_path / "myproject"
     project.mkdir()
     # the installed package, not the checkout
@@ -142,11 +145,8 @@ def test_installed_command_runs_from_its_own_directory(
     assert (project / ".longtask" / "longtask.db").is_file()
 
 
-def test_installed_demo_runs(installed: tuple[Path, Path, dict[str, str]], tmp_path: Path) -> None:
+def _check_the_demo_runs(bin_dir: Path, env: dict[str, str], tmp_path: Path) -> None:
     """The demo's sample project is package data: it must be in the wheel for this to run."""
-    if shutil.which("git") is None:
-        pytest.skip("the demo edits a git worktree")
-    _, bin_dir, env = installed
     env = {k: v for k, v in env.items() if not k.startswith("OPENAI_")}  # the offline model
     demo = _run(
         [str(bin_dir / "longtask"), "demo", "--yes", "--dir", str(tmp_path / "demo")],
