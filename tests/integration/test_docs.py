@@ -1,6 +1,6 @@
 """The documentation is tested: the site builds with ``mkdocs build --strict`` (offline), and
 every Python and shell block of the README and of docs/ either runs here or says, in an
-HTML comment on the line before it, why it cannot (``<!-- not-run: REASON -->``).
+HTML comment right above it, why it cannot (``<!-- not-run: REASON -->``).
 
 The pages in ``RUN_PAGES`` run top to bottom in an empty directory, as a reader would: a
 ``python title="F"`` block is written to the file F, another Python block is executed (the
@@ -69,7 +69,13 @@ def blocks(path: Path) -> list[Block]:
             j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"
         )  # a fence closes at the next bare ```
         code = "\n".join(line.removeprefix(indent) for line in lines[i + 1 : end])
-        before = NOT_RUN.match(lines[i - 1]) if i else None
+        # the not-run comment may stand among other comments right above the fence (the
+        # README's <!-- test-command --> marker must be the line just before its block)
+        before = None
+        j = i - 1
+        while j >= 0 and lines[j].strip().startswith("<!--") and before is None:
+            before = NOT_RUN.match(lines[j])
+            j -= 1
         found.append(
             Block(
                 page=str(path.relative_to(ROOT)),
@@ -170,12 +176,9 @@ def test_readme_is_short_and_keeps_the_marked_commands() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 250
     for marker in ("<!-- demo-command -->", "<!-- test-command -->"):
-        after = [ln for ln in text.split(marker, 1)[1].splitlines() if ln.strip()]
-        # .ci/run takes the line after the first ```bash that follows the marker; only a
-        # not-run comment may stand between
-        assert after[0] == "```bash" or (NOT_RUN.match(after[0]) and after[1] == "```bash"), (
-            f"{marker} must be followed by a bash block"
-        )
+        # .ci/run (and whoever reads the demo command) takes the bash block right after it
+        after = text.split(marker + "\n", 1)[1]
+        assert after.startswith("```bash\n"), f"{marker} must be followed by a bash block"
     test_command = text.split("<!-- test-command -->", 1)[1].split("```bash\n", 1)[1]
     assert "pytest" in test_command.splitlines()[0]
 
