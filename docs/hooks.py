@@ -288,3 +288,16 @@ def render(markdown: str) -> str:
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     return render(markdown)
+
+
+#: a Sphinx role left in a docstring, as Markdown renders it: :class:<code>~a.b.C</code>
+SPHINX_ROLE = re.compile(r":(?:class|meth|func|attr|exc|mod|data|obj):<code>(~?)([\w.]+)</code>")
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    """The docstrings' Sphinx roles as plain code (``~a.b.C`` shows as ``C``, as Sphinx
+    would), so the API reference does not show ``:class:`` before a name."""
+    return SPHINX_ROLE.sub(
+        lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>",
+        html,
+    )
