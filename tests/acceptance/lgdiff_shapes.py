@@ -12,7 +12,7 @@ have one shape). Keys that are ids (a message id in ``messages/metadata``) becom
 order in which the kinds of part first arrive.
 
 A difference is ``Difference(label, path, text)``; ``INTENDED`` lists the ones allowed,
-each with its reason (the README's table is this list).
+each with its reason (docs/internals/server-differences.md lists it).
 """
 
 from __future__ import annotations
@@ -287,7 +287,7 @@ def split(
 
 
 #: The intended differences between longtask serve and LangGraph's server, each with its
-#: reason. README's "Differences from LangGraph's server" lists every reason.
+#: reason. docs/internals/server-differences.md lists every reason.
 _MSG = r"\[messages(\|[^\]]*)?\]\[\d+\]"
 INTENDED: list[Intended] = [
     Intended(

@@ -35,7 +35,7 @@ HERE = Path(__file__).resolve().parent
 TASK_REF = f"{HERE / 'web_task.py'}:task"
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / "artifacts"
-#: the README's picture of the page waiting for an approval: refreshed from a run's
+#: the docs' picture of the page waiting for an approval: refreshed from a run's
 #: screenshot with LT_UPDATE_DOCS_IMAGE=1 (a normal run leaves the tracked file alone)
 README_IMAGE = ROOT / "docs" / "images" / "web-page.png"
 THREAD = "weekly-2030-08"

@@ -93,18 +93,23 @@ def test_counts_are_pluralised() -> None:
     assert plural(1, "step") == "1 step" and plural(0, "fix round") == "0 fix rounds"
 
 
-def test_readme_approves_only_steps_an_example_has() -> None:
-    """A pasted `longtask approve T STEP` from the README names an approval some example
-    defines (issue 29, item 9: the export example approved a ``ship_ok`` none has)."""
+def test_docs_approve_only_steps_an_example_has() -> None:
+    """A pasted `longtask approve T STEP` from the README or docs/ names an approval some
+    example defines (issue 29, item 9: the export example approved a ``ship_ok`` none has);
+    the tutorial's own task is an example too."""
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    # the commands of its code blocks, the ones a reader pastes
+    pages = [root / "README.md", *(root / "docs").rglob("*.md")]
+    # the commands of their code blocks, the ones a reader pastes
     readme = "".join(
-        re.findall(r"```(?:bash|console)\n(.*?)```", (root / "README.md").read_text(), re.S)
+        block
+        for page in pages
+        for block in re.findall(r"```(?:bash|console)\n(.*?)```", page.read_text(), re.S)
     )
     examples = " ".join(p.read_text() for p in (root / "examples").rglob("*.py"))
+    examples += (root / "docs" / "tutorial.md").read_text()
     steps = set(re.findall(r"longtask approve \S+ ([a-z_][a-z0-9_]*) --by", readme))
     assert steps
     for step in steps:
