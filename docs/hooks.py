@@ -119,12 +119,13 @@ EVENT_NOTES: dict[str, str] = {
     "manual.cancel": "a person cancelled the thread",
     "manual.budget": "a person raised a limit (`longtask budget --add-...`)",
     "manual.goto": "a person sent the thread past a pending pause (`--skip-pending`)",
-    "manual.update": "a write from outside a step's node passed the gate: what it set, who",
+    "manual.update": "a write from outside a step's node passed the gate: its door, the "
+    "steps and channels it set, `as_node`, who (committed with the checkpoint it made)",
 }
 
-#: kinds described above before the code writes them (issue 39's gate is being built); the
-#: table shows a kind only once longtask/store/_kinds.py lists it
-COMING = frozenset({"manual.update"})
+#: kinds described above before the code writes them; the table shows a kind only once
+#: longtask/store/_kinds.py lists it
+COMING: frozenset[str] = frozenset()
 
 
 def event_reference() -> str:

@@ -119,7 +119,7 @@ def test_update_state_sets_a_steps_result_or_refuses(runner: Runner, client: Tes
     thread = paused(client)
     state = f"/threads/{thread}/state"
     bad = client.post(state, json={"values": {"nope": 1}}, headers=ALICE)
-    assert bad.status_code == 409 and "not a step of 'lg_release'" in bad.json()["error"]
+    assert bad.status_code == 409 and "not a step of task 'lg_release'" in bad.json()["error"]
     r = client.post(state, json={"values": {"fetch_a": {"a": 40}}}, headers=ALICE)
     assert r.status_code == 200, r.text
     assert r.json()["checkpoint"]["checkpoint_id"]
