@@ -142,7 +142,9 @@ class Pending(BaseModel):
 
     step: str
     #: budget / deadline / permission / fix: a step stopped for a person (a gate)
-    kind: Literal["approval", "wait", "effect", "budget", "deadline", "permission", "fix"]
+    kind: Literal[
+        "approval", "wait", "effect", "budget", "deadline", "permission", "fix", "interrupt"
+    ]
     interrupt_id: str
     request: dict[str, Any]
 
