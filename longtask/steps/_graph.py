@@ -50,8 +50,13 @@ from longtask.steps._prices import cost_of
 from longtask.store._kinds import PAUSE_KINDS
 
 try:  # pragma: no cover - the import that works depends on LangGraph's version
-    from langgraph._internal._constants import CONFIG_KEY_RESUME_MAP, CONFIG_KEY_RESUMING
+    from langgraph._internal._constants import (
+        CONFIG_KEY_RESUME_MAP,
+        CONFIG_KEY_RESUMING,
+        CONFIG_KEY_SCRATCHPAD,
+    )
 except ImportError:  # pragma: no cover - LangGraph moved them; their values have not changed
+    CONFIG_KEY_SCRATCHPAD = "__pregel_scratchpad"
     CONFIG_KEY_RESUMING = "__pregel_resuming"
     CONFIG_KEY_RESUME_MAP = "__pregel_resume_map"
 
@@ -364,8 +369,14 @@ def graph_node(
                     args: tuple[Any, ...] = (given, sub)
                 else:
                     # A retry continues from the graph's last checkpoint: its input would
-                    # start it over on top of its state.
-                    conf = {**(sub.get("configurable") or {}), CONFIG_KEY_RESUMING: True}
+                    # start it over on top of its state. Without the task's scratchpad,
+                    # whose count of subgraph calls would put a second call of the graph
+                    # in this task in a namespace of its own (an empty one).
+                    conf = {
+                        **(sub.get("configurable") or {}),
+                        CONFIG_KEY_RESUMING: True,
+                        CONFIG_KEY_SCRATCHPAD: None,
+                    }
                     args = (None, {**sub, "configurable": conf})
                 try:
                     final = call_step(graph.invoke, args, step.timeout, f"graph step {step.name!r}")
