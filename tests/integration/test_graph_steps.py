@@ -4,6 +4,7 @@ server of ``tests/fakes``."""
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Iterator
 from typing import Annotated, Any
@@ -53,7 +54,7 @@ def chain(*names: str, calls: list[str] | None = None) -> StateGraph[Any, Any, A
     for i, name in enumerate(names, 1):
         builder.add_node(name, _add(name, i, calls))
     builder.add_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         builder.add_edge(a, b)
     builder.add_edge(names[-1], END)
     return builder
