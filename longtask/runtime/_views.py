@@ -164,6 +164,7 @@ class Pending(BaseModel):
             "result_schema",
             "command",
             "item",
+            "value",
         ):
             if self.request.get(key) is not None:
                 out[key] = self.request[key]

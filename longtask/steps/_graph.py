@@ -255,7 +255,7 @@ def _stop(info: StepInfo, call: NodeCall, interrupt_id: str, nodes: list[str]) -
         "stop": True,
         "next": nodes,
         "reason": f"graph step {info.name!r} stopped before {', '.join(nodes) or 'its end'}",
-        "command": f"longtask resume {call.thread_id} --resume JSON",
+        "command": f"`longtask resume {call.thread_id} --interrupt {interrupt_id} --resume '{{}}'`",
         "answer": "any JSON value (the graph's own stop takes none): the graph goes on",
     }
     return Interrupt(value=request, id=interrupt_id)
@@ -298,7 +298,6 @@ def _as_pause(
     """The interrupt ``exc`` of the graph as longtask pauses (a gate of longtask's own, such
     as a budget reached before a model call, is one already)."""
     found = list(exc.args[0]) if exc.args and exc.args[0] else []
-    command = f"longtask resume {call.thread_id} --resume JSON"
     out: list[Interrupt] = []
     if not found:
         out.append(_stop(info, call, *_stop_id(graph, config, call)))
@@ -312,7 +311,7 @@ def _as_pause(
             "step": info.name,
             "value": value,
             "reason": f"graph step {info.name!r} asks for an answer",
-            "command": command,
+            "command": f"`longtask resume {call.thread_id} --interrupt {intr.id} --resume JSON`",
             "answer": "the value the graph's interrupt() returns, as JSON",
         }
         out.append(Interrupt(value=request, id=intr.id))

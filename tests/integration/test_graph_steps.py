@@ -178,7 +178,11 @@ def test_interrupts_of_the_graph_are_pauses_answered_by_id(runner: Runner) -> No
     assert pending["stops"].request["next"] == ["tools"]
     assert tools_ran == ["plan"]
     # the CLI's status shows the command that answers it
-    assert all("longtask resume t-asks --resume" in w["command"] for w in status.waiting)
+    for w in status.waiting:
+        assert f"`longtask resume t-asks --interrupt {w['interrupt_id']} --resume" in w["command"]
+    assert [w.get("value") for w in status.waiting if w["step"] == "asks"] == [
+        {"question": "how much?", "n": 1}
+    ]
 
     # a bad answer changes nothing
     head = runner.engine.graph(task).get_state({"configurable": {"thread_id": thread}})
