@@ -80,3 +80,26 @@ def test_graph_interrupts_are_answered_through_the_server_api(client: TestClient
     assert runner.result(thread, "stops") == 11
     resolved = runner.events(thread, kinds=["interrupt.resolved"])
     assert [(e.step, e.data["by"]) for e in resolved] == [("asks", "alice"), ("stops", "alice")]
+
+
+def test_the_pages_json_api_answers_a_graph_interrupt(client: TestClient) -> None:
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    assert run(client, thread, input={})["status"] == "success"
+    pending = client.get(f"/api/threads/{thread}/pending", headers=ALICE).json()
+    by_step = {p["step"]: p for p in pending}
+    url = f"/api/threads/{thread}/answer"
+    # not the id of a pending interrupt: refused, nothing recorded
+    wrong = client.post(url, json={"interrupt": "nope", "value": {}}, headers=ALICE)
+    assert wrong.status_code in (400, 409, 422), wrong.text
+    assert len(client.get(f"/threads/{thread}/runs", headers=ALICE).json()) == 1
+    for step, value in (("asks", {"add": 2}), ("stops", {})):
+        sent = client.post(
+            url, json={"interrupt": by_step[step]["interrupt_id"], "value": value}, headers=ALICE
+        )
+        assert sent.status_code == 202, sent.text
+        wait_run(client, thread, sent.json()["run_id"])
+    runner: Runner = client.runner  # type: ignore[attr-defined]
+    assert runner.status(thread).status == "completed"
+    assert runner.result(thread, "asks") == {"n": 3, "trail": ["first", "ask"]}
+    page = client.get(f"/threads/{thread}", headers={**ALICE, "Accept": "text/html"})
+    assert page.status_code == 200 and "answerForm" in page.text
