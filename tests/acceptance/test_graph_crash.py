@@ -114,6 +114,9 @@ def _run_kills(db_url: str, tmp_path: Path, kills: int, seed: int) -> None:
                 killed.add(proc.pid)
                 done += 1
                 _wait_inactive(db_url, thread)
+                with Runner(db_url) as runner:
+                    if runner.status(thread).status == "completed":
+                        break  # killed on its way out, after the thread completed
                 args = ["resume", thread]
                 continue
             out, err = proc.communicate(timeout=120)
