@@ -186,6 +186,21 @@ class CheckpointView(BaseModel):
     total: int = 0
 
 
+class InnerCheckpoint(BaseModel):
+    """One checkpoint of a graph step's own graph (a super-step of it), newest first."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    #: the graph's super-step (-1: its input)
+    step: int | None
+    source: str | None
+    created_at: str | None
+    #: the graph's channels this super-step wrote (its nodes' outputs)
+    updated: list[str]
+    #: the namespace LangGraph keeps the graph's checkpoints in
+    checkpoint_ns: str
+
+
 def definition_summary(task: LongTask) -> dict[str, Any]:
     """What a thread records about its definition: enough to show status and to name the
     differences when the definition changes, without importing the task's code."""

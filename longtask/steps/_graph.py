@@ -338,7 +338,9 @@ def graph_node(
 
     def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         call = NodeCall.from_config(config)
-        step_started(env, call, info, first_attempt(env, call, info))
+        # where LangGraph keeps the graph's own checkpoints (`longtask history --inner`)
+        ns = (config.get("metadata") or {}).get("langgraph_checkpoint_ns")
+        step_started(env, call, info, first_attempt(env, call, info), {"checkpoint_ns": ns})
         started = time.monotonic()
         ctx = env.context(call, info, state)
         # The graph's nodes and tools may read current_context() (ledgered tools do).

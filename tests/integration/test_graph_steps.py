@@ -117,6 +117,14 @@ def test_builder_compiled_and_factory_graphs_run_as_steps(runner: Runner) -> Non
     assert runner.result(thread, "made") == {"n": 103, "trail": ["f1", "f2"]}
     assert sorted(calls) == sorted(["a", "b", "c", "x", "y", "f1", "f2"])
     assert seen_config == ["t-graphs"]
+    # the graph's own checkpoints, one per super-step: input, a, b, c
+    inner = runner.inner_history(thread, "built")
+    assert [c.step for c in inner] == [3, 2, 1, 0, -1]
+    assert [c.source for c in inner][-1] == "input"
+    assert inner[0].updated == ["n", "trail"]
+    assert all(c.checkpoint_ns.startswith("built:") for c in inner)
+    with pytest.raises(InvalidInput, match="not a graph step"):
+        runner.inner_history(thread, "seed")
     steps = {s.name: s for s in runner.status(thread).steps}
     assert steps["built"].kind == "graph" and steps["built"].state == "completed"
     # the graph was checkpointed in the thread, in the step node's namespace
