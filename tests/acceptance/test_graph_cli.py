@@ -49,8 +49,8 @@ def test_graph_interrupts_are_answered_from_the_cli(db_url: str) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     inner = run_cli("history", thread, "--inner", "asks", "--json", db=db_url)
     assert inner.returncode == 0, inner.stderr
-    # input, first, ask (the answer): one checkpoint per super-step of the graph, and the
-    # one before the ask (the interrupt was there) is the same after the answer
+    # one checkpoint per super-step of the graph: its input, the input applied, first,
+    # ask (answered); the interrupt added none
     assert [c["step"] for c in json.loads(inner.stdout)] == [2, 1, 0, -1]
     not_graph = run_cli("history", thread, "--inner", "nope", db=db_url)
     assert not_graph.returncode == 1 and "not a graph step" in not_graph.stderr

@@ -117,7 +117,7 @@ def test_builder_compiled_and_factory_graphs_run_as_steps(runner: Runner) -> Non
     assert runner.result(thread, "made") == {"n": 103, "trail": ["f1", "f2"]}
     assert sorted(calls) == sorted(["a", "b", "c", "x", "y", "f1", "f2"])
     assert seen_config == ["t-graphs"]
-    # the graph's own checkpoints, one per super-step: input, a, b, c
+    # the graph's own checkpoints, one per super-step: its input, the input applied, a, b, c
     inner = runner.inner_history(thread, "built")
     assert [c.step for c in inner] == [3, 2, 1, 0, -1]
     assert [c.source for c in inner][-1] == "input"
