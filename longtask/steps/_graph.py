@@ -287,6 +287,14 @@ def _unanswered_stop(graph: Any, config: RunnableConfig, call: NodeCall, info: S
     return _stop(info, call, interrupt_id, nodes)
 
 
+def _short(value: Any) -> str:
+    """The graph's interrupt value as one short line, for status and watch."""
+    import json
+
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
 def _as_pause(
     exc: GraphInterrupt,
     env: StepEnv,
@@ -310,7 +318,7 @@ def _as_pause(
             "kind": INTERRUPT_KIND,
             "step": info.name,
             "value": value,
-            "reason": f"graph step {info.name!r} asks for an answer",
+            "reason": f"graph step {info.name!r} asks {_short(value)}",
             "command": f"`longtask resume {call.thread_id} --interrupt {intr.id} --resume JSON`",
             "answer": "the value the graph's interrupt() returns, as JSON",
         }

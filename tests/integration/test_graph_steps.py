@@ -355,3 +355,32 @@ def test_a_ledgered_function_outside_a_step_says_where_it_works() -> None:
 
     with pytest.raises(Exception, match="only while a step runs"):
         send("x")
+
+
+def test_a_failed_graph_step_resumes_at_the_failed_node(runner: Runner) -> None:
+    calls: list[str] = []
+    broken = [True]
+
+    def check(state: State) -> dict[str, Any]:
+        calls.append("check")
+        if broken[0]:
+            raise InvalidInput("the data is wrong")
+        return {"trail": ["check"]}
+
+    builder = chain("a", "b", calls=calls)
+    builder.add_node("check", check)
+    builder.add_edge("b", "check")  # a -> b -> check (and b -> END)
+    task = LongTask(
+        "fails", stages=[Stage("s", [graph_step("g", builder, input=lambda ctx: {"n": 0})])]
+    )
+    with pytest.raises(Exception, match="the data is wrong"):
+        runner.start(task, thread_id="t-fails")
+    status = runner.status("t-fails")
+    assert status.status == "failed" and status.error is not None
+    assert status.error["error_class"] == "invalid_input"  # not retried
+    assert calls == ["a", "b", "check"]
+    broken[0] = False
+    runner.resume("t-fails", task=task)
+    # a and b finished before the failure: only the failed node ran again
+    assert calls == ["a", "b", "check", "check"]
+    assert runner.result("t-fails", "g") == {"n": 3, "trail": ["a", "b", "check"]}
