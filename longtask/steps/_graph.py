@@ -343,6 +343,16 @@ def graph_node(
 ) -> Callable[[dict[str, Any], RunnableConfig], dict[str, Any]]:
     channel = result_channel(step.name)
     what = f"the result of graph step {step.name!r}"
+    # A builder is compiled once per compiled task; a factory is called on every run of
+    # the node (it may build from the run's config).
+    made: list[Any] = []
+
+    def graph_of(config: RunnableConfig) -> Any:
+        if graph_kind(step.graph) == "factory":
+            return resolve_graph(step, config)
+        if not made:
+            made.append(resolve_graph(step, config))
+        return made[0]
 
     def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
         call = NodeCall.from_config(config)
@@ -354,7 +364,7 @@ def graph_node(
         # The graph's nodes and tools may read current_context() (ledgered tools do).
         token = _CURRENT.set(ctx)
         try:
-            graph = resolve_graph(step, config)
+            graph = graph_of(config)
             handler = ModelCalls(env, call, info, step)
             sub = _with_handler(config, handler)
             if step.recursion_limit is not None:
