@@ -40,10 +40,11 @@ class GraphStep(Step):
 
     kind: Literal["graph"] = "graph"
     graph: Any
-    #: ``input(ctx) -> graph input`` (default: the task's inputs as a dict)
-    input: Callable[..., Any] | None = None
+    #: ``input(ctx) -> graph input`` (default: the task's inputs as a dict); typed Any so
+    #: that a value that is no callable is reported with the definition's other problems
+    input: Any = None
     #: ``output(final_state) -> result`` (default: the final state as JSON)
-    output: Callable[..., Any] | None = None
+    output: Any = None
     #: LangGraph's recursion limit for the graph's own super-steps (default: LangGraph's)
     recursion_limit: int | None = None
     #: price per million tokens (input, output) by model name; overrides the built-in table

@@ -384,3 +384,33 @@ def test_a_failed_graph_step_resumes_at_the_failed_node(runner: Runner) -> None:
     # a and b finished before the failure: only the failed node ran again
     assert calls == ["a", "b", "check", "check"]
     assert runner.result("t-fails", "g") == {"n": 3, "trail": ["a", "b", "check"]}
+
+
+def test_over_budget_with_on_limit_fail_fails_before_the_next_call(
+    runner: Runner, llm: Any
+) -> None:
+    @tool
+    def look(topic: str) -> str:
+        """Look a topic up."""
+        return f"notes on {topic}"
+
+    server = llm(
+        by_turn(
+            [
+                Reply.tool_calls([("look", {"topic": "a"})], usage=(100, 50)),
+                Reply.text("done", usage=(100, 50)),
+            ]
+        )
+    )
+    task = LongTask(
+        "strict",
+        stages=[Stage("s", [graph_step("research", _agent([look]), input=_messages)])],
+        budget=Budget(tokens=100),
+        on_limit="fail",
+    )
+    with pytest.raises(Exception, match="budget exceeded"):
+        runner.start(task, {"topic": "graphs"}, thread_id="t-strict")
+    assert runner.status("t-strict").status == "failed"
+    assert len(server.requests) == 1  # the second call was never made
+    (exceeded,) = runner.events("t-strict", kinds=["budget.exceeded"])
+    assert exceeded.step == "research"
