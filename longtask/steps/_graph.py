@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -289,8 +290,6 @@ def _unanswered_stop(graph: Any, config: RunnableConfig, call: NodeCall, info: S
 
 def _short(value: Any) -> str:
     """The graph's interrupt value as one short line, for status and watch."""
-    import json
-
     text = json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= 120 else text[:119] + "…"
 
@@ -336,6 +335,18 @@ def _as_pause(
                     data={"interrupt_id": intr.id, **request},
                 )
     return GraphInterrupt(tuple(out))
+
+
+def _keep_transcript(env: StepEnv, call: NodeCall, info: StepInfo, final: Any) -> None:
+    """A graph whose state has LangChain ``messages`` (an agent's) keeps them, as an agent
+    step does: the artifact ``<step>.transcript.json`` (``runner.transcript``)."""
+    from langchain_core.messages import BaseMessage, messages_to_dict
+
+    messages = final.get("messages") if isinstance(final, Mapping) else None
+    if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
+        return
+    data = json.dumps(messages_to_dict(messages), default=str).encode()
+    env.artifact(call, info, f"{info.name}.transcript.json", data, "application/json")
 
 
 def graph_node(
@@ -402,6 +413,7 @@ def graph_node(
                 except GraphInterrupt as exc:
                     raise _as_pause(exc, env, call, info, graph, args[1]) from None
                 result = step.output(final) if step.output is not None else to_json(final, what)
+                _keep_transcript(env, call, info, final)
                 return env.codec.encode(result, what)
 
             encoded, attempt = with_retries(env, call, info, step.retry, attempt_fn)

@@ -291,6 +291,9 @@ def test_model_calls_are_recorded_and_the_budget_stops_the_next(runner: Runner, 
     assert len(calls) == 3 and calls[-1].data["model"] == "gpt-4o-mini-2024-07-18"
     budget = runner.budget(thread)
     assert budget is not None and budget.used["tokens"] == 450
+    # the agent's messages are kept, as an agent step's are
+    transcript = runner.transcript(thread, "research")
+    assert [m["type"] for m in transcript] == ["human", "ai", "tool", "ai", "tool", "ai"]
 
 
 def test_a_ledgered_tool_is_not_repeated_when_its_node_runs_again(runner: Runner, llm: Any) -> None:
