@@ -14,7 +14,9 @@ Around the run:
   compiled with) leaves the node as a longtask pause of kind ``interrupt``: its request
   holds the graph's own value under ``value``, and keeps LangGraph's interrupt id, so
   ``Command(resume={id: answer})`` reaches the graph's ``interrupt()`` unchanged;
-- the step's retry policy re-invokes the graph from its last checkpoint, not from its input.
+- the step's retry policy calls the graph again from its last checkpoint, not from its
+  input (a run of the node after a crash or a pause resumes it as LangGraph resumes any
+  subgraph).
 """
 
 from __future__ import annotations
@@ -385,8 +387,11 @@ def graph_node(
             if stop is not None:
                 raise _as_pause(GraphInterrupt((stop,)), env, call, info, graph, sub)
 
+            #: whether this run of the node called the graph yet (a retry's call continues)
+            called: list[bool] = []
+
             def attempt_fn(attempt: int) -> Any:
-                if attempt == 1:
+                if not called:
                     if step.input is not None:
                         given = step.input(ctx)
                     else:
@@ -408,6 +413,7 @@ def graph_node(
                         CONFIG_KEY_SCRATCHPAD: None,
                     }
                     args = (None, {**sub, "configurable": conf})
+                called.append(True)
                 try:
                     final = call_step(graph.invoke, args, step.timeout, f"graph step {step.name!r}")
                 except GraphInterrupt as exc:

@@ -417,3 +417,20 @@ def test_over_budget_with_on_limit_fail_fails_before_the_next_call(
     assert len(server.requests) == 1  # the second call was never made
     (exceeded,) = runner.events("t-strict", kinds=["budget.exceeded"])
     assert exceeded.step == "research"
+
+
+def test_a_retry_before_the_graph_ran_gives_it_its_input(runner: Runner) -> None:
+    tries: list[int] = []
+
+    def given(ctx: Any) -> dict[str, Any]:
+        tries.append(ctx.attempt)
+        if len(tries) == 1:
+            raise Transient("the source of the input is down")
+        return {"n": 7}
+
+    task = LongTask(
+        "late", stages=[Stage("s", [graph_step("g", chain("a"), input=given, retry=2)])]
+    )
+    thread = runner.start(task, thread_id="t-late")
+    assert runner.result(thread, "g") == {"n": 8, "trail": ["a"]}
+    assert len(tries) == 2
