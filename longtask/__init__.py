@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         AgentStep,
         Budget,
         Decision,
+        GraphStep,
         LongTask,
         Prompt,
         Retry,
@@ -60,13 +61,21 @@ if TYPE_CHECKING:
         approval,
         fix_with,
         function_step,
+        graph_step,
         map_step,
         versions,
         wait_for,
     )
     from longtask.ops import MoveSummary, PruneReport, draw_graph
     from longtask.runtime import ThreadStatus, ThreadUsage
-    from longtask.steps import Classified, ItemContext, StepContext, classify, current_context
+    from longtask.steps import (
+        Classified,
+        ItemContext,
+        StepContext,
+        classify,
+        current_context,
+        ledgered,
+    )
 
 
 # The runtime pulls in LangGraph and the model pydantic; keep `import longtask` (and so every
@@ -75,6 +84,7 @@ _MODEL = (
     "AgentStep",
     "Budget",
     "Decision",
+    "GraphStep",
     "LongTask",
     "Prompt",
     "Retry",
@@ -86,6 +96,7 @@ _MODEL = (
     "approval",
     "fix_with",
     "function_step",
+    "graph_step",
     "map_step",
     "versions",
     "wait_for",
@@ -101,6 +112,7 @@ _LAZY = {
     "ItemContext": "longtask.steps",
     "classify": "longtask.steps",
     "current_context": "longtask.steps",
+    "ledgered": "longtask.steps",
     "Classified": "longtask.steps",
     "Command": "langgraph.types",
     "draw_graph": "longtask.ops",
@@ -121,6 +133,7 @@ __all__ = [
     "DefinitionError",
     "ExportFileInvalid",
     "ExportFormatTooNew",
+    "GraphStep",
     "ImportThreadExists",
     "InvalidInput",
     "ItemContext",
@@ -161,6 +174,8 @@ __all__ = [
     "draw_graph",
     "fix_with",
     "function_step",
+    "graph_step",
+    "ledgered",
     "map_step",
     "versions",
     "wait_for",

@@ -184,6 +184,7 @@ class Runner:
     status = via("reads", Reads.status)
     pending = via("reads", Reads.pending)
     history = via("reads", Reads.history)
+    inner_history = via("reads", Reads.inner_history)
     result = via("reads", Reads.result)
     results = via("reads", Reads.results)
     events = via("reads", Reads.events)

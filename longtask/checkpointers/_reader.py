@@ -202,13 +202,14 @@ class CheckpointReader:
         return tup
 
     def list_light(
-        self, thread_id: str, *, before: str | None = None, limit: int = 20
+        self, thread_id: str, *, before: str | None = None, limit: int = 20, ns: str = ""
     ) -> builtins.list[Any]:
         """The latest ``limit`` root checkpoints of a thread (older than ``before``), with
         their channel versions and metadata but without channel values, pending writes or
         ``versions_seen`` (left empty): what history views need, read without the values'
-        bytes and without copying a map per node and checkpoint."""
-        rows = self.backend.checkpoint_rows(thread_id, "", None, before, limit)
+        bytes and without copying a map per node and checkpoint. ``ns``: those of a
+        subgraph's namespace instead (a graph step's own checkpoints)."""
+        rows = self.backend.checkpoint_rows(thread_id, ns, None, before, limit)
         return self._tuples(rows, values=False, writes=False, seen=False)
 
     def head(

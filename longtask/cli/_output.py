@@ -259,6 +259,13 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             )
             out.print(f"  it happened: {escape(line)}")
             out.print("  it did not, or call it again: the same with --failed, or --retry")
+        elif p.kind == "interrupt":
+            # the graph of a graph step asks: its own value, answered with any JSON
+            if req.get("stop"):
+                out.print(f"  stopped before: {escape(', '.join(req.get('next') or []))}")
+            else:
+                out.print(f"  asks: {escape(render(req.get('value'), '  '))}")
+            out.print(f"  answer: {escape(in_text(str(req.get('command'))))}")
         elif req.get("command"):
             # a step stopped for a person (permission, budget, deadline, fix) says how
             out.print(f"  reason: {escape(str(req.get('reason')))}")

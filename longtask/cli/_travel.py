@@ -41,10 +41,35 @@ def history(
     before: Annotated[
         str | None, typer.Option("--before", help="Older than this checkpoint (paging).")
     ] = None,
+    inner: Annotated[
+        str | None,
+        typer.Option(
+            "--inner", metavar="STEP", help="The own checkpoints of graph step STEP's graph."
+        ),
+    ] = None,
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """A thread's checkpoints, newest first, across branches."""
+    """A thread's checkpoints, newest first, across branches (--inner: a graph step's)."""
+    if inner is not None:
+        if step is not None or stage is not None or before is not None:
+            raise typer.BadParameter(
+                "lists one graph step's own checkpoints: use it without --step, --stage "
+                "and --before",
+                param_hint="--inner",
+            )
+        with _reader(db) as runner:
+            found = runner.inner_history(thread_id, inner, limit=limit)
+        if json_:
+            print(json.dumps([v.model_dump() for v in found], indent=2))
+            return
+        if not found:
+            out.print(f"graph step {escape(inner)} has no checkpoints of its own yet")
+        for v in found:
+            when = (v.created_at or "")[:19].replace("T", " ")
+            wrote = escape(", ".join(v.updated))
+            out.print(f"{v.checkpoint_id}  {when}  step {v.step}  {v.source or ''}  {wrote}")
+        return
     with _reader(db) as runner:
         views = runner.history(thread_id, limit=limit, step=step, stage=stage, before=before)
     if json_:

@@ -22,7 +22,15 @@ from langgraph.graph.state import CompiledStateGraph
 from typing_extensions import TypedDict
 
 from longtask.graphs._node import NodeFn
-from longtask.model import AgentStep, FunctionStep, LongTask, MapStep, PauseStep, StepInfo
+from longtask.model import (
+    AgentStep,
+    FunctionStep,
+    GraphStep,
+    LongTask,
+    MapStep,
+    PauseStep,
+    StepInfo,
+)
 from longtask.steps import (
     INPUTS_CHANNEL,
     StepEnv,
@@ -31,6 +39,7 @@ from longtask.steps import (
     fix_agent_node,
     fix_channel,
     function_node,
+    graph_node,
     map_node,
     pause_nodes,
     request_channel,
@@ -119,6 +128,10 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
             # The agent graph is built when the node runs and invoked with the node's config:
             # LangGraph checkpoints it as this node's subgraph (see longtask.steps._agent).
             add(step.name, NodeFn(agent_node(step, info, env, task.model), env, info), meta)
+        elif isinstance(step, GraphStep):
+            # The user's graph is invoked from the node with the node's config: LangGraph
+            # checkpoints it as this node's subgraph (see longtask.steps._graph).
+            add(step.name, NodeFn(graph_node(step, info, env), env, info), meta)
         elif isinstance(step, MapStep):
             # One node whatever the number of items; see longtask.steps._map.
             add(step.name, NodeFn(map_node(step, info, env), env, info), meta)

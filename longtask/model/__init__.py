@@ -6,6 +6,7 @@ the floor above ``errors``: it imports only ``longtask.errors`` and third-party 
 
 from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agent_step, fix_with
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
+from longtask.model._graph import GraphStep, graph_kind, graph_step
 from longtask.model._schedule import Schedule
 from longtask.model._steps import (
     ApprovalStep,
@@ -33,6 +34,7 @@ __all__ = [
     "Decision",
     "FixLoop",
     "FunctionStep",
+    "GraphStep",
     "LongTask",
     "MapStep",
     "PauseStep",
@@ -50,6 +52,8 @@ __all__ = [
     "approval",
     "fix_with",
     "function_step",
+    "graph_kind",
+    "graph_step",
     "map_step",
     "name_problem",
     "version_key",

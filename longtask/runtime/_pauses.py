@@ -30,7 +30,7 @@ from longtask.runtime._interrupts import GATE_KINDS
 from longtask.runtime._text import refuse_bad_text
 from longtask.runtime._views import Pending
 from longtask.runtime._who import whoami
-from longtask.steps import TIMEOUT, check_decision, check_payload
+from longtask.steps import INTERRUPT_KIND, TIMEOUT, check_decision, check_payload
 from longtask.steps._effects import RESOLVED_AS_FAILED
 from longtask.steps._hitl import decision_from_hitl, is_hitl
 from longtask.steps._pause import signal_value
@@ -104,6 +104,10 @@ class Pauses:
                 f"use `longtask effects resolve {thread_id} {item.request['key']} "
                 "--succeeded [--result JSON] | --failed | --retry`"
             )
+        if item.kind == INTERRUPT_KIND:
+            # The graph's own interrupt: its answer is whatever the graph expects, as JSON.
+            to_json_bytes(value, "the answer")
+            return value
         if item.kind in GATE_KINDS:
             # Any value: the step looks again (and pauses again if it is still blocked).
             return value if value is not None else GATE_ANSWER
@@ -265,6 +269,16 @@ class Pauses:
                     f"is given by {by!r}; a decision can only be given in one's own name"
                 )
         checked = self.resume_value(thread_id, task, item, value, by=by)
+        if item.kind == INTERRUPT_KIND:
+            # Who answered a graph's own interrupt: its answer is the graph's, with no room
+            # for a name, so the record is written here, once the answer passed its checks.
+            self.db.store.append_event(
+                thread_id,
+                "interrupt.resolved",
+                key=f"interrupt.resolved/{item.interrupt_id}",
+                step=item.step,
+                data={"interrupt_id": item.interrupt_id, "by": by or whoami(), "value": checked},
+            )
         return self._resume_pending(thread_id, task, item, checked, allow_changed_definition)
 
     def resolve_effect(

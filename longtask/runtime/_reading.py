@@ -19,6 +19,7 @@ from longtask.runtime._usage import ThreadUsage, read_usage
 from longtask.runtime._views import (
     CheckpointView,
     HistoryList,
+    InnerCheckpoint,
     Pending,
     StepState,
     ThreadStatus,
@@ -316,6 +317,44 @@ class Reads:
                 out.append(view)
                 if len(out) >= limit:
                     break
+        return out
+
+    def inner_history(self, thread_id: str, step: str, limit: int = 20) -> list[InnerCheckpoint]:
+        """The latest ``limit`` checkpoints of graph step ``step``'s own graph (one per
+        super-step of it), newest first, from its latest run."""
+        rec = self.thread(thread_id)
+        if limit < 1:
+            raise InvalidInput("limit must be at least 1")
+        kinds = {s["name"]: s.get("kind") for st in rec.definition["stages"] for s in st["steps"]}
+        if kinds.get(step) != "graph":
+            graphs = ", ".join(n for n, k in kinds.items() if k == "graph") or "none"
+            raise InvalidInput(
+                f"{step!r} is not a graph step of task {rec.task_name!r}; only a graph step "
+                f"has checkpoints of its own (graph steps: {graphs})"
+            )
+        started = [e for e in self.events(thread_id, kinds=["step.started"]) if e.step == step]
+        ns = next(
+            (e.data["checkpoint_ns"] for e in reversed(started) if e.data.get("checkpoint_ns")),
+            None,
+        )
+        if ns is None:
+            return []
+        out = []
+        for tup in self.db.reader.list_light(thread_id, limit=limit, ns=ns):
+            meta = tup.metadata or {}
+            out.append(
+                InnerCheckpoint(
+                    checkpoint_id=tup.config["configurable"]["checkpoint_id"],
+                    parent_id=(tup.parent_config or {})
+                    .get("configurable", {})
+                    .get("checkpoint_id"),
+                    step=meta.get("step"),
+                    source=meta.get("source"),
+                    created_at=tup.checkpoint.get("ts"),
+                    updated=sorted(tup.checkpoint.get("updated_channels") or []),
+                    checkpoint_ns=ns,
+                )
+            )
         return out
 
     def result(self, thread_id: str, step: str) -> Any:

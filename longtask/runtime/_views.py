@@ -142,7 +142,9 @@ class Pending(BaseModel):
 
     step: str
     #: budget / deadline / permission / fix: a step stopped for a person (a gate)
-    kind: Literal["approval", "wait", "effect", "budget", "deadline", "permission", "fix"]
+    kind: Literal[
+        "approval", "wait", "effect", "budget", "deadline", "permission", "fix", "interrupt"
+    ]
     interrupt_id: str
     request: dict[str, Any]
 
@@ -162,6 +164,7 @@ class Pending(BaseModel):
             "result_schema",
             "command",
             "item",
+            "value",
         ):
             if self.request.get(key) is not None:
                 out[key] = self.request[key]
@@ -181,6 +184,21 @@ class CheckpointView(BaseModel):
     #: how many steps had a result at this point (of ``total``)
     done: int = 0
     total: int = 0
+
+
+class InnerCheckpoint(BaseModel):
+    """One checkpoint of a graph step's own graph (a super-step of it), newest first."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    #: the graph's super-step (-1: its input)
+    step: int | None
+    source: str | None
+    created_at: str | None
+    #: the graph's channels this super-step wrote (its nodes' outputs)
+    updated: list[str]
+    #: the namespace LangGraph keeps the graph's checkpoints in
+    checkpoint_ns: str
 
 
 def definition_summary(task: LongTask) -> dict[str, Any]:

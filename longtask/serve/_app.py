@@ -81,6 +81,15 @@ class SignalBody(BaseModel):
     payload: Any = None
 
 
+class AnswerBody(BaseModel):
+    """The answer to a graph step's own interrupt: its id, and the value (any JSON) the
+    graph's interrupt() returns."""
+
+    model_config = ConfigDict(extra="forbid")
+    interrupt: str
+    value: Any = None
+
+
 class CancelBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     reason: str | None = None
@@ -269,6 +278,8 @@ def create_app(
             # Queued for the workers: returns as soon as the command is in the inbox.
             if kind == "approval":
                 runner.decide(thread_id, target, by=by, **value)
+            elif kind == "interrupt":
+                runner.answer(thread_id, value, interrupt=target, by=by)
             else:
                 runner.signal(thread_id, str(target), value, by=by)
             return None  # no run of serve's: a worker carries it out
@@ -301,6 +312,12 @@ def create_app(
         thread_id = request.path_params["thread_id"]
         event = await body(request, SignalBody)
         run_id = await call(answer_later, thread_id, event.name, "wait", event.payload, by)
+        return await accepted(thread_id, run_id)
+
+    async def answer(request: Request, by: str) -> Response:
+        thread_id = request.path_params["thread_id"]
+        given = await body(request, AnswerBody)
+        run_id = await call(answer_later, thread_id, given.interrupt, "interrupt", given.value, by)
         return await accepted(thread_id, run_id)
 
     def cancel_later(thread_id: str, reason: str | None, by: str) -> str | None:
@@ -426,6 +443,7 @@ def create_app(
         Route(api + "/approve", actor(approve), methods=["POST"]),
         Route(api + "/reject", actor(reject), methods=["POST"]),
         Route(api + "/signal", actor(signal), methods=["POST"]),
+        Route(api + "/answer", actor(answer), methods=["POST"]),
         Route(api + "/cancel", actor(cancel), methods=["POST"]),
         Route(api + "/retry", actor(retry), methods=["POST"]),
         Route(api + "/skip", actor(skip), methods=["POST"]),

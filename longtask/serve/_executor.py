@@ -312,6 +312,14 @@ class Executor:
                 plan_hash=answer.get("plan_hash"),
                 task=task,
             )
+        elif answer["kind"] == "interrupt":
+            self.runner.answer(
+                run.thread_id,
+                answer.get("value"),
+                interrupt=answer["interrupt_id"],
+                by=by,
+                task=task,
+            )
         else:
             self.runner.signal(
                 run.thread_id, answer["step"], answer.get("payload"), by=by, task=task

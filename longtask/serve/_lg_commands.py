@@ -4,8 +4,8 @@
 an approval takes ``true``/``false``, ``{"approved": ..., "comment": ..., "plan_hash": ...}``
 or LangChain's human-in-the-loop ``{"decisions": [{"type": "approve" | "reject"}]}``, and is
 made by the token's name (an approver the request names may not decide is refused); a wait
-takes its payload, checked against the step's schema. A resume keyed by interrupt id answers
-several at once.
+takes its payload, checked against the step's schema; the interrupt of a graph step's own
+graph takes any JSON value. A resume keyed by interrupt id answers several at once.
 """
 
 from __future__ import annotations
@@ -83,6 +83,14 @@ def _check(
             "plan_hash": plan_hash or item.request["plan_hash"],
         }
     runner.pauses.resume_value(thread_id, task, item, value)
+    if item.kind == "interrupt":
+        # a graph step's own interrupt: the answer is the graph's, kept by its id
+        return {
+            "kind": "interrupt",
+            "step": item.step,
+            "interrupt_id": item.interrupt_id,
+            "value": value,
+        }
     return {"kind": "wait", "step": item.step, "payload": value}
 
 

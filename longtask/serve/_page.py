@@ -344,6 +344,8 @@ function pendingCard(p) {
     card.append(comment, row);
   } else if (p.kind === "wait") {
     signalForm(card, p);
+  } else if (p.kind === "interrupt") {
+    answerForm(card, p);
   } else {
     card.append(el("h3", null, "Waiting for a person: " + p.step));
     card.append(el("div", null, r.reason || JSON.stringify(r)));
@@ -404,6 +406,41 @@ function signalForm(card, p) {
   const or = el("div", "muted", "or from a shell: ");
   or.append(shell);
   card.append(payload, row, or);
+}
+function answerForm(card, p) {
+  // The graph of a graph step asks (its own interrupt()) or stopped before a node: any JSON
+  // answer, which its interrupt() returns as it is.
+  const r = p.request || {};
+  card.append(el("h3", null, "Graph asks: " + p.step));
+  if (r.stop) {
+    card.append(el("div", "muted", "stopped before: " + (r.next || []).join(", ")));
+  } else {
+    const asks = el("div", "plan");
+    asks.append(planView(r.value));
+    card.append(asks);
+  }
+  const value = el("textarea", "answer");
+  value.setAttribute("aria-label", "answer (JSON)");
+  value.value = "{}";
+  const send = el("button", "ok", "Answer");
+  send.addEventListener("click", () => {
+    const answer = parsed(value, "the answer");
+    if (!answer.ok) return;
+    act("/answer", {interrupt: p.interrupt_id, value: answer.value}, "answering " + p.step,
+      "answered " + p.step + "; the thread goes on", [send]);
+  });
+  const row = el("p");
+  row.append(send);
+  const shell = el("code", "answer-command");
+  const update = () => {
+    shell.textContent = command(["longtask", "resume", THREAD],
+      ["--interrupt", p.interrupt_id, "--resume", shq(payloadText(value.value))]);
+  };
+  value.addEventListener("input", update);
+  update();
+  const or = el("div", "muted", "or from a shell: ");
+  or.append(shell);
+  card.append(value, row, or);
 }
 function say(text, error) {
   const msg = $("message");

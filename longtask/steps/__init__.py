@@ -1,4 +1,4 @@
-"""What a graph node runs for each step kind (function, map, agent, approval, wait), what
+"""What a graph node runs for each step kind (function, map, agent, graph, approval, wait), what
 they share (the compiled task's StepEnv, attempts and retries, effects, tracing) and the
 StepContext handed to step functions. Beside ``checkpointers``, above ``model`` and
 ``store``: it imports only ``longtask.model``, ``longtask.store``, ``longtask.errors`` and
@@ -17,6 +17,8 @@ from longtask.steps._context import (
     result_channel,
 )
 from longtask.steps._function import STEP_ATTR, StepEnv, function_node
+from longtask.steps._graph import INTERRUPT_KIND, graph_node
+from longtask.steps._ledgered import ledgered
 from longtask.steps._map import map_node
 from longtask.steps._pause import (
     TIMEOUT,
@@ -32,6 +34,7 @@ from longtask.steps._siblings import settled
 
 __all__ = [
     "INPUTS_CHANNEL",
+    "INTERRUPT_KIND",
     "RUN_KEY",
     "STEP_ATTR",
     "TIMEOUT",
@@ -50,6 +53,8 @@ __all__ = [
     "fix_agent_node",
     "fix_channel",
     "function_node",
+    "graph_node",
+    "ledgered",
     "map_node",
     "pause_nodes",
     "request_channel",

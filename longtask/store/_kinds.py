@@ -17,6 +17,8 @@ EVENT_KINDS: tuple[str, ...] = (
     "model.call",
     "tool.call",
     *(f"effect.{k}" for k in ("started", "succeeded", "failed", "unknown")),
+    "interrupt.required",
+    "interrupt.resolved",
     *(f"approval.{k}" for k in ("required", "resolved", "expired", "refused")),
     *(f"wait.{k}" for k in ("started", "resolved", "expired", "refused")),
     *(f"compensation.{k}" for k in ("started", "completed", "failed")),
@@ -50,7 +52,8 @@ LIVE_KINDS: frozenset[str] = frozenset(
 #: kinds of pause a step's own condition makes (gates), answered by any value, after which
 #: the step looks again: a limit reached, a permission missing, a fix loop out of rounds
 GATE_KINDS: tuple[str, ...] = ("budget", "deadline", "permission", "fix")
-#: every kind of interrupt longtask makes (the ``kind`` of its request)
-PAUSE_KINDS: tuple[str, ...] = ("approval", "wait", "effect", *GATE_KINDS)
+#: every kind of interrupt longtask makes (the ``kind`` of its request); "interrupt" is one
+#: of a graph step's own graph, its value under the request's ``value``
+PAUSE_KINDS: tuple[str, ...] = ("approval", "wait", "effect", "interrupt", *GATE_KINDS)
 #: kinds a person answers (the others wait for an outside event)
-USER_KINDS: tuple[str, ...] = ("approval", "effect", *GATE_KINDS)
+USER_KINDS: tuple[str, ...] = ("approval", "effect", "interrupt", *GATE_KINDS)

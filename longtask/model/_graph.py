@@ -1,0 +1,125 @@
+"""Graph steps: the user's own LangGraph graph run as one step of a LongTask. Pure pydantic:
+the graph is held as an object here and compiled, inspected and run by ``longtask.steps``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, ClassVar, Literal
+
+from longtask.model._steps import Retry, Step, _as_retry, _qualname
+
+
+def _graph_nodes(graph: Any) -> list[str] | None:
+    """The node names of a compiled graph or a ``StateGraph`` builder (both have ``nodes``),
+    without importing LangGraph; None for a factory (its graph exists only at run time)."""
+    nodes = getattr(graph, "nodes", None)
+    if isinstance(nodes, Mapping):
+        return sorted(str(n) for n in nodes if not str(n).startswith("__"))
+    return None
+
+
+def graph_kind(graph: Any) -> Literal["compiled", "builder", "factory"] | None:
+    """What ``graph`` is, told apart by shape: a compiled graph runs (``invoke`` and
+    ``get_state``), a builder compiles, a factory is any other callable."""
+    if hasattr(graph, "invoke") and hasattr(graph, "get_state"):
+        return "compiled"
+    if hasattr(graph, "compile") and hasattr(graph, "add_node"):
+        return "builder"
+    if callable(graph):
+        return "factory"
+    return None
+
+
+class GraphStep(Step):
+    """A LangGraph graph of the user's own (a compiled graph, a ``StateGraph`` builder, or a
+    factory ``fn(config)`` returning either) run as a subgraph of the task's graph: LangGraph
+    checkpoints it in the thread at each of its own super-steps, so a crash resumes it after
+    its last finished node. Its ``interrupt()`` calls and ``interrupt_before``/``_after``
+    stops are pauses of the thread (kind ``interrupt``)."""
+
+    kind: Literal["graph"] = "graph"
+    graph: Any
+    #: ``input(ctx) -> graph input`` (default: the task's inputs as a dict); typed Any so
+    #: that a value that is no callable is reported with the definition's other problems
+    input: Any = None
+    #: ``output(final_state) -> result`` (default: the final state as JSON)
+    output: Any = None
+    #: LangGraph's recursion limit for the graph's own super-steps (default: LangGraph's)
+    recursion_limit: int | None = None
+    #: price per million tokens (input, output) by model name; overrides the built-in table
+    prices: dict[str, tuple[float, float]] | None = None
+    #: a graph step may stop at an interrupt of the graph's own; while one is unanswered the
+    #: step's result is guarded like a pause's (see ``graphs._checked``)
+    may_pause: ClassVar[bool] = True
+
+    def problems(self) -> list[str]:
+        out = super().problems()
+        if graph_kind(self.graph) is None:
+            out.append(
+                f"step {self.name!r}: graph must be a LangGraph graph (compiled, a StateGraph "
+                f"builder, or a factory taking the run's config), got {type(self.graph).__name__}"
+            )
+        for what in ("input", "output"):
+            fn = getattr(self, what)
+            if fn is not None and not callable(fn):
+                out.append(f"step {self.name!r}: {what} must be a callable")
+        if self.recursion_limit is not None and self.recursion_limit < 1:
+            out.append(f"step {self.name!r}: recursion_limit must be at least 1")
+        return out
+
+    def spec(self) -> dict[str, Any]:
+        # The graph's node names are what its checkpoints are keyed by: renaming one breaks
+        # the resume of a thread inside it, so it changes the definition's hash.
+        nodes = _graph_nodes(self.graph)
+        return {
+            **super().spec(),
+            "graph": nodes if nodes is not None else _qualname(self.graph),
+            "input": _qualname(self.input) if self.input else None,
+            "output": _qualname(self.output) if self.output else None,
+            "recursion_limit": self.recursion_limit,
+        }
+
+
+def graph_step(
+    name: str,
+    graph: Any,
+    input: Callable[..., Any] | None = None,  # the issue's and LangGraph's word
+    output: Callable[..., Any] | None = None,
+    *,
+    after: Sequence[str] | str = (),
+    retry: Retry | int | None = None,
+    timeout: float | timedelta | None = None,
+    recursion_limit: int | None = None,
+    prices: Mapping[str, tuple[float, float]] | None = None,
+    compensate: Callable[..., Any] | None = None,
+) -> GraphStep:
+    """A step that runs ``graph``, any LangGraph graph, as a subgraph of the task.
+
+    ``graph``: a compiled graph, a ``StateGraph`` builder (compiled when the step runs), or
+    a factory ``fn(config)`` returning one (as langgraph.json allows). ``input(ctx)`` makes
+    the graph's input from the task's inputs and the results of the steps it depends on
+    (default: the task's inputs); ``output(state)`` makes the step's result from the
+    graph's final state (default: the final state as JSON, messages as dicts).
+
+    The graph is checkpointed in the thread at each of its super-steps: after a crash it
+    continues after its last finished node. Model calls of any LangChain chat model inside
+    it are recorded (``model.call``) and charged to the task's budget, which is checked
+    before each call. An ``interrupt()`` inside it, or a stop it was compiled with
+    (``interrupt_before``/``interrupt_after``), pauses the thread; answer it with
+    ``longtask resume THREAD --resume JSON``. Tools with side effects go through the effect
+    ledger with :func:`longtask.ledgered`. ``retry`` and ``timeout`` apply to the whole run
+    of the graph (a retry continues from the graph's last checkpoint).
+    """
+    return GraphStep(
+        name=name,
+        graph=graph,
+        input=input,
+        output=output,
+        after=after,  # type: ignore[arg-type]  # normalised by the validator
+        retry=_as_retry(retry),
+        timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
+        recursion_limit=recursion_limit,
+        prices=dict(prices) if prices else None,
+        compensate=compensate,
+    )

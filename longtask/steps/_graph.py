@@ -1,0 +1,443 @@
+"""The node of a graph step: the user's own LangGraph graph run as a subgraph of the task.
+
+The graph is invoked from inside the step's node with the node's config, so LangGraph runs
+it on the thread's saver in the node's namespace and checkpoints it at each of its own
+super-steps: when the thread is resumed after a crash, the parent resumes its subgraph and
+the graph continues after its last finished node.
+
+Around the run:
+
+- model calls of any LangChain chat model inside the graph are seen through a callback
+  handler on the run's config (the user's code is not wrapped): the budget and cancel are
+  checked before each call, and each call is a ``model.call`` event charged to the budget;
+- an interrupt of the graph's own (``interrupt()``, or a stop before or after a node it was
+  compiled with) leaves the node as a longtask pause of kind ``interrupt``: its request
+  holds the graph's own value under ``value``, and keeps LangGraph's interrupt id, so
+  ``Command(resume={id: answer})`` reaches the graph's ``interrupt()`` unchanged;
+- the step's retry policy calls the graph again from its last checkpoint, not from its
+  input (a run of the node after a crash or a pause resumes it as LangGraph resumes any
+  subgraph).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+from uuid import UUID
+
+from langchain_core.callbacks import BaseCallbackHandler, BaseCallbackManager
+from langchain_core.runnables import RunnableConfig
+from langgraph.errors import GraphBubbleUp, GraphInterrupt
+from langgraph.types import Interrupt
+from pydantic import BaseModel
+
+from longtask.errors import InvalidInput
+from longtask.model import GraphStep, StepInfo, graph_kind
+from longtask.steps._attempts import CONTROL, check_limits, with_retries
+from longtask.steps._call import NodeCall
+from longtask.steps._context import _CURRENT, result_channel
+from longtask.steps._function import (
+    StepEnv,
+    call_step,
+    first_attempt,
+    step_completed,
+    step_failed,
+    step_started,
+)
+from longtask.steps._prices import cost_of
+from longtask.store._kinds import PAUSE_KINDS
+
+try:  # pragma: no cover - the import that works depends on LangGraph's version
+    from langgraph._internal._constants import (
+        CONFIG_KEY_RESUME_MAP,
+        CONFIG_KEY_RESUMING,
+        CONFIG_KEY_SCRATCHPAD,
+    )
+except ImportError:  # pragma: no cover - LangGraph moved them; their values have not changed
+    CONFIG_KEY_SCRATCHPAD = "__pregel_scratchpad"
+    CONFIG_KEY_RESUMING = "__pregel_resuming"
+    CONFIG_KEY_RESUME_MAP = "__pregel_resume_map"
+
+#: the kind of pause an interrupt of a graph step's own graph is
+INTERRUPT_KIND = "interrupt"
+
+__all__ = ["INTERRUPT_KIND", "graph_node", "resolve_graph", "to_json"]
+
+
+def resolve_graph(step: GraphStep, config: RunnableConfig) -> Any:
+    """The compiled graph of one run of ``step``: a builder is compiled, a factory called
+    (with the run's config if it takes an argument). A graph compiled with a saver of its
+    own is run without it: its checkpoints belong in the thread, on longtask's saver."""
+    graph = step.graph
+    kind = graph_kind(graph)
+    if kind == "factory":
+        try:
+            takes = bool(inspect.signature(graph).parameters)
+        except (TypeError, ValueError):
+            takes = False
+        graph = graph(config) if takes else graph()
+        kind = graph_kind(graph)
+        if kind == "factory" or kind is None:
+            raise InvalidInput(
+                f"the factory of graph step {step.name!r} returned a "
+                f"{type(graph).__name__}, not a LangGraph graph; return a StateGraph or a "
+                "compiled graph"
+            )
+    if kind == "builder":
+        return graph.compile()
+    saver = getattr(graph, "checkpointer", None)
+    if saver is not None and not isinstance(saver, bool):
+        return graph.copy(update={"checkpointer": None})
+    if saver is False:
+        # Compiled without persistence: as a subgraph it would start over after a crash.
+        return graph.copy(update={"checkpointer": None})
+    return graph
+
+
+def to_json(value: Any, what: str) -> Any:
+    """A graph's state as JSON: messages as LangChain's message dicts, pydantic models and
+    dataclasses dumped; anything else without a JSON form is refused, naming ``output=``."""
+    from langchain_core.messages import BaseMessage, message_to_dict
+
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    if isinstance(value, BaseMessage):
+        return message_to_dict(value)
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v, what) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json(v, what) for v in value]
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return to_json(dataclasses.asdict(value), what)
+    raise InvalidInput(
+        f"{what} holds a {type(value).__name__}, which has no JSON form; give the graph step "
+        "output=lambda state: ... to make the step's result from the final state"
+    )
+
+
+class ModelCalls(BaseCallbackHandler):
+    """LangChain callbacks on every model call of the graph: check the budget before it,
+    record and charge it after."""
+
+    #: a budget pause or cancel raised here must stop the call, not be logged and ignored
+    raise_error = True
+    #: called in the model call's own thread, where LangGraph's config (for interrupt())
+    #: and the step's context are
+    run_inline = True
+
+    def __init__(self, env: StepEnv, call: NodeCall, info: StepInfo, step: GraphStep) -> None:
+        self.env, self.call, self.info, self.step = env, call, info, step
+        self._started: dict[UUID, tuple[float, str | None, str | None]] = {}
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.tokens = 0
+
+    def _start(self, run_id: UUID, metadata: Mapping[str, Any] | None) -> None:
+        check_limits(self.env, self.call, self.info)
+        meta = metadata or {}
+        with self._lock:
+            self._started[run_id] = (
+                time.monotonic(),
+                meta.get("ls_model_name"),
+                meta.get("langgraph_node"),
+            )
+
+    def on_chat_model_start(
+        self,
+        serialized: dict[str, Any],
+        messages: list[list[Any]],
+        *,
+        run_id: UUID,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._start(run_id, metadata)
+
+    def on_llm_start(
+        self,
+        serialized: dict[str, Any],
+        prompts: list[str],
+        *,
+        run_id: UUID,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._start(run_id, metadata)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            self._started.pop(run_id, None)
+
+    def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            started, requested, node = self._started.pop(run_id, (time.monotonic(), None, None))
+            self.calls += 1
+            number = self.calls
+        latency = time.monotonic() - started
+        generation = next(iter(next(iter(response.generations or []), None) or []), None)
+        message = getattr(generation, "message", None)
+        usage = dict(getattr(message, "usage_metadata", None) or {})
+        meta = dict(getattr(message, "response_metadata", None) or {})
+        if not usage:
+            # A plain LLM (no message): the provider's token counts, where it gives them.
+            raw = (response.llm_output or {}).get("token_usage") or {}
+            usage = {
+                "input_tokens": raw.get("prompt_tokens", 0),
+                "output_tokens": raw.get("completion_tokens", 0),
+            }
+        reported = meta.get("model_name") or meta.get("model")
+        tokens_in = int(usage.get("input_tokens", 0) or 0)
+        tokens_out = int(usage.get("output_tokens", 0) or 0)
+        total = int(usage.get("total_tokens", tokens_in + tokens_out) or 0)
+        model = reported or requested or "unknown"
+        cost = cost_of(model, tokens_in, tokens_out, self.step.prices)
+        with self._lock:
+            self.tokens += total
+        self.env.store.charge(
+            self.call.thread_id, step=self.info.name, model_calls=1, tokens=total, cost=cost or 0.0
+        )
+        self.env.emit(
+            self.call,
+            "model.call",
+            self.call.key("model.call", run_id),
+            self.info,
+            data={
+                "call": number,
+                "node": node,
+                "model_requested": requested,
+                "model": reported,
+                "usage": {"input": tokens_in, "output": tokens_out, "total": total},
+                "cost": cost,
+                "latency": round(latency, 4),
+                "finish_reason": meta.get("finish_reason"),
+                "response_id": meta.get("id") or getattr(message, "id", None),
+                "tool_calls": len(getattr(message, "tool_calls", None) or []),
+            },
+        )
+
+
+def _with_handler(config: RunnableConfig, handler: BaseCallbackHandler) -> RunnableConfig:
+    """``config`` with ``handler`` added to its callbacks, inherited by every run inside."""
+    callbacks = config.get("callbacks")
+    if isinstance(callbacks, BaseCallbackManager):
+        manager = callbacks.copy()
+        manager.add_handler(handler, inherit=True)
+        return {**config, "callbacks": manager}
+    return {**config, "callbacks": [*(callbacks or []), handler]}
+
+
+def _stop_id(graph: Any, config: RunnableConfig, call: NodeCall) -> tuple[str, list[str]]:
+    """An id for a stop before or after a node (which LangGraph raises without an
+    ``Interrupt``), stable while the stop is pending: the graph's checkpoint at the stop
+    makes it, so the next stop (at a later checkpoint) has another. 32 hex digits, as
+    LangGraph's ids, so an answer by id is a resume map to it."""
+    try:
+        state = graph.get_state(config)
+        checkpoint = (state.config.get("configurable") or {}).get("checkpoint_id")
+        nodes = list(state.next)
+    except Exception:  # the id must not fail the pause; the run's is enough
+        checkpoint, nodes = None, []
+    seed = f"{call.thread_id}|{call.task_id}|{checkpoint}"
+    return hashlib.md5(seed.encode(), usedforsecurity=False).hexdigest(), nodes
+
+
+def _stop(info: StepInfo, call: NodeCall, interrupt_id: str, nodes: list[str]) -> Interrupt:
+    request = {
+        "kind": INTERRUPT_KIND,
+        "step": info.name,
+        "value": None,
+        "stop": True,
+        "next": nodes,
+        "reason": f"graph step {info.name!r} stopped before {', '.join(nodes) or 'its end'}",
+        "command": f"`longtask resume {call.thread_id} --interrupt {interrupt_id} --resume '{{}}'`",
+        "answer": "any JSON value (the graph's own stop takes none): the graph goes on",
+    }
+    return Interrupt(value=request, id=interrupt_id)
+
+
+def _unanswered_stop(graph: Any, config: RunnableConfig, call: NodeCall, info: StepInfo) -> Any:
+    """The stop (before or after a node) the graph is at, if this run answers other
+    interrupts by id but not this one.
+
+    LangGraph resumes a graph past its stop whenever the graph is resumed at all, and a
+    resume of the thread re-runs every interrupted node: answering another pause of the
+    thread would let this graph go on unanswered. Only where the answers are given by id (a
+    resume map, as longtask's own answers are) is it known which pauses are answered."""
+    answers = (config.get("configurable") or {}).get(CONFIG_KEY_RESUME_MAP)
+    if not answers or not (
+        getattr(graph, "interrupt_before_nodes", None)
+        or getattr(graph, "interrupt_after_nodes", None)
+    ):
+        return None
+    try:
+        state = graph.get_state(config)
+    except Exception:  # no state to read: no stop to keep
+        return None
+    if not state.next or any(t.interrupts or t.error for t in state.tasks):
+        return None
+    interrupt_id, nodes = _stop_id(graph, config, call)
+    if interrupt_id in answers:
+        return None
+    return _stop(info, call, interrupt_id, nodes)
+
+
+def _short(value: Any) -> str:
+    """The graph's interrupt value as one short line, for status and watch."""
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= 120 else text[:119] + "…"
+
+
+def _as_pause(
+    exc: GraphInterrupt,
+    env: StepEnv,
+    call: NodeCall,
+    info: StepInfo,
+    graph: Any,
+    config: RunnableConfig,
+) -> GraphInterrupt:
+    """The interrupt ``exc`` of the graph as longtask pauses (a gate of longtask's own, such
+    as a budget reached before a model call, is one already)."""
+    found = list(exc.args[0]) if exc.args and exc.args[0] else []
+    out: list[Interrupt] = []
+    if not found:
+        out.append(_stop(info, call, *_stop_id(graph, config, call)))
+    for intr in found:
+        value = intr.value
+        if isinstance(value, dict) and value.get("kind") in PAUSE_KINDS:
+            out.append(intr)
+            continue
+        request = {
+            "kind": INTERRUPT_KIND,
+            "step": info.name,
+            "value": value,
+            "reason": f"graph step {info.name!r} asks {_short(value)}",
+            "command": f"`longtask resume {call.thread_id} --interrupt {intr.id} --resume JSON`",
+            "answer": "the value the graph's interrupt() returns, as JSON",
+        }
+        out.append(Interrupt(value=request, id=intr.id))
+    for intr in out:
+        request = intr.value
+        if request.get("kind") == INTERRUPT_KIND:
+            key = f"interrupt.required/{info.name}/{intr.id}"
+            if env.first_time(call.thread_id, key):
+                env.emit(
+                    call,
+                    "interrupt.required",
+                    key,
+                    info,
+                    data={"interrupt_id": intr.id, **request},
+                )
+    return GraphInterrupt(tuple(out))
+
+
+def _keep_transcript(env: StepEnv, call: NodeCall, info: StepInfo, final: Any) -> None:
+    """A graph whose state has LangChain ``messages`` (an agent's) keeps them, as an agent
+    step does: the artifact ``<step>.transcript.json`` (``runner.transcript``)."""
+    from langchain_core.messages import BaseMessage, messages_to_dict
+
+    messages = final.get("messages") if isinstance(final, Mapping) else None
+    if not isinstance(messages, list) or not all(isinstance(m, BaseMessage) for m in messages):
+        return
+    data = json.dumps(messages_to_dict(messages), default=str).encode()
+    env.artifact(call, info, f"{info.name}.transcript.json", data, "application/json")
+
+
+def graph_node(
+    step: GraphStep, info: StepInfo, env: StepEnv
+) -> Callable[[dict[str, Any], RunnableConfig], dict[str, Any]]:
+    channel = result_channel(step.name)
+    what = f"the result of graph step {step.name!r}"
+    # A builder is compiled once per compiled task; a factory is called on every run of
+    # the node (it may build from the run's config).
+    made: list[Any] = []
+
+    def graph_of(config: RunnableConfig) -> Any:
+        if graph_kind(step.graph) == "factory":
+            return resolve_graph(step, config)
+        if not made:
+            made.append(resolve_graph(step, config))
+        return made[0]
+
+    def node(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        call = NodeCall.from_config(config)
+        # where LangGraph keeps the graph's own checkpoints (`longtask history --inner`)
+        ns = (config.get("metadata") or {}).get("langgraph_checkpoint_ns")
+        step_started(env, call, info, first_attempt(env, call, info), {"checkpoint_ns": ns})
+        started = time.monotonic()
+        ctx = env.context(call, info, state)
+        # The graph's nodes and tools may read current_context() (ledgered tools do).
+        token = _CURRENT.set(ctx)
+        try:
+            graph = graph_of(config)
+            handler = ModelCalls(env, call, info, step)
+            sub = _with_handler(config, handler)
+            if step.recursion_limit is not None:
+                sub = {**sub, "recursion_limit": step.recursion_limit}
+
+            stop = _unanswered_stop(graph, sub, call, info)
+            if stop is not None:
+                raise _as_pause(GraphInterrupt((stop,)), env, call, info, graph, sub)
+
+            #: whether this run of the node called the graph yet (a retry's call continues)
+            called: list[bool] = []
+
+            def attempt_fn(attempt: int) -> Any:
+                if not called:
+                    if step.input is not None:
+                        given = step.input(ctx)
+                    else:
+                        inputs = ctx.inputs
+                        given = (
+                            inputs.model_dump(mode="json")
+                            if isinstance(inputs, BaseModel)
+                            else inputs
+                        )
+                    args: tuple[Any, ...] = (given, sub)
+                else:
+                    # A retry continues from the graph's last checkpoint: its input would
+                    # start it over on top of its state. Without the task's scratchpad,
+                    # whose count of subgraph calls would put a second call of the graph
+                    # in this task in a namespace of its own (an empty one).
+                    conf = {
+                        **(sub.get("configurable") or {}),
+                        CONFIG_KEY_RESUMING: True,
+                        CONFIG_KEY_SCRATCHPAD: None,
+                    }
+                    args = (None, {**sub, "configurable": conf})
+                called.append(True)
+                try:
+                    final = call_step(graph.invoke, args, step.timeout, f"graph step {step.name!r}")
+                except GraphInterrupt as exc:
+                    raise _as_pause(exc, env, call, info, graph, args[1]) from None
+                result = step.output(final) if step.output is not None else to_json(final, what)
+                _keep_transcript(env, call, info, final)
+                return env.codec.encode(result, what)
+
+            encoded, attempt = with_retries(env, call, info, step.retry, attempt_fn)
+        except (GraphBubbleUp, *CONTROL):
+            raise
+        except Exception as exc:
+            step_failed(env, call, info, exc)
+            raise
+        finally:
+            _CURRENT.reset(token)
+        step_completed(
+            env,
+            call,
+            info,
+            attempt,
+            {"duration": round(time.monotonic() - started, 6), "model_calls": handler.calls},
+        )
+        return {channel: encoded}
+
+    node.__name__ = step.name
+    return node

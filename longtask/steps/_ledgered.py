@@ -1,0 +1,135 @@
+"""``ledgered``: a tool (or any function) whose calls go through the effect ledger, for
+graphs of the user's own run as graph steps.
+
+An agent step puts every tool call through the ledger itself; a graph step runs code it
+does not own, so a tool with side effects opts in: wrapped, a call that succeeded is
+recorded, and a resumed graph that makes the same call again (LangGraph re-runs a node that
+had not finished) gets the recorded result instead of a second call. A call made as a
+model's tool call is keyed by the tool call's id (which is stored with the model's message,
+so it is the same after a crash) and its arguments; a plain call by its arguments. A tool
+that only reads needs nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from longtask.steps._context import current_context
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = ["ledgered"]
+
+
+def _tool_call(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, dict) and value.get("type") == "tool_call" and "id" in value:
+        return value
+    return None
+
+
+def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[str], Any] | None) -> Any:
+    from langchain_core.messages import ToolMessage
+    from langchain_core.tools import BaseTool
+
+    inner = tool
+
+    class LedgeredTool(BaseTool):
+        """``inner`` with its calls through the effect ledger."""
+
+        def _run(self, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover - invoke below
+            raise NotImplementedError("a ledgered tool is called through invoke")
+
+        def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+            ctx = current_context()
+            call = _tool_call(input)
+            keyed = {"id": call["id"], "args": call.get("args")} if call else {"args": input}
+
+            def perform(_keyed: Any) -> dict[str, Any]:
+                out = inner.invoke(input, config, **kwargs)
+                if isinstance(out, ToolMessage):
+                    return {"content": out.content, "status": out.status}
+                return {"content": out, "status": "success"}
+
+            record = ctx.effect(f"tool:{name}", perform, keyed, reconcile=reconcile)
+            if not isinstance(record, dict) or "content" not in record:
+                # Settled by a person with a plain value.
+                record = {"content": record, "status": "success"}
+            content = record["content"]
+            if call is None:
+                return content
+            if not isinstance(content, (str, list)):
+                content = json.dumps(content, default=str)
+            return ToolMessage(
+                content,
+                tool_call_id=call["id"] if call else "",
+                name=name,
+                status=record.get("status") or "success",
+            )
+
+    return LedgeredTool(
+        name=tool.name,
+        description=tool.description,
+        args_schema=tool.args_schema,
+        return_direct=tool.return_direct,
+    )
+
+
+@overload
+def ledgered(
+    tool: F, *, name: str | None = ..., reconcile: Callable[[str], Any] | None = ...
+) -> F: ...
+
+
+@overload
+def ledgered(
+    tool: None = ..., *, name: str | None = ..., reconcile: Callable[[str], Any] | None = ...
+) -> Callable[[F], F]: ...
+
+
+def ledgered(
+    tool: Any = None, *, name: str | None = None, reconcile: Callable[[str], Any] | None = None
+) -> Any:
+    """Put a tool's calls through the effect ledger: a resumed graph never repeats a call
+    that completed. ``tool`` is a LangChain tool (``@tool``, ``StructuredTool``) or a plain
+    function; use it as a call, ``ledgered(send_email)``, or a decorator. ``name`` names
+    the effect (default: the tool's name); ``reconcile(key)`` is asked what happened to a
+    call cut off by a crash (a result, or None if nothing did), else the thread pauses for
+    a person to settle it (``longtask effects resolve``).
+
+    Results must be JSON values (a tool's ``ToolMessage`` keeps its content and status).
+    Works only while a step runs (a graph step's graph, an agent step's tools, a function
+    step): elsewhere ``current_context()`` raises.
+    """
+
+    def wrap(t: Any) -> Any:
+        from langchain_core.tools import BaseTool
+
+        if isinstance(t, BaseTool):
+            return _ledgered_tool(t, name or t.name, reconcile)
+        if not callable(t):
+            raise TypeError(f"ledgered needs a LangChain tool or a function, got {t!r}")
+        effect = name or str(getattr(t, "__name__", "effect"))
+
+        @functools.wraps(t)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return current_context().effect(
+                f"tool:{effect}", _Plain(t), list(args), kwargs, reconcile=reconcile
+            )
+
+        return call
+
+    return wrap if tool is None else wrap(tool)
+
+
+class _Plain:
+    """``fn(*args, **kwargs)`` as the one-argument-pair call ``ctx.effect`` makes, so the
+    effect's key holds the arguments and ``fn`` never gets ``idempotency_key`` unasked."""
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self._fn = fn
+
+    def __call__(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        return self._fn(*args, **kwargs)

@@ -1,0 +1,70 @@
+"""A graph step over a LangChain agent (``create_agent`` over ``ChatOpenAI``) whose
+side-effecting tool is ledgered, for test_graph_ledger_kill.py. The model asks for two tool
+calls at once; the second, ``crash``, SIGKILLs the first process once the ledger holds the
+first call's success, so the tools node dies after ``charge`` happened and before the
+node's checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import counter
+from langchain_core.tools import tool
+
+from longtask import LongTask, Runner, Stage, current_context, graph_step, ledgered
+
+
+@tool
+def charge(cents: int) -> str:
+    """Charge the card."""
+    counter.record("charge")
+    return f"charged {cents}"
+
+
+@tool
+def crash(reason: str) -> str:
+    """Check something (kills the first process)."""
+    counter.record("crash")
+    marker = Path(os.environ["LT_CRASH_MARKER"])
+    if not marker.exists():
+        thread = current_context().thread_id
+        deadline = time.monotonic() + 30
+        with Runner(os.environ["LONGTASK_DB"]) as runner:
+            while not any(
+                e.name == "tool:charge" and e.status == "succeeded" for e in runner.effects(thread)
+            ):
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the charge was never recorded")
+                time.sleep(0.02)
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "fine"
+
+
+def agent() -> Any:
+    from langchain.agents import create_agent
+    from langchain_openai import ChatOpenAI
+
+    return create_agent(ChatOpenAI(model="gpt-4o-mini", max_retries=0), [ledgered(charge), crash])
+
+
+task = LongTask(
+    name="graph-ledger",
+    stages=[
+        Stage(
+            "s",
+            [
+                graph_step(
+                    "pay",
+                    agent,
+                    input=lambda ctx: {"messages": [{"role": "user", "content": "Pay 250."}]},
+                    output=lambda state: state["messages"][-1].content,
+                )
+            ],
+        )
+    ],
+)
