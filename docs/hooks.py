@@ -99,6 +99,8 @@ EVENT_NOTES: dict[str, str] = {
     "approval.resolved": "an approval was decided: by whom, approved or not, comment",
     "approval.expired": "a decision older than `valid_for`, or a passed deadline",
     "approval.refused": "an answer given through LangGraph's own API that failed the checks",
+    "interrupt.required": "a graph step's own graph stopped at an interrupt (its id, what it asks)",
+    "interrupt.resolved": "a graph step's interrupt was answered: by whom, with what",
     "wait.started": "a wait for an outside event began",
     "wait.resolved": "the outside event arrived (its payload, who delivered it)",
     "wait.expired": "a wait's deadline passed",
