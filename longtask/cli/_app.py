@@ -113,9 +113,30 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tex
 #: internal OverflowError)
 MAX_INT = 2**63 - 1
 ThreadArg = Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")]
+
+
+def checked_by(value: str | None) -> str | None:
+    """The ``--by`` of every command, through the one check of who acts (the Runner's
+    ``by=`` passes it too): a usage error before anything is opened."""
+    if value is None:
+        return None
+    from longtask.errors import InvalidInput
+    from longtask.runtime._who import check_by
+
+    try:
+        return check_by(value)
+    except InvalidInput as exc:
+        raise typer.BadParameter(str(exc), param_hint="--by") from None
+
+
 WhoOpt = Annotated[
     str | None,
-    typer.Option("--by", metavar="NAME", help="Who acts (recorded in the event) [default: you]."),
+    typer.Option(
+        "--by",
+        metavar="NAME",
+        help="Who acts (recorded in the event) [default: you].",
+        callback=checked_by,
+    ),
 ]
 
 
@@ -327,6 +348,7 @@ def resume(
         typer.Option(
             "--by",
             help="Who skips (with --goto) or answers (with --resume) [default: you].",
+            callback=checked_by,
         ),
     ] = None,
     db: DbOpt = None,
