@@ -22,6 +22,7 @@ from longtask.cli._errors import (
     disk_full_message,
     lost_message,
     one_line_warnings,
+    release_held,
     reported,
     scrub_env,
     session,
@@ -816,6 +817,7 @@ def _dispatch(argv: list[str] | None) -> int:
         except typer.Exit:
             return 0
     command = typer.main.get_command(_only(args))
+    lost = False
     try:
         result = command.main(args=args, prog_name="longtask", standalone_mode=False)
         return int(result) if isinstance(result, int) else 0
@@ -834,6 +836,8 @@ def _dispatch(argv: list[str] | None) -> int:
     except LongTaskError as exc:
         if debug:
             err.print_exception()
+        # A refusal or failure the lost database caused: its line is the one that counts.
+        lost = connection_lost(exc) is not None
         err.print(f"error: {escape(in_text(str(exc)))}")
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
@@ -847,9 +851,10 @@ def _dispatch(argv: list[str] | None) -> int:
         if full is not None:
             err.print(f"error: {escape(disk_full_message(full, args))}")
             return 1
-        lost = connection_lost(exc)
-        if lost is not None:
-            err.print(f"error: {escape(lost_message(lost, args))}")
+        driver = connection_lost(exc)
+        if driver is not None:
+            lost = True
+            err.print(f"error: {escape(lost_message(driver, args))}")
             return 1
         first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
         err.print(
@@ -857,3 +862,5 @@ def _dispatch(argv: list[str] | None) -> int:
             "(run with --debug for the traceback)"
         )
         return 1
+    finally:
+        release_held(lost)
