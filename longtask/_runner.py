@@ -67,7 +67,8 @@ class _Via(Generic[P, R]):
     def __get__(self, obj: object | None, owner: type[Any] | None = None) -> Any:
         if obj is None:
             return self
-        bound: Callable[P, R] = getattr(getattr(obj, self.part), self.name)
+        part = getattr(obj, self.part)
+        bound: Callable[P, R] = getattr(part, self.name)
         if not self.takes_by:
             return bound
 
@@ -78,6 +79,8 @@ class _Via(Generic[P, R]):
                 check_by(by)  # type: ignore[arg-type]
             return bound(*args, **kwargs)
 
+        # still the part's method, as a bound one says (``runner.approve.__self__``)
+        checked.__self__ = part  # type: ignore[attr-defined]
         return checked
 
 
