@@ -33,6 +33,12 @@ def check_by(by: str) -> str:
             f"who acts (--by, by=) is {len(by)} characters long; give a name of at most {MAX_BY}"
         )
     bad = next((c for c in by if not c.isprintable()), None)
+    if bad is not None and 0xD800 <= ord(bad) <= 0xDFFF:
+        # a byte of the command line that is no UTF-8, decoded by Python to a lone surrogate
+        raise InvalidInput(
+            f"who acts (--by, by=) {by[:60]!r} holds a byte that is not valid Unicode text; "
+            "give the name in UTF-8"
+        )
     if bad is not None:
         raise InvalidInput(
             f"who acts (--by, by=) {by[:60]!r} holds {bad!r}; give a name of one line of "
