@@ -10,6 +10,8 @@ before it records it). This module stands above both rooms: neither imports it.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,6 +34,7 @@ from longtask.runtime._queue import Queue, apply_command, worker_name
 from longtask.runtime._reading import Reads
 from longtask.runtime._streams import Streams
 from longtask.runtime._watch import Watch
+from longtask.runtime._who import check_by
 from longtask.store import DEFAULT_INLINE_LIMIT, ValueCodec
 
 if TYPE_CHECKING:
@@ -51,6 +54,9 @@ class _Via(Generic[P, R]):
         self.name = method.__name__
         self.__doc__ = method.__doc__
         self.__wrapped__ = method
+        # Whoever acts through the Runner (``by=``) is checked here, once for every method
+        # that takes one: a new method with ``by`` is checked by construction.
+        self.takes_by = "by" in inspect.signature(method).parameters
 
     @overload
     def __get__(self, obj: None, owner: type[Any] | None = None) -> _Via[P, R]: ...
@@ -61,8 +67,21 @@ class _Via(Generic[P, R]):
     def __get__(self, obj: object | None, owner: type[Any] | None = None) -> Any:
         if obj is None:
             return self
-        bound: Callable[P, R] = getattr(getattr(obj, self.part), self.name)
-        return bound
+        part = getattr(obj, self.part)
+        bound: Callable[P, R] = getattr(part, self.name)
+        if not self.takes_by:
+            return bound
+
+        @functools.wraps(bound)
+        def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+            by = kwargs.get("by")
+            if by is not None:
+                check_by(by)  # type: ignore[arg-type]
+            return bound(*args, **kwargs)
+
+        # still the part's method, as a bound one says (``runner.approve.__self__``)
+        checked.__self__ = part  # type: ignore[attr-defined]
+        return checked
 
 
 def via(part: str, method: Callable[Concatenate[Any, P], R]) -> _Via[P, R]:

@@ -22,6 +22,7 @@ from longtask.cli._errors import (
     disk_full_message,
     lost_message,
     one_line_warnings,
+    release_held,
     reported,
     scrub_env,
     session,
@@ -113,9 +114,30 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tex
 #: internal OverflowError)
 MAX_INT = 2**63 - 1
 ThreadArg = Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")]
+
+
+def checked_by(value: str | None) -> str | None:
+    """The ``--by`` of every command, through the one check of who acts (the Runner's
+    ``by=`` passes it too): a usage error before anything is opened."""
+    if value is None:
+        return None
+    from longtask.errors import InvalidInput
+    from longtask.runtime._who import check_by
+
+    try:
+        return check_by(value)
+    except InvalidInput as exc:
+        raise typer.BadParameter(str(exc), param_hint="--by") from None
+
+
 WhoOpt = Annotated[
     str | None,
-    typer.Option("--by", metavar="NAME", help="Who acts (recorded in the event) [default: you]."),
+    typer.Option(
+        "--by",
+        metavar="NAME",
+        help="Who acts (recorded in the event) [default: you].",
+        callback=checked_by,
+    ),
 ]
 
 
@@ -330,6 +352,7 @@ def resume(
                 "Who skips (with --goto), answers (with --resume) or changes the state (with "
                 "--update) [default: you]."
             ),
+            callback=checked_by,
         ),
     ] = None,
     db: DbOpt = None,
@@ -798,6 +821,7 @@ def _dispatch(argv: list[str] | None) -> int:
         except typer.Exit:
             return 0
     command = typer.main.get_command(_only(args))
+    lost = False
     try:
         result = command.main(args=args, prog_name="longtask", standalone_mode=False)
         return int(result) if isinstance(result, int) else 0
@@ -816,6 +840,8 @@ def _dispatch(argv: list[str] | None) -> int:
     except LongTaskError as exc:
         if debug:
             err.print_exception()
+        # A refusal or failure the lost database caused: its line is the one that counts.
+        lost = connection_lost(exc) is not None
         err.print(f"error: {escape(in_text(str(exc)))}")
         return exc.exit_code
     except (KeyboardInterrupt, Interrupted):
@@ -829,9 +855,10 @@ def _dispatch(argv: list[str] | None) -> int:
         if full is not None:
             err.print(f"error: {escape(disk_full_message(full, args))}")
             return 1
-        lost = connection_lost(exc)
-        if lost is not None:
-            err.print(f"error: {escape(lost_message(lost, args))}")
+        driver = connection_lost(exc)
+        if driver is not None:
+            lost = True
+            err.print(f"error: {escape(lost_message(driver, args))}")
             return 1
         first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
         err.print(
@@ -839,3 +866,5 @@ def _dispatch(argv: list[str] | None) -> int:
             "(run with --debug for the traceback)"
         )
         return 1
+    finally:
+        release_held(lost)

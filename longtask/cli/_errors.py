@@ -88,10 +88,16 @@ class Group(TyperGroup):
 class OneLineWarning(logging.Handler):
     """Python's last-resort log handler, one line per record and no traceback (--debug
     keeps the tracebacks): what went wrong reaches the user as the command's own error.
-    Used only while nothing configured logging (``longtask worker`` does)."""
+    Used only while nothing configured logging (``longtask worker`` does).
+
+    A warning that the database connection failed is held, not printed: when the command
+    then ends because the database is lost, its one error line says so and names the
+    command that continues (the held lines were its echoes: 2 to 6 lines for one fault);
+    when it ends any other way, ``release_held`` prints them."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
+        self.held: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         if not record.name.startswith("longtask") and record.levelno < logging.ERROR:
@@ -103,8 +109,12 @@ class OneLineWarning(logging.Handler):
 
         if exc is not None and str(exc).strip():
             text += f": {str(exc).strip().splitlines()[0]}"
+        line = f"warning: {scrub_env(text)}\n"
+        if exc is not None and connection_error(exc) is not None:
+            self.held.append(line)
+            return
         try:
-            sys.stderr.write(f"warning: {scrub_env(text)}\n")
+            sys.stderr.write(line)
         except Exception:
             self.handleError(record)
 
@@ -112,6 +122,18 @@ class OneLineWarning(logging.Handler):
 def one_line_warnings() -> None:
     # lastResort only handles records when no handler is configured anywhere.
     logging.lastResort = OneLineWarning()
+
+
+def release_held(lost: bool) -> None:
+    """Print the connection warnings held back, unless the command ended with the one line
+    that says the database was lost (``lost``): then they are dropped."""
+    handler = logging.lastResort
+    if not isinstance(handler, OneLineWarning):
+        return
+    held, handler.held = handler.held, []
+    if not lost:
+        for line in held:
+            sys.stderr.write(line)
 
 
 def connection_lost(exc: BaseException) -> BaseException | None:
@@ -128,6 +150,15 @@ def continue_hint(args: list[str]) -> str:
 
     from longtask.checkpointers import redact, resolve_url
 
+    if args[:1] == ["migrate"]:
+        # A migration is one transaction: one the lost database cut off changed nothing
+        # (and with --all, the threads moved already are on the new version, not --from).
+        line = scrub_env(f"longtask {shlex.join(args)}")
+        if session["db"] is not None:
+            from longtask.checkpointers._url import scrub
+
+            line = scrub(line, resolve_url(session["db"]))
+        return f"the migration was not made; run `{line}` again"
     thread = session["thread"]
     if thread is None:
         return "run the command again"

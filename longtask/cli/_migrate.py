@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from longtask.cli._app import DbOpt, JsonOpt, _runner, app, out
+from longtask.cli._app import DbOpt, JsonOpt, _runner, app, checked_by, out
 from longtask.cli._hints import cmd
 from longtask.cli._output import plural
 
@@ -145,7 +145,13 @@ def check(task_ref: TaskRefArg, json_: JsonOpt = False, db: DbOpt = None) -> Non
 def migrate(
     to: Annotated[str, typer.Option("--to", metavar="VERSION", help="The version to move to.")],
     by: Annotated[
-        str, typer.Option("--by", metavar="NAME", help="Who migrates (recorded in the event).")
+        str,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            help="Who migrates (recorded in the event).",
+            callback=checked_by,
+        ),
     ],
     thread_id: Annotated[
         str | None,
@@ -185,8 +191,6 @@ def migrate(
     move is recorded as a `definition.migrated` event with the plan and --by."""
     from longtask.errors import InvalidInput, MigrationRefused
 
-    if not by.strip():
-        raise InvalidInput("say who migrates: --by NAME (recorded in the event)")
     renames = _renames(maps)
     if all_:
         if thread_id is not None:

@@ -18,11 +18,15 @@ from longtask.cli._app import (
     _reader,
     _runner,
     app,
+    checked_by,
     out,
 )
 from longtask.cli._output import print_pending
 
-ByOpt = Annotated[str, typer.Option("--by", help="Who decides (checked against approvers).")]
+ByOpt = Annotated[
+    str,
+    typer.Option("--by", help="Who decides (checked against approvers).", callback=checked_by),
+]
 CommentOpt = Annotated[str | None, typer.Option("--comment", help="A note kept with the decision.")]
 PlanHashOpt = Annotated[
     str | None,
@@ -42,11 +46,6 @@ def _decide(
     comment: str | None,
     plan_hash: str | None,
 ) -> None:
-    if not by.strip():
-        raise typer.BadParameter(
-            "must name who decides (it is recorded and checked against the approvers)",
-            param_hint="--by",
-        )
     with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.decide(
             thread_id, step, approved=approved, by=by, comment=comment, plan_hash=plan_hash
@@ -167,7 +166,9 @@ def effects(
     result: Annotated[
         str | None, typer.Option("--result", help="resolve --succeeded: its result, JSON or @file.")
     ] = None,
-    by: Annotated[str | None, typer.Option("--by", help="resolve: who settles it.")] = None,
+    by: Annotated[
+        str | None, typer.Option("--by", help="resolve: who settles it.", callback=checked_by)
+    ] = None,
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:

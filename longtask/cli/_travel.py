@@ -16,6 +16,7 @@ from longtask.cli._app import (
     _reader,
     _runner,
     app,
+    checked_by,
     out,
 )
 from longtask.cli._hints import cmd
@@ -158,7 +159,9 @@ def fork(
     inputs: Annotated[
         str | None, typer.Option("--inputs", help="New task inputs, JSON or @file.")
     ] = None,
-    by: Annotated[str | None, typer.Option("--by", help="Who forks (recorded).")] = None,
+    by: Annotated[
+        str | None, typer.Option("--by", help="Who forks (recorded).", callback=checked_by)
+    ] = None,
     db: DbOpt = None,
 ) -> None:
     """Start a new branch at a past checkpoint.

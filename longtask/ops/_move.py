@@ -266,12 +266,53 @@ class _Export:
     artifacts: dict[str, bytes]
 
 
+#: the most an import reads: the export's members, unpacked, are held in memory at once
+MAX_IMPORT_BYTES = 2 * 1024**3
+
+
+def _open_export(where: str) -> Any:
+    """The export file, opened for reading, or a refusal of anything that is not a regular
+    file: a FIFO would block the read forever, a device node (``/dev/zero``) would be read
+    until memory runs out. Checked on the open file (``O_NONBLOCK``: opening a FIFO does not
+    wait for a writer), so nothing can be swapped in between the check and the read."""
+    fd = os.open(where, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise ExportFileInvalid(
+                f"{where} is a directory; give the file `longtask export` wrote (FILE.ltz)"
+            )
+        if not stat.S_ISREG(st.st_mode):
+            raise ExportFileInvalid(
+                f"{where} is not a regular file (a pipe, device or socket); copy the export "
+                "to a file and import that file"
+            )
+        if st.st_size > MAX_IMPORT_BYTES:
+            raise ExportFileInvalid(_too_large(where, "holds", st.st_size))
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _too_large(where: str, verb: str, size: int) -> str:
+    return (
+        f"{where} {verb} {size} bytes, more than an import reads ({MAX_IMPORT_BYTES}); "
+        "export the thread with --head-only (its latest checkpoint), or prune it first"
+    )
+
+
 def read_export(path: str | os.PathLike[str]) -> _Export:
     """Open and verify an export: every refusal names the problem; nothing is written."""
     where = str(path)
     try:
-        with zipfile.ZipFile(where) as z:
+        with _open_export(where) as f, zipfile.ZipFile(f) as z:
             names = z.namelist()
+            # What the members unpack to, as the archive declares it (a member is never read
+            # past its declared size): a small file that unpacks to more is refused unread.
+            unpacked = sum(info.file_size for info in z.infolist())
+            if unpacked > MAX_IMPORT_BYTES:
+                raise ExportFileInvalid(_too_large(where, "unpacks to", unpacked))
             if MANIFEST not in names:
                 raise ExportFileInvalid(
                     f"{where} is not a longtask export: it has no {MANIFEST}. Make one with "

@@ -98,6 +98,7 @@ class Worker:
         self.runner = runner
         self.db = runner.db
         self.app = make_app(self.db)
+        _tolerate_taken_jobs(self.app.job_manager)
         self.started = time.time()
         self.prune = prune
         self.jobs = 0
@@ -286,3 +287,43 @@ class Worker:
             with contextlib.suppress(Exception):
                 self.db.store.worker_stopped(self.name)
             self.runner.close()
+
+
+def _job_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` is procrastinate's refusal to settle a job whose row is no longer
+    this worker's: retried for another worker after a takeover, or finished by it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if "Job was not found" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _tolerate_taken_jobs(manager: Any) -> None:
+    """Let a worker whose job was taken over settle it quietly.
+
+    A worker that stalled past its lease (a long pause, a network stall) comes back to a
+    job another worker has retried and run: the thread refuses its writes (``lease lost``,
+    logged once by ``_job``), and procrastinate's acknowledgment of the job then fails in
+    the database ("Job was not found or not in doing status"). procrastinate raises that
+    out of the job's asyncio task, which nothing awaits: asyncio logged it at exit as "Task
+    exception was never retrieved" with two tracebacks, twice per takeover. The job is the
+    other worker's now, so there is nothing left to acknowledge: the refusal is dropped
+    (debug), and every other error goes on as before. Also covers our own retry of a
+    stalled job that another worker retried first."""
+    for name in ("finish_job", "retry_job"):
+        settle = getattr(manager, name)
+
+        async def tolerant(job: Any, *args: Any, _settle: Any = settle, **kwargs: Any) -> Any:
+            try:
+                return await _settle(job, *args, **kwargs)
+            except Exception as exc:
+                if not _job_gone(exc):
+                    raise
+                log.debug("job %s is another worker's now: nothing to acknowledge", job.id)
+                return None
+
+        setattr(manager, name, tolerant)

@@ -7,7 +7,6 @@ one runs in a worker thread; the event loop only parses requests and streams eve
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,6 +38,7 @@ from longtask.serve._executor import Executor
 from longtask.serve._hints import Hints
 from longtask.serve._http import (
     LoopbackHostOnly,
+    NoNulBytes,
     artifact_response,
     error,
     int_param,
@@ -50,6 +50,7 @@ from longtask.serve._http import (
     page_response,
     unauthorized,
 )
+from longtask.serve._json_body import read_json_body
 from longtask.serve._lg_commands import plan_answer
 from longtask.serve._lg_common import Api
 from longtask.serve._manual import final_results, retry_later, skip_later
@@ -65,7 +66,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("longtask.serve")
 T = TypeVar("T")
 Model = TypeVar("Model", bound=BaseModel)
-MAX_BODY = 1024 * 1024
 
 
 class DecisionBody(BaseModel):
@@ -164,15 +164,9 @@ def create_app(
         return guarded
 
     async def body(request: Request, model: type[Model]) -> Model:
-        raw = b""
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > MAX_BODY:  # checked while reading: a huge body is never held
-                raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise HTTPException(400, f"the body is not JSON: {exc}") from None
+        data = await read_json_body(request)
+        if data is None:
+            data = {}
         if not isinstance(data, dict):
             raise HTTPException(400, "the body must be a JSON object")
         if "by" in data:
@@ -454,6 +448,7 @@ def create_app(
     middleware = [cors] if cors is not None else []
     if loopback_hosts_only:
         middleware.append(Middleware(LoopbackHostOnly))
+    middleware.append(Middleware(NoNulBytes, routes=routes))
     app = Starlette(
         routes=routes,
         middleware=middleware,

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import logging
 import mimetypes
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qsl
 
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from longtask.errors import (
@@ -91,6 +93,46 @@ class LoopbackHostOnly:
                 )
                 return
         await self.app(scope, receive, send)
+
+
+class NoNulBytes:
+    """Refuses a path or query that holds a NUL byte (``%00``) with a 400 naming where it
+    is, before any route reads it: no id or value can hold one, and PostgreSQL refuses one
+    in text (a DataError deep in a handler, a 500). ``routes`` name the path's fields."""
+
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            where = self._nul_in(scope)
+            if where is not None:
+                message = (
+                    f"{where} holds a NUL byte (%00), which no id or value can hold; "
+                    "remove it from the URL"
+                )
+                await error(400, message)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _nul_in(self, scope: Scope) -> str | None:
+        query = scope.get("query_string", b"").decode("latin-1")
+        if "%00" in query or "\x00" in query:
+            for key, value in parse_qsl(query, keep_blank_values=True):
+                if "\x00" in key:
+                    return f"the name of query parameter {key!r}"
+                if "\x00" in value:
+                    return f"query parameter {key!r}"
+        if "\x00" not in scope.get("path", ""):
+            return None
+        for route in self.routes:
+            found, child = route.matches(scope)
+            if found is not Match.NONE:
+                for name, value in (child.get("path_params") or {}).items():
+                    if "\x00" in str(value):
+                        return f"path parameter {name!r}"
+        return "the path"
 
 
 def jsonable(value: Any) -> Any:

@@ -59,3 +59,15 @@ def text_field(body: dict[str, Any], key: str) -> str | None:
     if not isinstance(value, str):
         raise HTTPException(422, f"{key} must be a string, not {value!r}")
     return value
+
+
+def id_text(value: Any, name: str) -> str | None:
+    """An id given in a body (a checkpoint's, say), or a 422 naming it: a string with no NUL
+    byte, which no id holds and PostgreSQL refuses in text."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise HTTPException(422, f"{name} must be a string, not {value!r}")
+    if "\x00" in value:
+        raise HTTPException(422, f"{name} holds a NUL byte (\\u0000), which no id holds")
+    return value

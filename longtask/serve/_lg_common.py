@@ -3,7 +3,6 @@ executor, the token guards and JSON bodies."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -13,13 +12,14 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from longtask.serve._json_body import read_json_body
+
 if TYPE_CHECKING:
     from longtask._runner import Runner
     from longtask.serve._executor import Executor
     from longtask.serve._registry import Registered, Registry
 
 T = TypeVar("T")
-MAX_BODY = 1024 * 1024
 Handler = Callable[[Request], Awaitable[Response]]
 ActorHandler = Callable[[Request, str], Awaitable[Response]]
 
@@ -42,15 +42,7 @@ class Api:
             raise HTTPException(404, str(exc)) from None
 
     async def json_body(self, request: Request) -> dict[str, Any]:
-        raw = b""
-        async for chunk in request.stream():
-            raw += chunk
-            if len(raw) > MAX_BODY:
-                raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
-        try:
-            data = json.loads(raw) if raw.strip() else {}
-        except ValueError as exc:
-            raise HTTPException(400, f"the body is not JSON: {exc}") from None
+        data = await read_json_body(request)
         if data is None:
             return {}
         if not isinstance(data, dict):

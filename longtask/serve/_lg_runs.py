@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound, TooLateToCancel
 from longtask.serve._executor import FINAL_RUN
-from longtask.serve._lg_body import query_integer
+from longtask.serve._lg_body import mapping_field, query_integer
 from longtask.serve._lg_chat import chat_input
 from longtask.serve._lg_commands import plan_command, plan_continue
 from longtask.serve._lg_json import iso
@@ -83,6 +83,17 @@ def refuse_unsupported(body: dict[str, Any]) -> None:
             "a run from a past checkpoint (checkpoint_id / checkpoint) is not supported: "
             "branch the thread there with `longtask fork THREAD CHECKPOINT`, then resume it",
         )
+
+
+def _config_of(body: dict[str, Any]) -> dict[str, Any]:
+    """A run's ``config``, checked: an object whose ``configurable`` and ``metadata`` are
+    objects too (a 422 naming the one that is not, before anything is recorded)."""
+    config = mapping_field(body, "config")
+    for key in ("configurable", "metadata"):
+        value = config.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise HTTPException(422, f"config.{key} must be an object, not {value!r}")
+    return config
 
 
 def _at_head(api: Api, thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
@@ -176,15 +187,18 @@ def routes(api: Api) -> list[Route]:
         thread_id_given = thread_id
         body = _at_head(api, thread_id, body)
         refuse_unsupported(body)
-        if thread_id is None:  # a stateless run: a thread of its own
+        config = _config_of(body)
+        # A thread of its own for a stateless run, or one if_not_exists asks for: recorded
+        # with the run, once every check has passed; a refused run stores nothing.
+        new_thread = thread_id is None
+        if thread_id is None:
             thread_id = str(uuid.uuid4())
-            store.api_thread_put(thread_id, {"graph_id": entry.name})
         seen = refuse_busy(api, thread_id)
         rec = store.get_thread(thread_id)
-        if rec is None and store.api_thread(thread_id) is None:
+        if rec is None and not new_thread and store.api_thread(thread_id) is None:
             if body.get("if_not_exists") != "create":
                 raise ThreadNotFound(thread_id, runner.db.url.redacted)
-            store.api_thread_put(thread_id, {"graph_id": entry.name})
+            new_thread = True
         if rec is not None and rec.task_name != entry.name:
             raise InvalidInput(
                 f"thread {thread_id!r} runs task {rec.task_name!r}, not {entry.name!r}"
@@ -230,8 +244,6 @@ def routes(api: Api) -> list[Route]:
         request["stream_mode"] = sorted(modes)
         request["stream_subgraphs"] = bool(body.get("stream_subgraphs"))
         # What the run was asked, as LangGraph's Run shows it (its kwargs).
-        raw_config = body.get("config")
-        config: dict[str, Any] = raw_config if isinstance(raw_config, dict) else {}
         request["kwargs"] = {
             "input": body.get("input"),
             "command": body.get("command"),
@@ -251,6 +263,8 @@ def routes(api: Api) -> list[Route]:
             "checkpoint_during": True,
             "durability": "sync",  # every step is checkpointed before the next starts
         }
+        if new_thread:
+            store.api_thread_put(thread_id, {"graph_id": entry.name})
         return record(
             api, thread_id, entry.assistant_id, request, actor, body.get("metadata"), seen=seen
         )

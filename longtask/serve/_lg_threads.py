@@ -17,7 +17,13 @@ from starlette.routing import Route
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._gate import through
 from longtask.runtime._threadid import check_thread_id
-from longtask.serve._lg_body import integer_field, mapping_field, strings_field, text_field
+from longtask.serve._lg_body import (
+    id_text,
+    integer_field,
+    mapping_field,
+    strings_field,
+    text_field,
+)
 from longtask.serve._lg_state import (
     config_of,
     empty_state,
@@ -58,7 +64,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
                 "its task; create the thread, start a run, and set a step's result with "
                 "update_state (POST /threads/{thread_id}/state) if needed",
             )
-        thread_id = str(body.get("thread_id") or uuid.uuid4())
+        thread_id = text_field(body, "thread_id") or str(uuid.uuid4())
         check_thread_id(thread_id)
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
@@ -130,6 +136,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             raise HTTPException(
                 422, f"before must be a checkpoint id or a checkpoint config, not {before!r}"
             )
+        id_text(before, "before")
         return thread_history(runner, api.registry, rec, limit=limit, before=before)
 
     def update_state(thread_id: str, body: dict[str, Any], actor: str) -> dict[str, Any]:
@@ -208,12 +215,10 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
 
     async def post_state_checkpoint(request: Request) -> Response:
         body = await api.json_body(request)
-        checkpoint = body.get("checkpoint") or {}
+        checkpoint = mapping_field(body, "checkpoint")
+        checkpoint_id = id_text(checkpoint.get("checkpoint_id"), "checkpoint.checkpoint_id")
         found = await api.call(
-            state,
-            request.path_params["thread_id"],
-            checkpoint.get("checkpoint_id"),
-            bool(body.get("subgraphs")),
+            state, request.path_params["thread_id"], checkpoint_id, bool(body.get("subgraphs"))
         )
         return JSONResponse(found)
 

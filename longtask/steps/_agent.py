@@ -51,6 +51,8 @@ from longtask.steps._effects import run_effect
 from longtask.steps._function import (
     NodeCall,
     StepEnv,
+    attempt_done,
+    first_attempt,
     step_completed,
     step_failed,
     step_started,
@@ -440,7 +442,9 @@ def run_agent(
     call = NodeCall.from_config(config)
     # A fix agent runs once per round: its events say which.
     rounds = {"fix_round": extras["round"]} if "round" in extras else {}
-    step_started(env, call, info, 1, rounds or None)
+    # Numbered after an attempt a dead process abandoned (as a function step's are).
+    attempt = first_attempt(env, call, info)
+    step_started(env, call, info, attempt, rounds or None)
     started = time.monotonic()
     requested = model_name(step, task_model)
     ctx = env.context(call, info, state)
@@ -517,7 +521,8 @@ def run_agent(
         },
     )
     took = {"duration": round(time.monotonic() - started, 6), **rounds}
-    step_completed(env, call, info, 1, took)
+    attempt_done(env, call, info)
+    step_completed(env, call, info, attempt, took)
     return answer
 
 

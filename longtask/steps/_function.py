@@ -453,6 +453,16 @@ def first_attempt(env: StepEnv, call: NodeCall, info: StepInfo) -> int:
     return (prior.failed if prior else 0) + 1
 
 
+def attempt_done(env: StepEnv, call: NodeCall, info: StepInfo) -> None:
+    """Forget a step's attempt count once an attempt of it succeeded, as ``with_retries``
+    does for a function step's: a later run of the step (a fix round, ``longtask retry``)
+    is numbered from 1 again. For the kinds whose attempts ``with_retries`` does not count
+    (map and agent steps: their items and model calls are counted apart), only a recovery
+    from a dead process moves this count on (see ``runtime/_recovery``)."""
+    if env.attempts_of(call.thread_id, (info.name, NO_ITEM)) is not None:
+        env.record_attempt(call.thread_id, (info.name, NO_ITEM), None)
+
+
 def fix_round_of(state: Mapping[str, Any], step: str) -> dict[str, Any]:
     """``{"fix_round": n}`` while a step runs again after ``n`` fix rounds, else ``{}``."""
     done = int((state.get(f"fix.{step}") or {}).get("round", 0))

@@ -46,9 +46,11 @@ from longtask.steps._function import (
     PROGRESS_INTERVAL,
     NodeCall,
     StepEnv,
+    attempt_done,
     call_step,
     check_limits,
     describe,
+    first_attempt,
     skip_update,
     skipped_by,
     step_completed,
@@ -218,7 +220,9 @@ def map_node(step: MapStep, info: StepInfo, env: StepEnv) -> Node:
         if reason:
             return skip_update(env, call, info, reason)
         check_limits(env, call, info)
-        step_started(env, call, info)
+        # Numbered after an attempt a dead process abandoned (as a function step's are).
+        attempt = first_attempt(env, call, info)
+        step_started(env, call, info, attempt)
         digest = _digest(state, info)
         stored = store.map_run(call.thread_id, step.name, digest)
         if stored is None:
@@ -306,7 +310,8 @@ def map_node(step: MapStep, info: StepInfo, env: StepEnv) -> Node:
         if window.pauses:
             _pause(min(window.pauses, key=lambda p: p[0])[1])
         window.progress(last=True)
-        step_completed(env, call, info, 1, {"items": len(items), "failed": window.failed})
+        attempt_done(env, call, info)
+        step_completed(env, call, info, attempt, {"items": len(items), "failed": window.failed})
         collect = step.on_item_error == "collect"
         return {channel: map_envelope(call.thread_id, step.name, digest, len(items), collect)}
 

@@ -30,15 +30,17 @@ def test_an_invalid_byte_in_a_comment_or_payload_is_refused(db_url: str) -> None
         "bad \udcff byte",
         expect=["the answer['comment'] (character 4", "not valid Unicode text"],
     )
-    cli_refused(
-        db_url,
-        thread,
-        "approve",
-        thread,
-        STEP,
-        "--by",
-        "ali\udcffce",
-        expect=["the decision is not valid: by:"],
+    # who acts passes the one check of every --by (issue 39): a usage error, nothing opened
+    before_by = status(db_url, thread)
+    refused = run_cli("approve", thread, STEP, "--by", "ali\udcffce", db=db_url)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    [error] = [line for line in refused.stderr.splitlines() if line.startswith("Error:")]
+    assert "who acts" in error and "not valid Unicode text" in error, error
+    after_by = status(db_url, thread)
+    assert (after_by.checkpoint_id, after_by.status, after_by.runs) == (
+        before_by.checkpoint_id,
+        before_by.status,
+        before_by.runs,
     )
     task = load_task(TASK_REF)
     with Runner(db_url) as runner:

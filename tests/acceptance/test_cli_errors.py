@@ -117,10 +117,18 @@ def test_an_empty_approver_is_one_line(sqlite_url: str, tmp_path: Path) -> None:
         refused = run_cli("approve", "g1", "--by", by, db=sqlite_url)
         assert refused.returncode == 2, refused.stdout + refused.stderr
         line = _one_error_line(refused.stderr)
-        assert "--by" in line and "must name who decides" in line, line
+        assert "--by" in line and "must be a name" in line, line
+    # cancel --by and migrate --by took these as given (issue 39): one check for every --by
+    for args in (["cancel", "g1"], ["migrate", "g1", "--task", f"{path}:task", "--to", "1"]):
+        for by in ("ali\nce", "x\x01y", "z" * 2000):
+            refused = run_cli(*args, "--by", by, db=sqlite_url)
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            line = _one_error_line(refused.stderr)
+            assert "--by" in line and "who acts" in line, line
     with Runner(sqlite_url) as runner:
         assert runner.status("g1").status == "waiting_user"
         assert not [e for e in runner.events("g1") if e.kind == "approval.resolved"]
+        assert not [e for e in runner.events("g1") if e.kind == "longtask.cancelled"]
 
 
 def test_an_unknown_event_kind_is_refused(sqlite_url: str, ref: str) -> None:
@@ -255,7 +263,8 @@ def test_the_runner_refuses_an_empty_approver_in_one_line(sqlite_url: str) -> No
         with pytest.raises(InvalidInput) as info:
             runner.approve("g2", by="", task=task)
         assert str(info.value) == (
-            "the decision is not valid: by: String should have at least 1 character"
+            "who acts (--by, by=) must be a name, not '': it is recorded in the event (and "
+            "checked against an approval's approvers)"
         )
         assert runner.status("g2").status == "waiting_user"
 

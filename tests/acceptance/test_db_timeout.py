@@ -118,6 +118,8 @@ def test_a_frozen_or_stopped_database_ends_the_run_within_the_bound(
         record_property("figures", figures)
         assert proc.returncode == 1, out + err
         line = _one_error_line(err)
+        # one line, no warnings before it (issue 39: 2 to 4 lines); details under --debug
+        assert err.strip().splitlines() == [line], err
         assert line.startswith("error: lost the connection to the database"), line
         assert "continue with `longtask resume fz`" in line, line
     # the database is back (the real server, no proxy): the printed command continues
@@ -133,3 +135,107 @@ def test_a_frozen_or_stopped_database_ends_the_run_within_the_bound(
     with Runner(pg_url) as runner:
         assert runner.status("fz").status == "completed"
         assert runner.result("fz", "second") == 2
+
+
+MIGRATE_TASK = """\
+import os
+import time
+from pathlib import Path
+
+from longtask import LongTask, Stage, approval, function_step, versions
+
+
+@function_step
+def prep(ctx):
+    return {"artifact": "app.tar.gz"}
+
+
+def plan_v1(ctx):
+    return {"ship": ctx.result("prep")["artifact"]}
+
+
+def plan_v2(ctx):
+    # migrate computes the new plan here: tell the test, and wait until it has stopped
+    # the database's path (the migration's writes after this meet it)
+    Path(os.environ["LT_AT_PLAN"]).write_text("here")
+    gate = Path(os.environ["LT_GATE"])
+    while not gate.exists():
+        time.sleep(0.01)
+    return {"ship": ctx.result("prep")["artifact"], "to": "prod"}
+
+
+def make(version, plan):
+    gate = approval("gate", plan=plan)
+    return LongTask("moving", version=version, stages=[Stage("a", [prep]), Stage("b", [gate])])
+
+
+v1 = make("1", plan_v1)
+family = versions(v1, make("2", plan_v2))
+"""
+
+
+def test_a_migration_the_lost_database_cut_off_says_so_in_one_line(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """``migrate`` printed 2 to 6 lines when the database went away under it (issue 39):
+    one line now, naming the command that continues (the same migrate: it changed
+    nothing); the details are under --debug."""
+    (tmp_path / "moving.py").write_text(MIGRATE_TASK)
+    ref = f"{tmp_path / 'moving.py'}"
+    at_plan, gate = tmp_path / "at-plan", tmp_path / "gate"
+    env = {
+        **os.environ,
+        "LONGTASK_DB_TIMEOUT": str(BOUND),
+        "LT_AT_PLAN": str(at_plan),
+        "LT_GATE": str(gate),
+    }
+    started = subprocess.run(
+        [sys.executable, "-m", "longtask", "run", f"{ref}:v1", "--thread", "mv"],
+        env={**env, "LONGTASK_DB": pg_url},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert started.returncode == 3, started.stdout + started.stderr
+    migrate = ["migrate", "mv", "--task", f"{ref}:family", "--to", "2", "--by", "ops"]
+    with TcpProxy(*_upstream(pg_url)) as proxy:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "longtask", *migrate],
+            env={**env, "LONGTASK_DB": proxy.url(pg_url)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            deadline = time.monotonic() + 90
+            while not at_plan.exists():
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "migrate never computed the new plan"
+                time.sleep(0.01)
+            proxy.stop()
+            gate.write_text("go")
+            try:
+                out, err = proc.communicate(timeout=HANG)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"migrate still hangs {HANG} s after the database stopped")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 1, out + err
+    [line] = err.strip().splitlines()
+    assert line.startswith("error: lost the connection to the database"), line
+    assert f"the migration was not made; run `longtask {shlex.join(migrate)}` again" in line
+    with Runner(pg_url) as runner:
+        assert runner.status("mv").task_version == "1"  # nothing was migrated
+    command = line.split("run `", 1)[1].split("` again", 1)[0]
+    again = subprocess.run(
+        [sys.executable, "-m", "longtask", *shlex.split(command)[1:]],
+        env={**env, "LONGTASK_DB": pg_url},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    with Runner(pg_url) as runner:
+        assert runner.status("mv").task_version == "2"

@@ -91,6 +91,28 @@ def test_import_of_a_file_that_is_not_an_export(pg_url: str, tmp_path: Path) -> 
     assert "Traceback" not in result.stdout + result.stderr
 
 
+def test_import_refuses_what_is_not_a_regular_file(db_url: str, tmp_path: Path) -> None:
+    """A FIFO blocked ``longtask import`` forever, a device node was read until memory ran
+    out (issue 39): each is refused at once with one line saying what to give instead."""
+    fifo = tmp_path / "pipe.ltz"
+    os.mkfifo(fifo)
+    link = tmp_path / "zero.ltz"
+    link.symlink_to("/dev/zero")
+    for source, fragment in [
+        (fifo, "is not a regular file (a pipe, device or socket)"),
+        (Path("/dev/zero"), "is not a regular file"),
+        (link, "is not a regular file"),
+        (tmp_path, "is a directory; give the file `longtask export` wrote"),
+    ]:
+        # A refusal is immediate: the timeout only ends a regression that blocks.
+        result = run_cli("import", str(source), db=db_url, timeout=60)
+        assert result.returncode == 1, result.stdout + result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith("error: ") and fragment in line, line
+    with Runner(db_url) as runner:
+        assert runner.threads() == []
+
+
 def test_export_refuses_a_target_it_would_destroy(db_url: str, tmp_path: Path) -> None:
     from longtask.runtime import load_task
 

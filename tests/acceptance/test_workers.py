@@ -112,6 +112,17 @@ def test_a_stalled_worker_is_fenced_off(
         runs = [int(p) for p in (tmp_path / "runs").read_text().split()]
         assert runs == [first.pid, second.pid]
 
+        # The takeover is told once, by the lease-lost line: procrastinate could not finish
+        # a job the second worker had taken over ("Job was not found"), and the failed
+        # acknowledgment was logged as an asyncio task exception never retrieved, with its
+        # traceback (issue 39). Stopped gracefully, the worker has logged all it will.
+        first.send_signal(signal.SIGTERM)
+        first.wait(30)
+        text = log.read_text()
+        for noise in ("Task exception was never retrieved", "Job was not found", "Traceback"):
+            assert noise not in text, text
+        assert text.count(f"thread {thread}") == 1, text
+
 
 def test_waiting_threads_hold_no_worker(
     pg_url: str, workers: Callable[..., subprocess.Popen[str]]

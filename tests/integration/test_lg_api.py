@@ -268,6 +268,24 @@ MALFORMED = [
     ("POST", "/assistants/search", {"limit": -5}, "limit"),
     ("POST", "/assistants/search", {"metadata": 5}, "metadata"),
     ("POST", "/threads/{t}/runs", {"assistant_id": "lg_release", "command": [None]}, "command"),
+    # issue 39: these were 500s (AttributeError, TypeError) or took a number as an id
+    ("POST", "/threads/{t}/state/checkpoint", {"checkpoint": [None, None]}, "checkpoint"),
+    ("POST", "/threads/{t}/state/checkpoint", {"checkpoint": "x"}, "checkpoint"),
+    ("POST", "/threads/{t}/state/checkpoint", {"checkpoint": {"checkpoint_id": 7}}, "checkpoint."),
+    ("POST", "/threads/{t}/runs", {"assistant_id": "lg_release", "config": "x"}, "config"),
+    (
+        "POST",
+        "/threads/{t}/runs",
+        {"assistant_id": "lg_release", "config": {"configurable": "x"}},
+        "config.configurable",
+    ),
+    (
+        "POST",
+        "/runs/wait",
+        {"assistant_id": "lg_release", "input": {}, "config": {"metadata": [1]}},
+        "config.metadata",
+    ),
+    ("POST", "/threads", {"thread_id": 12}, "thread_id"),
 ]
 
 

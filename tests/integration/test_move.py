@@ -362,6 +362,28 @@ def test_a_corrupt_file_is_refused(exported: Path, pg_runner: Runner, tmp_path: 
     assert pg_runner.db.store.get_thread("rel-x") is None
 
 
+def test_an_import_reads_no_more_than_its_bound(
+    exported: Path, pg_runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A zip that unpacks to more than an import holds is refused before a member is read,
+    and so is a file larger than that (issue 39). The bound is lowered for the test: the
+    export is real, only the limit is small."""
+    import longtask.ops._move as move
+
+    before = counts(pg_runner)
+    size = exported.stat().st_size
+    unpacked = sum(i.file_size for i in zipfile.ZipFile(exported).infolist())
+    assert size < unpacked  # deflated: the file is smaller than what it unpacks to
+    monkeypatch.setattr(move, "MAX_IMPORT_BYTES", size)
+    with pytest.raises(ExportFileInvalid, match=f"unpacks to {unpacked} bytes, more than"):
+        pg_runner.import_thread(exported)
+    monkeypatch.setattr(move, "MAX_IMPORT_BYTES", size - 1)
+    with pytest.raises(ExportFileInvalid, match=f"holds {size} bytes, more than an import"):
+        pg_runner.import_thread(exported)
+    assert counts(pg_runner) == before
+    assert pg_runner.db.store.get_thread("rel-x") is None
+
+
 def test_a_file_from_a_newer_format_is_refused(
     exported: Path, pg_runner: Runner, tmp_path: Path
 ) -> None:

@@ -1,0 +1,62 @@
+"""Tasks for the crash-numbering test (``test_crash_numbering.py``): one per step kind that
+does work, each a single step ``work`` that holds (inside the step's own code: the
+function, a map item, an agent's tool) until the file ``$LT_GO`` exists, so the test can
+kill the process mid-step as often as it likes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from longtask import LongTask, Prompt, Stage, StepContext, agent_step, function_step, map_step
+
+
+def hold() -> None:
+    """Wait for ``$LT_GO`` (at most a minute: a test that forgot it still ends)."""
+    go = Path(os.environ["LT_GO"])
+    deadline = time.monotonic() + 60
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def work(ctx: StepContext) -> str:
+    hold()
+    return "done"
+
+
+def items(ctx: StepContext) -> list[int]:
+    return [0, 1]
+
+
+def item(ctx: Any, value: int) -> int:
+    if value == 1:
+        hold()
+    return value * 10
+
+
+def wait_for_go(reason: str) -> str:
+    """Wait until the test lets the work go on."""
+    hold()
+    return "go"
+
+
+FUNCTION = LongTask("num_function", stages=[Stage("s", [function_step(work, name="work")])])
+MAP = LongTask("num_map", stages=[Stage("s", [map_step(item, over=items, name="work")])])
+AGENT = LongTask(
+    "num_agent",
+    stages=[
+        Stage(
+            "s",
+            [
+                agent_step(
+                    "work",
+                    prompt=Prompt(name="work", version="1", template="Work."),
+                    tools=[wait_for_go],
+                    read_only_tools=["wait_for_go"],
+                )
+            ],
+        )
+    ],
+)
