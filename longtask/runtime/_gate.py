@@ -48,6 +48,7 @@ from langgraph.types import StateUpdate
 from longtask.errors import InvalidInput, LongTaskError, ThreadBusy
 from longtask.model import PauseStep
 from longtask.steps import INPUTS_CHANNEL, request_channel, result_channel
+from longtask.runtime._who import check_by
 from longtask.store import NewEvent
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 from longtask.store._values import TAG, to_json_bytes
@@ -237,6 +238,8 @@ class Gate:
             )
         if not isinstance(supersteps, Sequence) or not supersteps:
             raise InvalidInput("a state update needs at least one update")
+        if door.by is not None:
+            check_by(door.by)  # recorded in the event: one line, a name
         held = thread_id in _HELD.get()
         with contextlib.ExitStack() as stack:
             if not held:

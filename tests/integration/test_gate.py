@@ -33,8 +33,10 @@ from typing import Any
 
 import pytest
 from fakes import FakeOpenAI, Reply
+from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, StateUpdate
 from starlette.testclient import TestClient
+from typing_extensions import TypedDict
 
 from longtask import (
     LongTask,
@@ -46,6 +48,7 @@ from longtask import (
     StepFailed,
     approval,
     function_step,
+    graph_step,
     map_step,
     wait_for,
 )
@@ -95,6 +98,20 @@ def ship(ctx: StepContext) -> str:
     return "shipped"
 
 
+class Count(TypedDict, total=False):
+    n: int
+
+
+def _count(state: Count) -> dict[str, int]:
+    return {"n": state.get("n", 0) + 1}
+
+
+_counter: StateGraph[Any, Any, Any, Any] = StateGraph(Count)
+_counter.add_node("count", _count)
+_counter.add_edge(START, "count")
+_counter.add_edge("count", END)
+
+
 TASK = LongTask(
     "gated",
     stages=[
@@ -104,6 +121,7 @@ TASK = LongTask(
                 prep,
                 map_step(_double, over=lambda ctx: [1, 2], name="double"),
                 agent_step("think", prompt=Prompt(name="p", template="Think.")),
+                graph_step("counted", _counter, input=lambda ctx: {"n": 1}),
             ],
         ),
         Stage("two", [approval("ok", plan=lambda ctx: ctx.result("prep"), approvers=["alice"])]),
