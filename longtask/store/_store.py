@@ -27,6 +27,7 @@ from longtask.store._fence import Fence
 from longtask.store._leases import LeaseTables
 from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
+from longtask.store._metrics import MetricsTables
 from longtask.store._pooled import on_pooled
 from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
@@ -174,6 +175,7 @@ class Store(
     ApiTables,
     ScheduleTables,
     UsageTables,
+    MetricsTables,
     ABC,
 ):
     dialect: Dialect
