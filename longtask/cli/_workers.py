@@ -101,6 +101,25 @@ def worker(
         str,
         typer.Option("--prune-every", help="How often this worker prunes (like 6h, 30m)."),
     ] = "6h",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            metavar="PORT",
+            min=0,
+            max=65535,
+            help="Serve Prometheus /metrics, /ok and /ready on this port (0: any free "
+            "port, logged).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host",
+            metavar="HOST",
+            help="Interface of --metrics-port (it takes no token: keep it private).",
+        ),
+    ] = "127.0.0.1",
     db: DbOpt = None,
 ) -> None:
     """Run threads submitted to workers until stopped.
@@ -108,8 +127,9 @@ def worker(
     Workers also fire due schedules (`longtask schedule`): one thread per tick, however
     many workers run. SIGTERM/SIGINT stop each running thread at its next step and hand it
     back to the queue. With --prune-completed-before / --prune-failed-before the worker
-    also runs `longtask prune` every --prune-every (one worker at a time). PostgreSQL
-    only."""
+    also runs `longtask prune` every --prune-every (one worker at a time). With
+    --metrics-port it serves Prometheus metrics and health checks (docs/howto/metrics.md).
+    PostgreSQL only."""
     from longtask._runner import make_worker
     from longtask.cli._prune import _duration
     from longtask.ops._prune import PruneSchedule
@@ -141,6 +161,7 @@ def worker(
         stalled_after=stalled_after,
         name=name,
         prune=schedule,
+        metrics=(metrics_host, metrics_port) if metrics_port is not None else None,
     ).run()
 
 
