@@ -248,7 +248,8 @@ def serve(
     clients (langgraph-sdk, Studio, Agent Chat UI) drive the tasks given with --task or in
     longtask.json; their runs are carried out in the background, and continue after a
     restart. Due schedules fire (`longtask schedule`), and the schedules those tasks
-    declare are registered at start. Actions need a bearer token (or X-Api-Key):
+    declare are registered at start. GET /metrics (Prometheus), /ok and /ready serve
+    monitoring (docs/howto/metrics.md). Actions need a bearer token (or X-Api-Key):
     $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...;
     off 127.0.0.1 a token is required."""
     from longtask.serve import run_server
