@@ -10,7 +10,8 @@ over a thread's history.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,22 @@ STEP_EVENTS = {
 #: statuses of a thread that waits for a person or an outside event
 _PAUSED = ("waiting_user", "waiting_external")
 
+#: the workers' jobs (procrastinate's table) that wait, are scheduled for later or run, by
+#: queue; a waiting job's wait starts when it became due (its scheduled time, else when it
+#: was queued)
+_QUEUE_SQL = (
+    "SELECT queue_name, state, COUNT(*), "
+    "COALESCE(EXTRACT(EPOCH FROM now() - MIN(due)), 0) FROM ("
+    "SELECT j.queue_name, CASE WHEN j.status = 'doing' THEN 'running' "
+    "WHEN j.scheduled_at > now() THEN 'scheduled' ELSE 'waiting' END AS state, "
+    "CASE WHEN j.status = 'todo' AND (j.scheduled_at IS NULL OR j.scheduled_at <= now()) "
+    "THEN COALESCE(j.scheduled_at, (SELECT MAX(e.at) FROM procrastinate_events e "
+    "WHERE e.job_id = j.id AND e.type IN ('deferred', 'deferred_for_retry', 'retried'))) "
+    "END AS due "
+    "FROM procrastinate_jobs j WHERE j.status IN ('todo', 'doing')) q "
+    "GROUP BY queue_name, state"
+)
+
 
 @dataclass
 class Snapshot:
@@ -68,7 +85,8 @@ class Snapshot:
 
 
 def _text(dialect: Dialect, column: str, *path: str) -> str:
-    """A JSON text value at ``path`` of a TEXT column holding JSON."""
+    """A JSON text value at ``path`` of a TEXT column holding JSON (or, on PostgreSQL, of a
+    jsonb value: the cast is then a no-op)."""
     if dialect is POSTGRES:
         return f"({column}::jsonb #>> '{{{','.join(path)}}}')"
     return f"json_extract({column}, '$.{'.'.join(path)}')"
@@ -102,32 +120,47 @@ class MetricsTables:
         server_time = getattr(self, "server_time", None)
         return float(server_time()) if server_time is not None else time.time()
 
+    @contextmanager
+    def _reads(self) -> Iterator[Callable[[str], list[tuple[Any, ...]]]]:
+        """Where the snapshot's statements run: plain reads (SQLite; a transaction there
+        would take the write lock). PostgresStore runs them in one transaction."""
+        yield lambda sql: self._run(sql)
+
     def snapshot(self) -> Snapshot:
         """Every number of the stored state that ``/metrics`` reports (a handful of
         aggregate statements)."""
-        d = self.dialect
         now = self.metrics_now()
+        queue = self.dialect is POSTGRES and self._table_exists("procrastinate_jobs")
+        with self._reads() as run:
+            return self._snapshot(run, now, queue)
+
+    def _snapshot(
+        self, run: Callable[[str], list[tuple[Any, ...]]], now: float, queue: bool
+    ) -> Snapshot:
+        d = self.dialect
         snap = Snapshot()
         snap.threads = [
             (str(r[0]), str(r[1]), int(r[2]))
-            for r in self._run(
+            for r in run(
                 "SELECT task_name, status, COUNT(*) FROM longtask_threads "
                 "GROUP BY task_name, status"
             )
         ]
         # A retry is an attempt that failed and is tried again (step.retry with outcome
         # "retry"); the same event with outcome "failed" or "paused" ended the attempts.
+        # CASE looks into the JSON of step.retry events only.
         outcome = _text(d, "e.data", "outcome")
         snap.steps = [
             (str(r[0]), str(r[1]), STEP_EVENTS[str(r[2])], int(r[3]))
-            for r in self._run(
-                "SELECT t.task_name, e.step, e.kind, COUNT(*) FROM longtask_events e "
+            for r in run(
+                "SELECT t.task_name, e.step, e.kind, SUM(CASE WHEN e.kind <> 'step.retry' "
+                f"THEN 1 WHEN {outcome} = 'retry' THEN 1 ELSE 0 END) FROM longtask_events e "
                 "JOIN longtask_threads t ON t.thread_id = e.thread_id "
-                "WHERE e.step IS NOT NULL AND (e.kind IN "
-                "('step.started', 'step.completed', 'step.failed') "
-                f"OR (e.kind = 'step.retry' AND {outcome} = 'retry')) "
+                "WHERE e.step IS NOT NULL AND e.kind IN "
+                "('step.started', 'step.completed', 'step.failed', 'step.retry') "
                 "GROUP BY t.task_name, e.step, e.kind"
             )
+            if int(r[3])
         ]
         buckets = ", ".join(
             f"SUM(CASE WHEN u.wall_time <= {b!r} THEN 1 ELSE 0 END)" for b in DURATION_BUCKETS
@@ -136,7 +169,7 @@ class MetricsTables:
         # up to date, see migration 13); a step running now is counted when it ends.
         snap.durations = [
             (str(r[0]), str(r[1]), int(r[2]), float(r[3] or 0), [int(n or 0) for n in r[4:]])
-            for r in self._run(
+            for r in run(
                 f"SELECT t.task_name, u.step, COUNT(*), SUM(u.wall_time), {buckets} "
                 "FROM longtask_usage u JOIN longtask_threads t ON t.thread_id = u.thread_id "
                 "WHERE u.finished_at IS NOT NULL AND u.running_since IS NULL "
@@ -145,10 +178,23 @@ class MetricsTables:
         ]
         snap.pauses = [
             (str(r[0]), str(r[1] or "unknown"), int(r[2]), max(0.0, now - float(r[3])))
-            for r in self._run(self._pauses_sql())
+            for r in run(self._pauses_sql())
         ]
-        model = f"COALESCE({_text(d, 'data', 'model')}, {_text(d, 'data', 'model_requested')})"
-        cost = _number(d, "data", "cost")
+        # PostgreSQL parses each call's JSON once: a cast per field parsed it six times
+        # (materialized: the planner would fold the subquery into its casts again)
+        if d is POSTGRES:
+            j = "x.j"
+            calls = (
+                "WITH x AS MATERIALIZED (SELECT data::jsonb AS j FROM longtask_events "
+                "WHERE kind = 'model.call') "
+            )
+        else:
+            j, calls = (
+                "x.data",
+                "WITH x AS (SELECT data FROM longtask_events WHERE kind = 'model.call') ",
+            )
+        model = f"COALESCE({_text(d, j, 'model')}, {_text(d, j, 'model_requested')})"
+        cost = _number(d, j, "cost")
         snap.models = [
             (
                 str(r[0] or "unknown"),
@@ -158,16 +204,16 @@ class MetricsTables:
                 float(r[4] or 0),
                 int(r[5] or 0),
             )
-            for r in self._run(
-                f"SELECT {model}, COUNT(*), SUM({_number(d, 'data', 'usage', 'input')}), "
-                f"SUM({_number(d, 'data', 'usage', 'output')}), SUM({cost}), "
+            for r in run(
+                f"{calls}SELECT {model}, COUNT(*), SUM({_number(d, j, 'usage', 'input')}), "
+                f"SUM({_number(d, j, 'usage', 'output')}), SUM({cost}), "
                 f"SUM(CASE WHEN {cost} IS NULL THEN 1 ELSE 0 END) "
-                f"FROM longtask_events WHERE kind = 'model.call' GROUP BY {model}"
+                f"FROM x GROUP BY {model}"
             )
         ]
         snap.usage = [
             (str(r[0]), int(r[1] or 0), float(r[2] or 0), int(r[3] or 0))
-            for r in self._run(
+            for r in run(
                 "SELECT t.task_name, SUM(b.tokens), SUM(b.cost), SUM(b.tool_calls) "
                 "FROM longtask_budgets b JOIN longtask_threads t ON t.thread_id = b.thread_id "
                 "GROUP BY t.task_name"
@@ -175,10 +221,12 @@ class MetricsTables:
         ]
         snap.events = [
             (str(r[0]), int(r[1]))
-            for r in self._run("SELECT kind, COUNT(*) FROM longtask_events GROUP BY kind")
+            for r in run("SELECT kind, COUNT(*) FROM longtask_events GROUP BY kind")
         ]
-        if d is POSTGRES and self._table_exists("procrastinate_jobs"):
-            snap.queue = self._queue_counts()
+        if queue:
+            snap.queue = [
+                (str(r[0]), str(r[1]), int(r[2]), float(r[3] or 0)) for r in run(_QUEUE_SQL)
+            ]
         return snap
 
     def _pauses_sql(self) -> str:
@@ -203,24 +251,6 @@ class MetricsTables:
             f"WHERE t.status IN ({statuses}) AND t.waiting IS NOT NULL) p "
             "GROUP BY task, kind"
         )
-
-    def _queue_counts(self) -> list[tuple[str, str, int, float]]:
-        """The workers' jobs (procrastinate's table) that wait, are scheduled for later or
-        run, by queue; a waiting job's wait starts when it became due (its scheduled time,
-        else when it was queued)."""
-        rows = self._run(
-            "SELECT queue_name, state, COUNT(*), "
-            "COALESCE(EXTRACT(EPOCH FROM now() - MIN(due)), 0) FROM ("
-            "SELECT j.queue_name, CASE WHEN j.status = 'doing' THEN 'running' "
-            "WHEN j.scheduled_at > now() THEN 'scheduled' ELSE 'waiting' END AS state, "
-            "CASE WHEN j.status = 'todo' AND (j.scheduled_at IS NULL OR j.scheduled_at <= now()) "
-            "THEN COALESCE(j.scheduled_at, (SELECT MAX(e.at) FROM procrastinate_events e "
-            "WHERE e.job_id = j.id AND e.type IN ('deferred', 'deferred_for_retry', 'retried'))) "
-            "END AS due "
-            "FROM procrastinate_jobs j WHERE j.status IN ('todo', 'doing')) q "
-            "GROUP BY queue_name, state"
-        )
-        return [(str(r[0]), str(r[1]), int(r[2]), float(r[3] or 0)) for r in rows]
 
     def job_wait(self, job_id: int) -> float | None:
         """Seconds job ``job_id`` of the workers' queue waited between becoming due and a
