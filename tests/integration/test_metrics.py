@@ -236,6 +236,8 @@ def test_ready_names_the_database_when_it_does_not_answer(
                 m = scrape(client)  # no stored-state series, but an answer that says so
                 assert m["longtask_database_up"][()] == 0
                 assert "longtask_threads" not in m
+                assert m["longtask_metrics_read_errors_total"][()] == 1
+                assert m["longtask_db_timeouts_total"][()] >= 1  # the read that gave up
                 proxy.thaw()
                 deadline = time.monotonic() + 30
                 while client.get("/ready").status_code != 200:
