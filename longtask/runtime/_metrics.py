@@ -159,6 +159,8 @@ class StoredState:
         yield events
         if snap.queue:
             yield from _queue_families(snap)
+        # TODO(issue 42): notification deliveries by outcome, once notifications exist (their
+        # notify.sent / notify.failed events show in longtask_events_stored meanwhile)
 
 
 def _bound(value: float) -> str:
