@@ -264,3 +264,29 @@ def test_ready_names_an_old_schema(sqlite_url: str) -> None:
         assert "longtask db upgrade" in r.json()["checks"]["schema"]
     finally:
         runner.close()
+
+
+def test_queue_jobs_waiting_for_a_worker(pg_url: str) -> None:
+    """Threads submitted with no worker running: their jobs wait, and /metrics counts them
+    as procrastinate's table holds them."""
+    import psycopg
+
+    runner = Runner(pg_url)
+    try:
+        submitted = time.time()
+        for i in range(2):
+            runner.submit(BROKEN, {}, thread_id=f"m-queued-{i}", task_ref="tests:broken")
+        with psycopg.connect(pg_url) as conn:
+            rows = conn.execute(
+                "SELECT queue_name, count(*) FROM procrastinate_jobs WHERE status = 'todo' "
+                "GROUP BY queue_name"
+            ).fetchall()
+        assert rows == [("longtask", 2)]
+        with TestClient(create_app(runner, TOKENS)) as client:
+            m = scrape(client)
+        assert m["longtask_queue_jobs"] == {labels(queue="longtask", state="waiting"): 2}
+        oldest = m["longtask_queue_oldest_wait_seconds"][labels(queue="longtask")]
+        assert 0 <= oldest <= time.time() - submitted + 1.0  # (one clock: the same machine)
+        assert m["longtask_threads"][labels(task="metrics_broken", status="pending")] == 2
+    finally:
+        runner.close()
