@@ -245,7 +245,8 @@ def _queue_families(snap: Snapshot) -> Iterator[Any]:
 
 class ProcessCounts:
     """This process's own counts: database calls that timed out (PostgreSQL's bound, see
-    ``checkpointers._bounded``)."""
+    ``checkpointers._bounded``) and statements that failed for a connection error (see
+    ``store._pooled``)."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
@@ -255,11 +256,19 @@ class ProcessCounts:
 
         outage = getattr(self.db, "outage", None)
         if outage is not None:
+            from longtask.store._pooled import failed_calls
+
             yield CounterMetricFamily(
                 "longtask_db_timeouts",
                 "Database calls of this process that gave up after $LONGTASK_DB_TIMEOUT "
                 "(PostgreSQL).",
                 value=outage.timeouts,
+            )
+            yield CounterMetricFamily(
+                "longtask_db_errors",
+                "Statements of this process (longtask's tables, checkpoints) that failed "
+                "with a connection error, timeouts included (PostgreSQL).",
+                value=failed_calls(),
             )
 
 

@@ -216,6 +216,7 @@ def test_ready_names_the_database_when_it_does_not_answer(
 ) -> None:
     from urllib.parse import urlsplit
 
+    import psycopg
     from fakes.tcp_proxy import TcpProxy
 
     monkeypatch.setenv("LONGTASK_DB_TIMEOUT", "3")
@@ -233,11 +234,14 @@ def test_ready_names_the_database_when_it_does_not_answer(
                     "checks": {"database": "no answer within 0.5 s"},
                 }
                 assert client.get("/ok").status_code == 200  # the process itself is alive
+                with pytest.raises(psycopg.OperationalError):
+                    runner.db.store.get_thread("m-any")  # a statement of this process fails
                 m = scrape(client)  # no stored-state series, but an answer that says so
                 assert m["longtask_database_up"][()] == 0
                 assert "longtask_threads" not in m
                 assert m["longtask_metrics_read_errors_total"][()] == 1
                 assert m["longtask_db_timeouts_total"][()] >= 1  # the read that gave up
+                assert m["longtask_db_errors_total"][()] >= 1  # the statement that failed
                 proxy.thaw()
                 deadline = time.monotonic() + 30
                 while client.get("/ready").status_code != 200:
