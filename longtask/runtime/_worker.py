@@ -16,6 +16,9 @@ Every worker tries; row locks and the tick's thread id make it one thread per ti
 Workers route by definition: a job whose thread recorded a definition this worker's code
 lacks is handed back untouched, to wait for a worker that has it (``longtask.runtime._routing``);
 the heartbeat row says which definitions each worker serves.
+
+With ``--metrics-port`` a worker also serves ``/metrics``, ``/ok`` and ``/ready`` on a small
+HTTP server of its own (``WorkerMetrics``; see ``longtask.runtime._metrics``).
 """
 
 from __future__ import annotations
