@@ -300,9 +300,11 @@ def make_worker(
     queues: list[str] | None = None,
     stalled_after: float = 30.0,
     prune: Prune | None = None,
+    metrics: tuple[str, int] | None = None,
 ) -> Worker:
     """A ``longtask worker`` on ``db`` (PostgreSQL), named ``name`` (default host:pid), with
-    a Runner of its own made for it (closed when the worker stops)."""
+    a Runner of its own made for it (closed when the worker stops); ``metrics``: (host,
+    port) to serve ``/metrics``, ``/ok`` and ``/ready`` on while it runs."""
     from longtask.runtime._worker import Worker
 
     runner = Runner(db, worker=name or worker_name(), cancel_poll=min(0.5, stalled_after / 4))
@@ -313,6 +315,7 @@ def make_worker(
             queues=queues,
             stalled_after=stalled_after,
             prune=prune,
+            metrics=metrics,
         )
     except BaseException:
         runner.close()

@@ -58,6 +58,8 @@ class Outage:
         self.bound = bound
         self._lock = threading.Lock()
         self._since: float | None = None
+        #: calls that gave up (for ``longtask_db_timeouts_total`` of /metrics)
+        self.timeouts = 0
 
     def budget(self) -> float:
         since = self._since
@@ -72,6 +74,7 @@ class Outage:
 
     def failed(self) -> None:
         with self._lock:
+            self.timeouts += 1
             if self._since is None:
                 self._since = time.monotonic()
 

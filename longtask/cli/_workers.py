@@ -101,6 +101,25 @@ def worker(
         str,
         typer.Option("--prune-every", help="How often this worker prunes (like 6h, 30m)."),
     ] = "6h",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            metavar="PORT",
+            min=0,
+            max=65535,
+            help="Serve Prometheus /metrics, /ok and /ready on this port (0: any free "
+            "port, logged).",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            "--metrics-host",
+            metavar="HOST",
+            help="Interface of --metrics-port (it takes no token: keep it private).",
+        ),
+    ] = "127.0.0.1",
     db: DbOpt = None,
 ) -> None:
     """Run threads submitted to workers until stopped.
@@ -108,8 +127,9 @@ def worker(
     Workers also fire due schedules (`longtask schedule`): one thread per tick, however
     many workers run. SIGTERM/SIGINT stop each running thread at its next step and hand it
     back to the queue. With --prune-completed-before / --prune-failed-before the worker
-    also runs `longtask prune` every --prune-every (one worker at a time). PostgreSQL
-    only."""
+    also runs `longtask prune` every --prune-every (one worker at a time). With
+    --metrics-port it serves Prometheus metrics and health checks (docs/howto/metrics.md).
+    PostgreSQL only."""
     from longtask._runner import make_worker
     from longtask.cli._prune import _duration
     from longtask.ops._prune import PruneSchedule
@@ -141,6 +161,7 @@ def worker(
         stalled_after=stalled_after,
         name=name,
         prune=schedule,
+        metrics=(metrics_host, metrics_port) if metrics_port is not None else None,
     ).run()
 
 
@@ -227,7 +248,8 @@ def serve(
     clients (langgraph-sdk, Studio, Agent Chat UI) drive the tasks given with --task or in
     longtask.json; their runs are carried out in the background, and continue after a
     restart. Due schedules fire (`longtask schedule`), and the schedules those tasks
-    declare are registered at start. Actions need a bearer token (or X-Api-Key):
+    declare are registered at start. GET /metrics (Prometheus), /ok and /ready serve
+    monitoring (docs/howto/metrics.md). Actions need a bearer token (or X-Api-Key):
     $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...;
     off 127.0.0.1 a token is required."""
     from longtask.serve import run_server

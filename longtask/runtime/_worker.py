@@ -16,6 +16,9 @@ Every worker tries; row locks and the tick's thread id make it one thread per ti
 Workers route by definition: a job whose thread recorded a definition this worker's code
 lacks is handed back untouched, to wait for a worker that has it (``longtask.runtime._routing``);
 the heartbeat row says which definitions each worker serves.
+
+With ``--metrics-port`` a worker also serves ``/metrics``, ``/ok`` and ``/ready`` on a small
+HTTP server of its own (``WorkerMetrics``; see ``longtask.runtime._metrics``).
 """
 
 from __future__ import annotations
@@ -75,6 +78,59 @@ class Prune(Protocol):
     def run(self, runner: Any) -> Any: ...
 
 
+class WorkerMetrics:
+    """A worker's ``/metrics``, ``/ok`` and ``/ready`` on ``host:port``: the stored state's
+    counts every process reports, and this worker's own (jobs run, threads held now, the
+    queue wait of the jobs it started)."""
+
+    def __init__(self, worker: Worker, host: str, port: int) -> None:
+        from longtask.runtime._metrics import (
+            Readiness,
+            metrics_registry,
+            queue_wait_histogram,
+        )
+        from longtask.runtime._metrics_http import MetricsServer
+
+        self.worker = worker
+        self.registry = metrics_registry(worker.db)
+        self.queue_wait = queue_wait_histogram(self.registry)
+        self.registry.register(self)
+        self.server = MetricsServer(self.registry, Readiness(worker.db), host, port)
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        with self.worker._lock:
+            jobs, held = self.worker.jobs, len(self.worker.current)
+        yield CounterMetricFamily(
+            "longtask_worker_jobs", "Jobs this worker ran (threads advanced).", value=jobs
+        )
+        yield GaugeMetricFamily(
+            "longtask_worker_threads_running", "Threads this worker advances now.", value=held
+        )
+        yield CounterMetricFamily(
+            "longtask_worker_handed_back",
+            "Jobs this worker handed back for lack of the thread's definition.",
+            value=self.worker.routing.handed_back,
+        )
+
+    def started(self, job_id: int) -> None:
+        """Observe how long job ``job_id`` waited for a worker (one indexed read)."""
+        try:
+            waited = self.worker.db.store.job_wait(job_id)
+        except Exception:  # a metric is never worth a job
+            log.debug("could not read the queue wait of job %s", job_id, exc_info=True)
+            return
+        if waited is not None:
+            self.queue_wait.observe(waited)
+
+    def start(self) -> None:
+        self.server.start()
+
+    def close(self) -> None:
+        self.server.close()
+
+
 class Worker:
     """Runs the wake-up jobs of threads served by workers, with ``runner`` (made for this
     worker: its ``worker`` is the worker's name, see ``longtask.make_worker``); closes it
@@ -88,6 +144,7 @@ class Worker:
         queues: list[str] | None = None,
         stalled_after: float = 30.0,
         prune: Prune | None = None,
+        metrics: tuple[str, int] | None = None,
     ) -> None:
         if runner.worker is None:
             raise ValueError("a Worker needs a Runner made for it (Runner(..., worker=NAME))")
@@ -107,7 +164,13 @@ class Worker:
         self._lock = threading.Lock()
         self._worker_task: asyncio.Task[Any] | None = None
 
+        self.metrics: WorkerMetrics | None = None
+        if metrics is not None:
+            self.metrics = WorkerMetrics(self, *metrics)
+
         def advance(context: Any, thread_id: str) -> str:
+            if self.metrics is not None:
+                self.metrics.started(context.job.id)
             return self._job(thread_id, queue=context.job.queue or DEFAULT_QUEUE)
 
         def wake(context: Any, thread_id: str) -> str:
@@ -281,9 +344,13 @@ class Worker:
 
     def run(self) -> None:
         log.info("worker %s on queues %s", self.name, ", ".join(self.queues))
+        if self.metrics is not None:
+            self.metrics.start()
         try:
             asyncio.run(self._main())
         finally:
+            if self.metrics is not None:
+                self.metrics.close()
             with contextlib.suppress(Exception):
                 self.db.store.worker_stopped(self.name)
             self.runner.close()

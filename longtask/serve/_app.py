@@ -32,6 +32,13 @@ from longtask.errors import (
     describe_validation,
 )
 from longtask.ops._reports import report_name
+from longtask.runtime._metrics import (
+    CONTENT_TYPE,
+    READY_TIMEOUT,
+    Readiness,
+    exposition,
+    metrics_registry,
+)
 from longtask.serve._auth import Tokens
 from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
@@ -119,6 +126,7 @@ def create_app(
     to_workers: bool = False,
     schedule_poll: float | None = 5.0,
     cors_origins: Sequence[str] | None = None,
+    ready_timeout: float = READY_TIMEOUT,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
@@ -132,6 +140,7 @@ def create_app(
     seconds (None: never) due schedules fire; the registered tasks' declared schedules are
     registered when it starts. ``cors_origins``: the origins whose pages may call the API
     from a browser (None: loopback pages; see ``longtask.serve._cors``).
+    ``ready_timeout``: seconds ``GET /ready`` waits for the database before it answers 503.
     """
     auth = Tokens(tokens or {})
     hints = Hints(runner.db.url.raw)
@@ -368,6 +377,19 @@ def create_app(
     async def ok(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
+    # /ready and /ok need no token (a load balancer calls them): they name the parts that
+    # are not ready and nothing about threads. /metrics is read like the API's reads.
+    readiness = Readiness(runner.db, timeout=ready_timeout)
+    gauges = metrics_registry(runner.db)
+
+    async def ready(request: Request) -> Response:
+        is_ready, checks = await call(readiness.check)
+        return JSONResponse({"ready": is_ready, "checks": checks}, 200 if is_ready else 503)
+
+    async def metrics(request: Request) -> Response:
+        text = await call(exposition, gauges)
+        return Response(text, media_type=CONTENT_TYPE)
+
     # -- pages ---------------------------------------------------------------------------
 
     async def home(request: Request) -> Response:
@@ -424,6 +446,8 @@ def create_app(
         *lg_runs.routes(lg),
         Route("/info", info),
         Route("/ok", ok),
+        Route("/ready", ready),
+        Route("/metrics", reader(metrics)),
         Route("/api/threads", reader(list_threads)),
         Route("/api/schedules", reader(schedules_route(runner))),
         Route(api, reader(thread_status)),

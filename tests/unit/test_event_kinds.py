@@ -21,7 +21,7 @@ PAUSE_KIND = re.compile(r'f"\{kind\}\.([a-z_]+)"')
 #: file, OpenTelemetry span names and attributes
 NOT_KINDS = re.compile(
     r"longtask\.(runtime|ops|_runner|steps|serve|checkpointers|workers|events|advance|wake|token|db|json"
-    r"|run|step|pause|paused|model|model_call|tool_call)$"
+    r"|run|step|pause|paused|model|model_call|tool_call|metrics)$"
 )
 
 
