@@ -47,8 +47,8 @@ from langgraph.types import StateUpdate
 
 from longtask.errors import InvalidInput, LongTaskError, ThreadBusy
 from longtask.model import PauseStep
-from longtask.steps import INPUTS_CHANNEL, request_channel, result_channel
 from longtask.runtime._who import check_by
+from longtask.steps import INPUTS_CHANNEL, request_channel, result_channel
 from longtask.store import NewEvent
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 from longtask.store._values import TAG, to_json_bytes
