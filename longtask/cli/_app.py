@@ -95,7 +95,30 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-out = Console(highlight=False, soft_wrap=True)
+class _Out(Console):
+    """The CLI's standard output. When its reader goes away (``longtask run … | head -1``)
+    the command goes on without printing: rich's default ends the process with
+    ``SystemExit``, which, raised while a run reports a finished step, would fail the
+    thread. Whatever is running finishes as it would have; a note on stderr says so."""
+
+    def on_broken_pipe(self) -> None:
+        import os
+
+        self.quiet = True
+        # Later writes, by rich or print(), go nowhere instead of failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        thread = session["thread"]
+        going = f"; thread {thread} runs on without printing" if thread else ""
+        try:
+            sys.stderr.write(f"note: standard output was closed{going}\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+
+
+out = _Out(highlight=False, soft_wrap=True)
 
 DbOpt = Annotated[
     str | None,
