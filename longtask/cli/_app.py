@@ -95,6 +95,7 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
+
 class _Out(Console):
     """The CLI's standard output. When its reader goes away (``longtask run … | head -1``)
     the command goes on without printing: rich's default ends the process with

@@ -40,3 +40,46 @@ def test_a_closed_stdout_does_not_fail_the_thread(tmp_path: Path) -> None:
     assert "sys.exit" not in err
     status = run_cli("status", "pipe", "--json", db=url)
     assert '"status": "completed"' in status.stdout, status.stdout + status.stderr
+
+
+WAITS = """\
+from longtask import LongTask, Stage, function_step, wait_for
+
+
+@function_step
+def a(ctx):
+    return 1
+
+
+task = LongTask("drift_wait", stages=[Stage("one", [a]), Stage("ci", [wait_for("ci")])])
+"""
+
+
+def test_a_definition_change_refusal_names_commands_that_exist(tmp_path: Path) -> None:
+    """``signal`` on a thread whose definition changed (same version number) is refused
+    with commands that work: ``longtask migrate`` (pasted: a plan that says which
+    definitions it moves between, not "from version 1 to 1") and ``longtask resume
+    --allow-changed-definition`` — not an option ``signal`` does not have."""
+    url = f"sqlite:///{tmp_path / 'drift.db'}"
+    task_file = tmp_path / "drift_task.py"
+    task_file.write_text(WAITS)
+    env = {"PYTHONDONTWRITEBYTECODE": "1"}
+    paused = run_cli("run", f"{task_file}:task", "--thread", "dw", db=url, env=env)
+    assert paused.returncode == 3, paused.stdout + paused.stderr
+    task_file.write_text(WAITS.replace('Stage("one", [a])', 'Stage("first", [a])'))
+    refused = run_cli("signal", "dw", "ci", "--db", url, db="", env=env)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    err = " ".join(refused.stderr.split())
+    migrate = f"longtask migrate dw --db {url} --to 1 --by NAME --dry-run"
+    assert f"`{migrate}`" in err, err
+    assert f"`longtask resume dw --db {url} --allow-changed-definition`" in err, err
+    assert "signal" not in err, err
+    plan = run_cli(*migrate.replace("NAME", "alice").split()[1:], db="", env=env)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    first = plan.stdout.splitlines()[0]
+    assert first.startswith("thread dw: would move from version 1 (definition "), first
+    assert ") to version 1 (definition " in first, first
+    moved = run_cli(*migrate.replace("NAME", "alice").split()[1:-1], db="", env=env)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    done = run_cli("signal", "dw", "ci", "--db", url, db="", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
