@@ -111,7 +111,17 @@ def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None
                 f"  {escape(step.name)} item {failed['index']} failed: "
                 f"{escape(str(failed.get('error')))}"
             )
-    if st.worker:
+    if st.worker and st.worker_silent_for is not None:
+        after = st.worker_stalled_after
+        then = (
+            f"; another worker takes the thread over after {after:g}s of silence" if after else ""
+        )
+        out.print(
+            f"held by worker {escape(st.worker)}, [yellow]silent for "
+            f"{st.worker_silent_for:.0f}s[/yellow] (no heartbeat: stopped, hung or gone; "
+            f"progress is frozen){escape(then)}"
+        )
+    elif st.worker:
         out.print(f"held by worker {escape(st.worker)}")
     if st.schedule:
         from longtask.cli._schedule_text import schedule_lines

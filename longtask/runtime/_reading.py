@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -262,9 +263,21 @@ class Reads:
             created_at=rec.created_at,
             updated_at=rec.updated_at,
             worker=holder[0] if holder else None,
+            **self._silence(holder[0] if holder and rec.status == "running" else None),
             schedule=schedule_of(self.db.store, thread_id),
             usage=totals,
         )
+
+    def _silence(self, worker: str | None) -> dict[str, float | None]:
+        """How long the worker holding a running thread has been silent, if it missed its
+        beats: a status that says only "held by" shows frozen progress as if it ran."""
+        record = self.db.store.worker(worker) if worker else None
+        if record is None:
+            return {}
+        silent = record.silent_for(time.time())
+        if silent is None:
+            return {}
+        return {"worker_silent_for": round(silent, 1), "worker_stalled_after": record.stalled_after}
 
     def pending(self, thread_id: str, *, task: LongTask | None = None) -> list[Pending]:
         """What the thread is waiting for: approvals (with plan, hash, deadline, approvers)
