@@ -171,8 +171,8 @@ def workers(
         for w in rows:
             for thread in (w.current or "").split(","):
                 if thread:
-                    held = store.lease_holder(thread)
-                    mine = held is not None and held[0] == w.name
+                    lease = store.lease_holder(thread)
+                    mine = lease is not None and lease[0] == w.name
                     (holding if mine else lost).setdefault(w.name, []).append(thread)
     if json_:
         print(
