@@ -4,9 +4,12 @@ met in the first hour and what they should have met instead."""
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from conftest import run_cli
 
@@ -83,3 +86,53 @@ def test_a_definition_change_refusal_names_commands_that_exist(tmp_path: Path) -
     assert moved.returncode == 0, moved.stdout + moved.stderr
     done = run_cli("signal", "dw", "ci", "--db", url, db="", env=env)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _line_within(stream: Any, seconds: float) -> str:
+    ready, _, _ = select.select([stream], [], [], seconds)
+    assert ready, f"nothing printed within {seconds}s"
+    return str(stream.readline())
+
+
+def test_watch_piped_prints_a_line_per_change_as_it_happens(tmp_path: Path) -> None:
+    """``watch`` piped to a file or ``| tee`` printed nothing until the thread ended (a
+    live view redraws in place, which only a terminal shows): it prints a line per change
+    as it happens. The thread's second step waits for a file; the lines about its first
+    step must arrive before that file exists."""
+    url = f"sqlite:///{tmp_path / 'watch.db'}"
+    go = tmp_path / "go"
+    env = {**os.environ, "LT_PC_GO": str(go)}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "longtask", "run", TASK, "--thread", "w", "--db", url],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    watch = None
+    try:
+        deadline = time.monotonic() + 60
+        while "step.started" not in run_cli("events", "w", "--kind", "step.started", db=url).stdout:
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.1)
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "longtask", "watch", "w", "--db", url],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert watch.stdout is not None
+        seen = [_line_within(watch.stdout, 60)]
+        while not any("step.completed one/first" in ln for ln in seen):
+            seen.append(_line_within(watch.stdout, 60))
+        assert seen[0].startswith("thread w: running"), seen
+        assert not go.exists() and run.poll() is None  # the thread has not ended
+        go.touch()
+        rest, _ = watch.communicate(timeout=120)
+        assert watch.returncode == 0, rest
+        assert "longtask.completed" in rest, rest
+    finally:
+        go.touch()
+        run.wait(120)
+        if watch is not None and watch.poll() is None:
+            watch.kill()
