@@ -88,10 +88,19 @@ def test_a_definition_change_refusal_names_commands_that_exist(tmp_path: Path) -
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _line_within(stream: Any, seconds: float) -> str:
-    ready, _, _ = select.select([stream], [], [], seconds)
-    assert ready, f"nothing printed within {seconds}s"
-    return str(stream.readline())
+def _read_until(stream: Any, text: str, seconds: float) -> str:
+    """What ``stream`` printed until it holds ``text`` (fails after ``seconds``); read in
+    raw chunks, so output without a newline cannot hang the test."""
+    got = b""
+    deadline = time.monotonic() + seconds
+    while text.encode() not in got:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([stream], [], [], max(left, 0))
+        assert ready, f"{text!r} not printed within {seconds}s; printed: {got!r}"
+        chunk = os.read(stream.fileno(), 65536)
+        assert chunk, f"output ended without {text!r}: {got!r}"
+        got += chunk
+    return got.decode()
 
 
 def test_watch_piped_prints_a_line_per_change_as_it_happens(tmp_path: Path) -> None:
@@ -118,19 +127,15 @@ def test_watch_piped_prints_a_line_per_change_as_it_happens(tmp_path: Path) -> N
             [sys.executable, "-m", "longtask", "watch", "w", "--db", url],
             env=env,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+            stderr=subprocess.DEVNULL,
         )
         assert watch.stdout is not None
-        seen = [_line_within(watch.stdout, 60)]
-        while not any("step.completed one/first" in ln for ln in seen):
-            seen.append(_line_within(watch.stdout, 60))
-        assert seen[0].startswith("thread w: running"), seen
+        seen = _read_until(watch.stdout, "step.completed one/first", 30)
+        assert seen.startswith("thread w: running"), seen
         assert not go.exists() and run.poll() is None  # the thread has not ended
         go.touch()
-        rest, _ = watch.communicate(timeout=120)
-        assert watch.returncode == 0, rest
-        assert "longtask.completed" in rest, rest
+        rest = _read_until(watch.stdout, "longtask.completed", 60)
+        assert watch.wait(60) == 0, rest
     finally:
         go.touch()
         run.wait(120)
