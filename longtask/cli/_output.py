@@ -374,10 +374,13 @@ def print_usage(out: Console, st: ThreadStatus) -> None:
         out.print(f"budget left: {left}")
 
 
-def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
+def print_history(
+    out: Console, views: Sequence[CheckpointView], notes: Sequence[str] | None = None
+) -> None:
     """A table that fits the console: optional columns go first (LangGraph's source and step
     number, then the year of the time, then the stages); then the list of completed
-    steps wraps. The full checkpoint id always shows: `show` and `fork` need it."""
+    steps and the notes wrap. The full checkpoint id always shows: `show` and `fork` need
+    it."""
     columns: dict[str, list[str]] = {
         "checkpoint": [v.checkpoint_id for v in views],
         "step": [str(v.step) for v in views],
@@ -387,6 +390,8 @@ def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
         "stage": [escape(", ".join(v.stages)) for v in views],
         "done": [f"{v.done}/{v.total}" for v in views],
     }
+    if notes and any(notes):
+        columns["note"] = [escape(n) for n in notes]
 
     def width(names: list[str]) -> int:
         # two spaces between columns (box=None pads each cell by one on either side)
@@ -402,7 +407,7 @@ def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
             names.remove(drop)
     table = Table(box=None, pad_edge=False)
     for name in names:
-        wraps = name in ("completed", "stage")
+        wraps = name in ("completed", "stage", "note")
         table.add_column(
             name,
             no_wrap=not wraps,

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from longtask import LongTask, Stage, StepContext, function_step
+from longtask import LongTask, Stage, StepContext, approval, function_step
 
 
 @function_step
@@ -29,4 +29,20 @@ task = LongTask(
     name="papercuts",
     version="1",
     stages=[Stage("one", [first]), Stage("two", [second])],
+)
+
+
+def _plan(ctx: StepContext) -> dict[str, int]:
+    return {"first": ctx.result("first")}
+
+
+#: first -> an approval of a plan made from first's result -> second
+gated = LongTask(
+    name="papercuts_gated",
+    version="1",
+    stages=[
+        Stage("one", [first]),
+        Stage("gate", [approval("ok", plan=_plan)]),
+        Stage("two", [second]),
+    ],
 )

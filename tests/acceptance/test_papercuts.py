@@ -141,3 +141,30 @@ def test_watch_piped_prints_a_line_per_change_as_it_happens(tmp_path: Path) -> N
         run.wait(120)
         if watch is not None and watch.poll() is None:
             watch.kill()
+
+
+def test_history_says_why_each_checkpoint_is_there(tmp_path: Path) -> None:
+    """``history`` showed an approval as two unexplained rows, and no fork point or branch;
+    ``branches`` printed "1 checkpoints"."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    gated = f"{HERE / 'papercuts_task.py'}:gated"
+    paused = run_cli("run", gated, "--thread", "h", "--db", url, db="")
+    assert paused.returncode == 3, paused.stdout + paused.stderr
+    approved = run_cli("approve", "h", "ok", "--by", "alice", "--db", url, db="")
+    assert approved.returncode == 0, approved.stdout + approved.stderr
+    wide = {"COLUMNS": "200"}
+    shown = run_cli("history", "h", "--db", url, db="", env=wide).stdout
+    rows = [ln for ln in shown.splitlines() if " ok " in f" {ln} "]
+    assert len(rows) == 2, shown
+    assert rows[0].rstrip().endswith("ok: approval answered"), shown
+    assert rows[1].rstrip().endswith("ok: approval asked"), shown
+    # fork at the checkpoint that completed `first`: a branch of one checkpoint
+    (at,) = [ln.split()[0] for ln in shown.splitlines() if " first " in f" {ln} "]
+    forked = run_cli("fork", "h", at, "--set", "first=5", "--db", url, db="")
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    branches = run_cli("branches", "h", "--db", url, db="").stdout
+    assert "1 checkpoint " in branches and "1 checkpoints" not in branches, branches
+    after = run_cli("history", "h", "--db", url, db="", env=wide).stdout
+    (fork_row,) = [ln for ln in after.splitlines() if ln.startswith(at)]
+    assert "fork point" in fork_row, after
+    assert "other branch" in after, after
