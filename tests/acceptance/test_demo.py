@@ -152,6 +152,9 @@ def test_demo_crash_in_verify_then_resume(tmp_path: Path) -> None:
         assert recovered.data["abandoned"] == ["verify"], recovered.data
         started = [e for e in runner.events(thread, kinds=["step.started"]) if e.step == "verify"]
         assert [e.attempt for e in started][:2] == [1, 2], started
+        # and in the report's errors, not "no errors"
+        report = runner.report(thread, tmp_path / "report.md").read_text()
+        assert "| verify | 1 | process died | abandoned |" in report, report
     # A finished demo is not run again in its directory: it says what it did.
     again = run_cli("demo", "--dir", str(root), "--yes", db=db)
     assert again.returncode == 0, again.stdout + again.stderr

@@ -168,3 +168,13 @@ def test_history_says_why_each_checkpoint_is_there(tmp_path: Path) -> None:
     (fork_row,) = [ln for ln in after.splitlines() if ln.startswith(at)]
     assert "fork point" in fork_row, after
     assert "other branch" in after, after
+
+
+def test_a_report_without_model_calls_has_no_empty_cost_chart(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    ran = run_cli("run", TASK, "--thread", "r", "--db", url, db="")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    made = run_cli("report", "r", "-o", str(tmp_path / "r.md"), "--db", url, db="")
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert sorted(p.name for p in (tmp_path / "r-files").iterdir()) == ["timeline.png"]
+    assert "## Cost over time" not in (tmp_path / "r.md").read_text()
