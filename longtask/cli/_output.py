@@ -298,7 +298,7 @@ def print_threads(out: Console, threads: Sequence[ThreadCost], *, wide: bool = F
             "thread": t.thread_id,
             "task": t.task_name,
             "version": t.task_version,
-            "status": t.status,
+            "status": t.status + (" (no process)" if t.active is False else ""),
             "cost": money(t.cost),
             "tokens": str(t.tokens),
             "age": age(t.age),

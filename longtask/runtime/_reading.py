@@ -202,12 +202,13 @@ class Reads:
             if c[:4] == "fix." and isinstance(v, dict) and v.get("round")
         }
         holder = self.db.store.lease_holder(thread_id) if rec.mode == "worker" else None
-        # A worker holds a lease; a single process its writer lock (released when it dies,
-        # where its lease row stays until the next advance takes a new epoch).
-        active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
+        active = rec.status == "running" and self._advanced(rec, holder)
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
         layout = step_layout(rec.definition)
-        totals, used = read_usage(self.db.store, rec, layout.names) if usage else (None, {})
+        stopped = rec.status == "running" and not active
+        totals, used = (
+            read_usage(self.db.store, rec, layout.names, stopped=stopped) if usage else (None, {})
+        )
         running = rec.status == "running"
         steps: list[StepState] = []
         current: str | None = None
@@ -267,6 +268,12 @@ class Reads:
             schedule=schedule_of(self.db.store, thread_id),
             usage=totals,
         )
+
+    def _advanced(self, rec: ThreadRecord, holder: tuple[str, int] | None) -> bool:
+        """Whether a process advances the thread now. A worker holds a lease; a single
+        process its writer lock (released when it dies, where its lease row stays until the
+        next advance takes a new epoch)."""
+        return holder is not None or self.db.is_locked(rec.thread_id)
 
     def _silence(self, worker: str | None) -> dict[str, float | None]:
         """How long the worker holding a running thread has been silent, if it missed its
@@ -393,4 +400,11 @@ class Reads:
         expensive first) or ``age`` (oldest first). Two queries, whatever the number of
         threads."""
         records = self.db.store.list_threads(limit=limit, status=status, sort=sort, task=task)
-        return with_costs(records, self.db.store.costs_of([r.thread_id for r in records]))
+        listed = with_costs(records, self.db.store.costs_of([r.thread_id for r in records]))
+        # A running thread that no process advances (its process died or was stopped) says
+        # so, as status does: a lock or lease check per running thread, none for the rest.
+        for rec, item in zip(records, listed, strict=True):
+            if rec.status == "running":
+                holder = self.db.store.lease_holder(rec.thread_id) if rec.mode == "worker" else None
+                item.active = self._advanced(rec, holder)
+        return listed

@@ -97,13 +97,16 @@ def thread_usage(
 
 
 def read_usage(
-    store: Any, rec: ThreadRecord, declared: AbstractSet[str]
+    store: Any, rec: ThreadRecord, declared: AbstractSet[str], *, stopped: bool = False
 ) -> tuple[ThreadUsage, dict[str, StepUsage]]:
-    """The thread's usage and each step's: two indexed reads."""
+    """The thread's usage and each step's: two indexed reads. ``stopped``: the thread says
+    running but no process advances it (the one that did died)."""
     now = datetime.now(UTC)
     # A run still open when the thread ended (the step a cancel cut off, or a crashed
-    # process's) counts up to the end, as the thread's total does, not on and on.
-    at = rec.updated_at.timestamp() if rec.status in FINISHED else now.timestamp()
+    # process's) counts up to the end, as the thread's total does, not on and on; so does
+    # the run of a dead process (up to the thread's last update: when it died is unknown).
+    ended = rec.status in FINISHED or stopped
+    at = rec.updated_at.timestamp() if ended else now.timestamp()
     rows: dict[str, StepUsage] = {}
     # one row per step (Store.usage: step, then USAGE_KEYS in order); a run under way
     # counts up to now. Unpacked here, not in a helper: status reads one per step of

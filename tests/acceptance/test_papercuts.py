@@ -3,6 +3,7 @@ met in the first hour and what they should have met instead."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import subprocess
@@ -178,3 +179,36 @@ def test_a_report_without_model_calls_has_no_empty_cost_chart(tmp_path: Path) ->
     assert made.returncode == 0, made.stdout + made.stderr
     assert sorted(p.name for p in (tmp_path / "r-files").iterdir()) == ["timeline.png"]
     assert "## Cost over time" not in (tmp_path / "r.md").read_text()
+
+
+def test_a_thread_whose_process_died_is_shown_stopped(tmp_path: Path) -> None:
+    """The process running ``second`` is killed: ``ls`` said ``running`` (``status`` knew no
+    process advanced it), and the dead step's wall time went on counting in ``status``."""
+    url = f"sqlite:///{tmp_path / 'dead.db'}"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "longtask", "run", TASK, "--thread", "dead", "--db", url],
+        env={**os.environ, "LT_PC_GO": str(tmp_path / "never")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while (
+            "two/second" not in run_cli("events", "dead", "--kind", "step.started", db=url).stdout
+        ):
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.1)
+    finally:
+        run.kill()
+        run.wait(60)
+    listed = run_cli("ls", "--db", url, db="", env={"COLUMNS": "120"})
+    assert "running (no process)" in listed.stdout, listed.stdout + listed.stderr
+
+    def second_wall() -> float:
+        shown = run_cli("status", "dead", "--json", "--db", url, db="")
+        steps = {s["name"]: s for s in json.loads(shown.stdout)["steps"]}
+        return float(steps["second"]["usage"]["wall_time"])
+
+    before = second_wall()
+    time.sleep(1.1)  # long enough for a clock that counts on to show it
+    assert second_wall() == before
