@@ -348,7 +348,11 @@ def print_usage(out: Console, st: ThreadStatus) -> None:
     if rows:
         table = Table(box=None, pad_edge=False)
         for col in ("step", "wall time", "attempts", "tokens", "cost", "model calls", "tool calls"):
-            table.add_column(col, justify="left" if col == "step" else "right")
+            # a step's name is never cut or wrapped (it is what a user types next); the
+            # headers of the numbers wrap first
+            table.add_column(
+                col, justify="left" if col == "step" else "right", no_wrap=col == "step"
+            )
         for name, u in rows:
             assert u is not None
             table.add_row(

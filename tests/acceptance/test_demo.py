@@ -155,6 +155,11 @@ def test_demo_crash_in_verify_then_resume(tmp_path: Path) -> None:
         # and in the report's errors, not "no errors"
         report = runner.report(thread, tmp_path / "report.md").read_text()
         assert "| verify | 1 | process died | abandoned |" in report, report
+    # Issue 45: at 80 columns the fix agent's usage row is one line, its name whole.
+    shown = run_cli("status", thread, db=db, env={"COLUMNS": "80"})
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    (fixer,) = [ln for ln in shown.stdout.splitlines() if ln.startswith("fix_tests")]
+    assert fixer.startswith("fix_tests (fix agent) "), shown.stdout
     # A finished demo is not run again in its directory: it says what it did.
     again = run_cli("demo", "--dir", str(root), "--yes", db=db)
     assert again.returncode == 0, again.stdout + again.stderr
