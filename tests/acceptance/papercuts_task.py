@@ -46,3 +46,16 @@ gated = LongTask(
         Stage("two", [second]),
     ],
 )
+
+
+@function_step
+def hold(ctx: StepContext) -> int:
+    return second.fn(ctx)  # type: ignore[no-any-return]
+
+
+#: hold (waits for LT_PC_GO) -> first and second side by side
+held = LongTask(
+    name="papercuts_held",
+    version="1",
+    stages=[Stage("one", [hold]), Stage("two", [first, second])],
+)

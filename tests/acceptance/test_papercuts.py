@@ -212,3 +212,34 @@ def test_a_thread_whose_process_died_is_shown_stopped(tmp_path: Path) -> None:
     before = second_wall()
     time.sleep(1.1)  # long enough for a clock that counts on to show it
     assert second_wall() == before
+
+
+def test_steps_a_cancel_kept_from_running_get_no_usage_row(tmp_path: Path) -> None:
+    """Cancelled while ``hold`` ran, the thread stops before ``first`` and ``second`` run
+    their code; they were recorded as started and listed with a usage row all the same."""
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    go = tmp_path / "go"
+    held = f"{HERE / 'papercuts_task.py'}:held"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "longtask", "run", held, "--thread", "c", "--db", url],
+        env={**os.environ, "LT_PC_GO": str(go)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "one/hold" not in run_cli("events", "c", "--kind", "step.started", db=url).stdout:
+            assert time.monotonic() < deadline and run.poll() is None
+            time.sleep(0.1)
+        cancelled = run_cli("cancel", "c", "--db", url, db="")
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    finally:
+        go.touch()
+        run.wait(120)
+    shown = json.loads(run_cli("status", "c", "--json", "--db", url, db="").stdout)
+    assert shown["status"] == "cancelled", shown
+    steps = {s["name"]: s for s in shown["steps"]}
+    assert steps["hold"]["usage"] is not None
+    assert steps["first"]["usage"] is None and steps["second"]["usage"] is None, steps
+    started = run_cli("events", "c", "--kind", "step.started", db=url).stdout
+    assert "two/" not in started, started
