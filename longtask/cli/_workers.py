@@ -153,7 +153,7 @@ def workers(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Live workers: host, pid, heartbeat, threads running, jobs done, versions.
+    """Live workers: heartbeat, threads held, jobs done, versions.
 
     A worker serves the definitions its code has loaded so far (it loads a task the first
     time one of its jobs needs it); it hands back the jobs of threads whose definition it
