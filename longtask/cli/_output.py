@@ -344,7 +344,7 @@ def print_usage(out: Console, st: ThreadStatus) -> None:
     if usage is None:
         return
     rows = [(s.name, s.usage) for s in st.steps if s.usage is not None]
-    rows += [(f"{name} (fix agent)", u) for name, u in usage.other.items()]
+    rows += [(usage.other_label(name), u) for name, u in usage.other.items()]
     if rows:
         table = Table(box=None, pad_edge=False)
         for col in ("step", "wall time", "attempts", "tokens", "cost", "model calls", "tool calls"):

@@ -219,8 +219,8 @@ def build(
         steps.rows.append(
             [
                 "",
-                f"{name} (fix agent)",
-                "agent",
+                usage.other_label(name) if usage else name,
+                "agent" if usage and name in usage.fix_agents else "",
                 "",
                 _at(u["started_at"]),
                 seconds(u["wall_time"]),

@@ -565,7 +565,10 @@ function renderUsage(st) {
     LIMIT_NAMES[n] + " " + Number((u.left[n] || 0).toFixed(6)) + " of " + u.limits[n]
   ).join(", ") : "no budget limits";
   const rows = st.steps.filter((s) => s.usage).map((s) => [s.name, s.usage]);
-  for (const [name, v] of Object.entries(u.other || {})) rows.push([name + " (fix agent)", v]);
+  for (const [name, v] of Object.entries(u.other || {})) {
+    const fixer = (u.fix_agents || []).includes(name);
+    rows.push([name + (fixer ? " (fix agent)" : " (removed step)"), v]);
+  }
   $("cost-steps").replaceChildren(...rows.map(([name, v]) => {
     const tr = el("tr");
     tr.dataset.step = name;

@@ -236,3 +236,7 @@ def test_a_renamed_step_keeps_its_usage_under_its_new_name(runner: Runner) -> No
     prepare = next(s for s in after.steps if s.name == "prepare").usage
     assert prepare is not None and prepare["attempts"] == 1
     assert prepare["wall_time"] == prep["wall_time"]
+    # the dropped step's row stays (what it used is part of the thread's cost), named for
+    # what it is: not a fix agent
+    assert after.usage.other_label("old_only") == "old_only (removed step)"
+    assert after.usage.fix_agents == []
