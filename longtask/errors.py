@@ -124,18 +124,37 @@ class TooLateToCancel(NothingToResume):
 class DefinitionChanged(LongTaskError):
     """The task definition differs from the one the thread started with."""
 
-    def __init__(self, thread_id: str, old_hash: str, new_hash: str, changes: Sequence[str]):
+    def __init__(
+        self,
+        thread_id: str,
+        old_hash: str,
+        new_hash: str,
+        changes: Sequence[str],
+        to_version: str | None = None,
+    ):
+        import shlex
+
         self.thread_id = thread_id
         self.old_hash = old_hash
         self.new_hash = new_hash
         self.changes = list(changes)
         lines = "\n".join(f"  - {c}" for c in self.changes)
+        thread = shlex.quote(thread_id)
+        version = shlex.quote(to_version) if to_version is not None else "VERSION"
+        # Every caller that continues a thread (resume, approve, reject, signal, an answer)
+        # meets this: name the command that moves the thread, and the escape hatch with the
+        # one command that has it (`resume`), not an option the caller may lack.
         super().__init__(
             f"thread {thread_id!r} started with definition {old_hash[:12]}, but the task is "
             f"now {new_hash[:12]}:\n{lines}\n"
-            "Resuming could skip or repeat work. Restore the old definition, or pass "
-            "--allow-changed-definition (Runner.resume(..., allow_changed_definition=True)) "
-            "if the change is safe for this thread."
+            "Continuing it as it is could skip or repeat work. Move the thread to the new "
+            "definition, checked and recorded: see the plan with "
+            f"`longtask migrate {thread} --to {version} --by NAME --dry-run`, then run it "
+            "without --dry-run. Or keep the old definition in the code beside the new one "
+            "(versions(new, old)). Or, if the change is safe for this thread, go on "
+            f"unchecked with `longtask resume {thread} --allow-changed-definition` (add "
+            "--resume JSON to answer its pause; Runner.resume(..., "
+            "allow_changed_definition=True)), recorded as a definition.forced event."
         )
 
 

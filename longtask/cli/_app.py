@@ -40,7 +40,7 @@ from longtask.cli._values import jsonable, render, render_text
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
-    from longtask.runtime import Reader
+    from longtask.runtime import Reader, ThreadStatus
     from longtask.store import Event
 
 
@@ -96,7 +96,31 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database maintenance.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-out = Console(highlight=False, soft_wrap=True)
+
+class _Out(Console):
+    """The CLI's standard output. When its reader goes away (``longtask run … | head -1``)
+    the command goes on without printing: rich's default ends the process with
+    ``SystemExit``, which, raised while a run reports a finished step, would fail the
+    thread. Whatever is running finishes as it would have; a note on stderr says so."""
+
+    def on_broken_pipe(self) -> None:
+        import os
+
+        self.quiet = True
+        # Later writes, by rich or print(), go nowhere instead of failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        thread = session["thread"]
+        going = f"; thread {thread} runs on without printing" if thread else ""
+        try:
+            sys.stderr.write(f"note: standard output was closed{going}\n")
+            sys.stderr.flush()
+        except OSError:
+            pass
+
+
+out = _Out(highlight=False, soft_wrap=True)
 
 DbOpt = Annotated[
     str | None,
@@ -621,6 +645,18 @@ def watch(
             if json_:
                 for e in runner.follow(thread_id, stop_when_paused=True):
                     print(json.dumps(e.to_json()), flush=True)
+            elif not out.is_terminal:
+                # Piped to a file or `| tee`: a live view redraws in place, which only a
+                # terminal shows; this prints a line per change as it happens, then the view.
+                first = runner.status(thread_id, usage=False)
+                out.print(f"thread {escape(thread_id)}: {first.status}, {_done_of(first)}")
+                for e in runner.follow(thread_id, stop_when_paused=True):
+                    state.add(e)
+                    out.print(_change_line(e, runner.status(thread_id, usage=False)))
+                last = runner.status(thread_id, usage=False)
+                out.print(render(last, state, quiet_after, waiting=False))
+                for line in waiting_lines(last):
+                    out.print(escape(line))  # whole, however wide: these are pasted
             else:
                 with Live(
                     render(runner.status(thread_id, usage=False), state, quiet_after),
@@ -641,6 +677,21 @@ def watch(
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
         raise typer.Exit(status_exit_code(runner.status(thread_id).status))
+
+
+def _done_of(st: ThreadStatus) -> str:
+    return f"{st.done}/{len(st.steps)} steps done"
+
+
+def _change_line(e: Event, st: ThreadStatus) -> str:
+    """One event as ``watch`` prints it when not on a terminal: when, what, where, and how
+    far the thread is then."""
+    where = "/".join(p for p in (e.stage, e.step) if p)
+    attempt = f" #{e.attempt}" if e.attempt else ""
+    return (
+        f"{e.ts:%H:%M:%S} {escape(e.kind)} {escape(where)}{attempt}".rstrip()
+        + f"  ({st.status}, {_done_of(st)})"
+    )
 
 
 @app.command()

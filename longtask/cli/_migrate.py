@@ -244,10 +244,13 @@ def _show(plans: list[MigrationPlan], dry_run: bool, json_: bool, *, many: bool)
             verb = "would be refused" if dry_run else "refused"
         else:
             verb = "would move" if dry_run else "moved"
-        out.print(
-            f"thread {escape(plan.thread_id)}: {verb} from version {escape(str(plan.from_version))}"
-            f" to {escape(plan.to_version)}"
-        )
+        before, after = f"version {plan.from_version}", f"version {plan.to_version}"
+        if plan.from_version == plan.to_version:
+            # the same version number on another definition (changed without a new version)
+            before += f" (definition {plan.from_hash[:12]})"
+            after += f" (definition {plan.to_hash[:12]})"
+        moves = f"thread {plan.thread_id}: {verb} from {before} to {after}"
+        out.print(escape(moves))
         for line in _plan_lines(plan):
             out.print(escape(line))
     if dry_run and any(p.ok for p in plans):

@@ -111,7 +111,17 @@ def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None
                 f"  {escape(step.name)} item {failed['index']} failed: "
                 f"{escape(str(failed.get('error')))}"
             )
-    if st.worker:
+    if st.worker and st.worker_silent_for is not None:
+        after = st.worker_stalled_after
+        then = (
+            f"; another worker takes the thread over after {after:g}s of silence" if after else ""
+        )
+        out.print(
+            f"held by worker {escape(st.worker)}, [yellow]silent for "
+            f"{st.worker_silent_for:.0f}s[/yellow] (no heartbeat: stopped, hung or gone; "
+            f"progress is frozen){escape(then)}"
+        )
+    elif st.worker:
         out.print(f"held by worker {escape(st.worker)}")
     if st.schedule:
         from longtask.cli._schedule_text import schedule_lines
@@ -295,7 +305,7 @@ def print_threads(out: Console, threads: Sequence[ThreadCost], *, wide: bool = F
             "thread": t.thread_id,
             "task": t.task_name,
             "version": t.task_version,
-            "status": t.status,
+            "status": t.status + (" (no process)" if t.active is False else ""),
             "cost": money(t.cost),
             "tokens": str(t.tokens),
             "age": age(t.age),
@@ -341,11 +351,15 @@ def print_usage(out: Console, st: ThreadStatus) -> None:
     if usage is None:
         return
     rows = [(s.name, s.usage) for s in st.steps if s.usage is not None]
-    rows += [(f"{name} (fix agent)", u) for name, u in usage.other.items()]
+    rows += [(usage.other_label(name), u) for name, u in usage.other.items()]
     if rows:
         table = Table(box=None, pad_edge=False)
         for col in ("step", "wall time", "attempts", "tokens", "cost", "model calls", "tool calls"):
-            table.add_column(col, justify="left" if col == "step" else "right")
+            # a step's name is never cut or wrapped (it is what a user types next); the
+            # headers of the numbers wrap first
+            table.add_column(
+                col, justify="left" if col == "step" else "right", no_wrap=col == "step"
+            )
         for name, u in rows:
             assert u is not None
             table.add_row(
@@ -371,10 +385,13 @@ def print_usage(out: Console, st: ThreadStatus) -> None:
         out.print(f"budget left: {left}")
 
 
-def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
+def print_history(
+    out: Console, views: Sequence[CheckpointView], notes: Sequence[str] | None = None
+) -> None:
     """A table that fits the console: optional columns go first (LangGraph's source and step
     number, then the year of the time, then the stages); then the list of completed
-    steps wraps. The full checkpoint id always shows: `show` and `fork` need it."""
+    steps and the notes wrap. The full checkpoint id always shows: `show` and `fork` need
+    it."""
     columns: dict[str, list[str]] = {
         "checkpoint": [v.checkpoint_id for v in views],
         "step": [str(v.step) for v in views],
@@ -384,6 +401,8 @@ def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
         "stage": [escape(", ".join(v.stages)) for v in views],
         "done": [f"{v.done}/{v.total}" for v in views],
     }
+    if notes and any(notes):
+        columns["note"] = [escape(n) for n in notes]
 
     def width(names: list[str]) -> int:
         # two spaces between columns (box=None pads each cell by one on either side)
@@ -399,7 +418,7 @@ def print_history(out: Console, views: Sequence[CheckpointView]) -> None:
             names.remove(drop)
     table = Table(box=None, pad_edge=False)
     for name in names:
-        wraps = name in ("completed", "stage")
+        wraps = name in ("completed", "stage", "note")
         table.add_column(
             name,
             no_wrap=not wraps,

@@ -36,8 +36,23 @@ def _firing_hint(runner: Runner) -> str:
     named = f"sqlite:///{url.path.resolve()}" if url.path is not None else url.redacted
     return (
         f"fired by `{cmd('longtask serve')}` while it runs, or by `{cmd('longtask tick')}` from "
-        f"the system's crontab: * * * * * longtask tick --db {shlex.quote(named)}"
+        f"the system's crontab: * * * * * {_this_longtask()} tick --db {shlex.quote(named)}"
     )
+
+
+def _this_longtask() -> str:
+    """The running ``longtask`` by its absolute path: cron's PATH is /usr/bin:/bin, where a
+    virtualenv's (or pipx's, or ~/.local's) ``longtask`` is not found."""
+    import sys
+    from pathlib import Path
+
+    beside = Path(sys.executable).parent / "longtask"
+    if beside.is_file():
+        return shlex.quote(str(beside.absolute()))
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "longtask" and argv0.is_file():
+        return shlex.quote(str(argv0.absolute()))
+    return f"{shlex.quote(sys.executable)} -m longtask"
 
 
 def _line(rec: ScheduleRecord) -> str:

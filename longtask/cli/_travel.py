@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -20,8 +20,13 @@ from longtask.cli._app import (
     out,
 )
 from longtask.cli._hints import cmd
-from longtask.cli._output import print_history
+from longtask.cli._output import plural, print_history
 from longtask.cli._values import jsonable, render
+
+if TYPE_CHECKING:
+    from longtask.runtime import ThreadStatus
+    from longtask.runtime._views import CheckpointView
+    from longtask.store import Event
 
 ThreadArg = Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")]
 CheckpointArg = Annotated[str, typer.Argument(metavar="CHECKPOINT", help="A checkpoint id.")]
@@ -73,10 +78,76 @@ def history(
         return
     with _reader(db) as runner:
         views = runner.history(thread_id, limit=limit, step=step, stage=stage, before=before)
-    if json_:
-        print(json.dumps([v.model_dump() for v in views], indent=2))
-    else:
-        print_history(out, views)
+        if json_:
+            print(json.dumps([v.model_dump() for v in views], indent=2))
+            return
+        st = runner.status(thread_id, usage=False)
+        events = runner.events(thread_id, kinds=_NOTED)
+    print_history(out, views, _notes(views, st, events))
+
+
+#: events that say why a checkpoint is there (shown beside the first one after them)
+_NOTED = (
+    "longtask.recovered",
+    "manual.fork",
+    "manual.retry",
+    "manual.skip",
+    "manual.goto",
+    "definition.migrated",
+    "definition.forced",
+)
+
+
+def _notes(views: list[CheckpointView], st: ThreadStatus, events: list[Event]) -> list[str]:
+    """Why each checkpoint is there, where the table alone does not say: a pause's two
+    checkpoints (its request, then its answer), a resume after a crash, a fork point and
+    the checkpoints of another branch than the thread's current one."""
+    pauses = {s.name: s.kind for s in st.steps if s.kind in ("approval", "wait")}
+    notes: dict[str, list[str]] = {v.checkpoint_id: [] for v in views}
+    seen: set[str] = set()
+    oldest_first = sorted(views, key=lambda v: (v.created_at or "", v.step or 0))
+    for v in oldest_first:
+        for name in v.completed:
+            if name not in pauses:
+                continue
+            what = "approval" if pauses[name] == "approval" else "wait"
+            if name in seen:
+                notes[v.checkpoint_id].append(f"{name}: {what} answered")
+            else:
+                seen.add(name)
+                notes[v.checkpoint_id].append(f"{name}: {what} asked")
+    for e in events:
+        at = e.ts.isoformat()
+        after = next((v for v in oldest_first if (v.created_at or "") >= at), None)
+        if after is None:
+            continue
+        if e.kind == "longtask.recovered":
+            dead = ", ".join((e.data or {}).get("abandoned") or []) or "no step"
+            text = f"resumed after a crash (abandoned: {dead})"
+        elif e.kind == "manual.fork":
+            text = "first checkpoint of a fork"
+        else:
+            text = e.kind.replace("manual.", "after ").replace("definition.", "definition ")
+        notes[after.checkpoint_id].append(text)
+    # Branches: the current line is the head's ancestry; a checkpoint with two children
+    # shown is where a fork left it.
+    parent = {v.checkpoint_id: v.parent_id for v in views}
+    line: set[str] = set()
+    at_: str | None = st.checkpoint_id
+    while at_ is not None and at_ in parent and at_ not in line:
+        line.add(at_)
+        at_ = parent[at_]
+    children: dict[str, int] = {}
+    for v in views:
+        if v.parent_id:
+            children[v.parent_id] = children.get(v.parent_id, 0) + 1
+    whole_line = at_ is None  # the head's line is listed down to the first checkpoint
+    for v in views:
+        if children.get(v.checkpoint_id, 0) > 1:
+            notes[v.checkpoint_id].append("fork point")
+        if whole_line and line and v.checkpoint_id not in line:
+            notes[v.checkpoint_id].append("other branch")
+    return ["; ".join(notes[v.checkpoint_id]) for v in views]
 
 
 def _show_value(value: Any, pad: str = "  ") -> str:
@@ -141,7 +212,7 @@ def branches(thread_id: ThreadArg, json_: JsonOpt = False, db: DbOpt = None) -> 
     for b in found:
         mark = "*" if b.current else " "
         origin = f"forked from {b.forked_from}" if b.forked_from else "original"
-        out.print(f"{mark} {b.head}  {b.length} checkpoints  {origin}")
+        out.print(f"{mark} {b.head}  {plural(b.length, 'checkpoint')}  {origin}")
 
 
 @app.command()

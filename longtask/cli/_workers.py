@@ -174,7 +174,7 @@ def workers(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Live workers: host, pid, jobs, heartbeat, threads, versions.
+    """Live workers: heartbeat, threads held, jobs done, versions.
 
     A worker serves the definitions its code has loaded so far (it loads a task the first
     time one of its jobs needs it); it hands back the jobs of threads whose definition it
@@ -182,20 +182,53 @@ def workers(
     from longtask.runtime._routing import describe_serves
 
     with _runner(db) as runner:
-        rows = runner.db.store.workers(time.time() - within)
+        store = runner.db.store
+        rows = store.workers(time.time() - within)
+        # A worker's row says what it ran at its last beat: a killed worker's stays, after
+        # another took the thread over. It holds a thread only while its lease is the one
+        # in force.
+        holding: dict[str, list[str]] = {}
+        lost: dict[str, list[str]] = {}
+        for w in rows:
+            for thread in (w.current or "").split(","):
+                if thread:
+                    lease = store.lease_holder(thread)
+                    mine = lease is not None and lease[0] == w.name
+                    (holding if mine else lost).setdefault(w.name, []).append(thread)
     if json_:
-        print(json.dumps([w.to_json() for w in rows], indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        **w.to_json(),
+                        "holding": holding.get(w.name, []),
+                        "lost": lost.get(w.name, []),
+                    }
+                    for w in rows
+                ],
+                indent=2,
+            )
+        )
         return
     if not rows:
         out.print("no workers seen recently")
     now = time.time()
     for w in rows:
-        state = "stopped" if w.stopped_at else f"beat {now - w.heartbeat_at.timestamp():.0f}s ago"
+        silent = w.silent_for(now)
+        if w.stopped_at:
+            state = "stopped"
+        elif silent is not None:
+            state = f"[yellow]silent for {silent:.0f}s[/yellow] (no heartbeat)"
+        else:
+            state = f"beat {now - w.heartbeat_at.timestamp():.0f}s ago"
+        held, gone = holding.get(w.name, []), lost.get(w.name, [])
         out.print(
-            f"{escape(w.name)}  host={escape(w.host)} pid={w.pid} jobs={w.jobs} {state}"
+            f"{escape(w.name)}  host={escape(w.host)} pid={w.pid} {state}"
+            + (f"  running {escape(', '.join(held))}" if held else "  idle")
+            + f"  jobs done={w.jobs}"
             + f"  serves {escape(describe_serves(w.serves) or '(no task loaded yet)')}"
             + (f"  handed back {w.handed_back}" if w.handed_back else "")
-            + (f"  holding {escape(w.current)}" if w.current else "")
+            + (f"  taken over: {escape(', '.join(gone))}" if gone else "")
         )
 
 

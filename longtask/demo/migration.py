@@ -19,6 +19,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,7 @@ def maybe_crash(step: str) -> None:
     if marker.exists():
         return
     marker.write_text(str(os.getpid()))
+    _wait_until_started(inputs, step)
     # The demo continues the unfinished thread it finds in its directory.
     print(
         f"\n!! crashing on purpose inside step {step!r} (--crash-at)\n"
@@ -82,6 +84,27 @@ def maybe_crash(step: str) -> None:
         flush=True,
     )
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _wait_until_started(inputs: Inputs, step: str, patience: float = 10.0) -> None:
+    """Wait (up to ``patience`` seconds) until the step's ``step.started`` is stored. A
+    running step's start is stored within a fraction of a second, not before its code runs
+    (a chain of fast steps pays no write for it); a kill on the step's first line would
+    leave no trace of the attempt it ends, and the demo shows how a crash is recorded:
+    the next run's ``longtask.recovered`` names the abandoned attempt, the next is #2."""
+    from longtask.runtime._reader import Reader
+
+    ctx = current_context()
+    db = Path(inputs.state_dir) / "longtask.db"
+    if not db.exists():
+        return
+    deadline = time.monotonic() + patience
+    with Reader(f"sqlite:///{db}") as reader:
+        while time.monotonic() < deadline:
+            started = reader.events(ctx.thread_id, kinds=["step.started"])
+            if any(e.step == step and e.attempt == ctx.attempt for e in started):
+                return
+            time.sleep(0.05)
 
 
 # -- the agents' tools (they act on the worktree of the thread's inputs) -------------------

@@ -33,6 +33,7 @@ from longtask.model._decision import plan_hash
 from longtask.ops._migrate_plan import LIVE, MigrationPlan, compute_plan
 from longtask.runtime._views import definition_summary
 from longtask.store._store import definition_statement
+from longtask.store._usage import usage_rename_statements
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
@@ -312,6 +313,7 @@ def migrate(
                 task_ref or _ref(rec, target),
             )
         ]
+        statements += usage_rename_statements(thread_id, plan.renames)
         paused = rec.status in ("waiting_user", "waiting_external")
         if paused:
             # its pauses are asked again by the advance below: until then it waits for none

@@ -25,6 +25,16 @@ COLOURS = {
 }
 
 
+#: the axes' left and right edges (fractions of the figure's width), the same on the
+#: timeline and the cost chart so that their time axes line up, one above the other
+_LEFT, _RIGHT = 0.2, 0.84
+
+
+def _span(events: list[Event]) -> float:
+    """Seconds from the thread's first event to its last: both charts' time axis, from 0."""
+    return max((events[-1].ts - events[0].ts).total_seconds(), 1e-3) if events else 1.0
+
+
 def _figure(width: float, height: float) -> tuple[Any, Any, Any]:
     """A figure outside pyplot (so Jupyter shows it once, as the cell's value, whatever the
     backend), its axes, and matplotlib.patches."""
@@ -105,7 +115,7 @@ def timeline_figure(
     them), a bar per run coloured by its outcome, and the time spent waiting for a person or
     an outside event shaded across all rows. Bars have the gid ``step``, shades ``wait``."""
     rows = spans(events)
-    fig, ax, patches = _figure(9, 0.45 * max(len(steps), 2) + 1.2)
+    fig, ax, patches = _figure(9, 0.45 * max(len(steps), 2) + 2.0)
     origin = events[0].ts if events else datetime.now()
     index = {name: i for i, name in enumerate(steps)}
     total = (events[-1].ts - origin).total_seconds() if events else 0.0
@@ -136,21 +146,25 @@ def timeline_figure(
         )
     ax.set_yticks(range(len(steps)), labels=steps)
     ax.invert_yaxis()
+    ax.set_xlim(0, _span(events))  # from the thread's start, as the cost chart
     if stages:
         _stage_bands(ax, steps, stages)
     ax.set_xlabel("seconds since the thread started")
     ax.set_title(title)
     handles = [patches.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     handles.append(patches.Rectangle((0, 0), 1, 1, color=WAIT_SHADE, alpha=0.35))
-    # Outside the axes: inside it would cover the last bars.
+    # Below the axes: inside it would cover the last bars, and the right margin holds the
+    # stage names.
+    height = fig.get_figheight()
     ax.legend(
         handles,
         [*COLOURS, "wait (shaded)"],
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1),
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.6 / max(height - 1.6, 0.5)),
+        ncol=len(handles),
         fontsize=8,
     )
-    fig.tight_layout()
+    fig.subplots_adjust(left=_LEFT, right=_RIGHT, top=1 - 0.5 / height, bottom=1.2 / height)
     return fig
 
 
@@ -167,16 +181,18 @@ def _stage_bands(ax: Any, steps: list[str], stages: dict[str, str]) -> None:
             continue
         if i:
             ax.axhline(i - 0.5, color="#9e9e9e", linewidth=0.6, linestyle="--")
+        # in the right margin, beside its first row: over the axes it covered bars
         ax.text(
-            0.995,
+            1.01,
             i - 0.5,
             stage or "",
             transform=where,
-            ha="right",
+            ha="left",
             va="top",
             fontsize=7,
             color="#616161",
             style="italic",
+            clip_on=False,
         )
         previous = stage
 
@@ -229,11 +245,12 @@ def cost_figure(events: list[Event], title: str) -> Any:
     ax.legend([cost_line, tokens_line], ["cost", "tokens"], loc="upper left", fontsize=8)
     ax.set_ylim(bottom=0)
     other.set_ylim(bottom=0)
+    ax.set_xlim(0, _span(events))  # the timeline's time axis, so the two line up
     if not calls:
         ax.text(0.5, 0.5, "no model calls", transform=ax.transAxes, ha="center", color="#757575")
     summary = f"{len(calls)} model calls, cost {costs[-1]:.6g}, {int(tokens[-1])} tokens"
     ax.set_title(f"{title}: {summary}")
-    fig.tight_layout()
+    fig.subplots_adjust(left=_LEFT, right=_RIGHT, top=0.86, bottom=0.17)
     return fig
 
 

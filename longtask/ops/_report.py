@@ -219,8 +219,8 @@ def build(
         steps.rows.append(
             [
                 "",
-                f"{name} (fix agent)",
-                "agent",
+                usage.other_label(name) if usage else name,
+                "agent" if usage and name in usage.fix_agents else "",
                 "",
                 _at(u["started_at"]),
                 seconds(u["wall_time"]),
@@ -295,6 +295,19 @@ def build(
                     _short(e.data.get("error") or ""),
                 ]
             )
+        elif e.kind == "step.abandoned":
+            # the process running the attempt died (killed, crashed): no error was raised,
+            # but the attempt was lost and ran again
+            errors.rows.append(
+                [
+                    _when(e.ts),
+                    e.step or "",
+                    str(e.attempt or ""),
+                    "process died",
+                    "abandoned",
+                    _short(e.data.get("reason") or ""),
+                ]
+            )
         elif e.kind in ("budget.exceeded", "fix.exhausted", "effect.unknown"):
             errors.rows.append([_when(e.ts), e.step or "", "", e.kind, "", _short(e.data)])
     for step, e in opened.items():
@@ -357,10 +370,11 @@ def _charts(
     stages = {s.name: s.stage for s in status.steps}
     title = f"{rec.task_name} · {rec.thread_id}"
     try:
-        return {
-            "timeline": png(timeline_figure(events, list(stages), title, stages)),
-            "cost": png(cost_figure(events, title)),
-        }, None
+        charts = {"timeline": png(timeline_figure(events, list(stages), title, stages))}
+        # a task that called no model has no cost to draw: no empty chart
+        if any(e.kind == "model.call" for e in events):
+            charts["cost"] = png(cost_figure(events, title))
+        return charts, None
     except LongTaskError as exc:
         return {}, str(exc)
 

@@ -28,6 +28,8 @@ class ThreadCost(BaseModel):
     tokens: int = 0
     tool_calls: int = 0
     record: dict[str, Any] = {}
+    #: for a running thread, whether a process advances it now (None for the others)
+    active: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The record's JSON (as ``ls --json`` printed it before) with cost and age."""
@@ -37,6 +39,7 @@ class ThreadCost(BaseModel):
             "tokens": self.tokens,
             "tool_calls": self.tool_calls,
             "age": self.age,
+            "active": self.active,
         }
 
 

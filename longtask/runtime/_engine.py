@@ -439,6 +439,7 @@ class Engine:
                         current.definition_hash,
                         task.definition_hash,
                         definition_changes(current.definition, new),
+                        to_version=task.version,
                     )
                 self.db.store.update_definition(thread_id, task.definition_hash, new)
                 # Rides with the run's first checkpoint (or its end's flush): the record of

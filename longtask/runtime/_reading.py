@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -202,12 +203,13 @@ class Reads:
             if c[:4] == "fix." and isinstance(v, dict) and v.get("round")
         }
         holder = self.db.store.lease_holder(thread_id) if rec.mode == "worker" else None
-        # A worker holds a lease; a single process its writer lock (released when it dies,
-        # where its lease row stays until the next advance takes a new epoch).
-        active = rec.status == "running" and (holder is not None or self.db.is_locked(thread_id))
+        active = rec.status == "running" and self._advanced(rec, holder)
         failed_step = (rec.error or {}).get("step") if rec.status == "failed" else None
         layout = step_layout(rec.definition)
-        totals, used = read_usage(self.db.store, rec, layout.names) if usage else (None, {})
+        stopped = rec.status == "running" and not active
+        totals, used = (
+            read_usage(self.db.store, rec, layout.names, stopped=stopped) if usage else (None, {})
+        )
         running = rec.status == "running"
         steps: list[StepState] = []
         current: str | None = None
@@ -263,9 +265,27 @@ class Reads:
             created_at=rec.created_at,
             updated_at=rec.updated_at,
             worker=holder[0] if holder else None,
+            **self._silence(holder[0] if holder and rec.status == "running" else None),
             schedule=schedule_of(self.db.store, thread_id),
             usage=totals,
         )
+
+    def _advanced(self, rec: ThreadRecord, holder: tuple[str, int] | None) -> bool:
+        """Whether a process advances the thread now. A worker holds a lease; a single
+        process its writer lock (released when it dies, where its lease row stays until the
+        next advance takes a new epoch)."""
+        return holder is not None or self.db.is_locked(rec.thread_id)
+
+    def _silence(self, worker: str | None) -> dict[str, float | None]:
+        """How long the worker holding a running thread has been silent, if it missed its
+        beats: a status that says only "held by" shows frozen progress as if it ran."""
+        record = self.db.store.worker(worker) if worker else None
+        if record is None:
+            return {}
+        silent = record.silent_for(time.time())
+        if silent is None:
+            return {}
+        return {"worker_silent_for": round(silent, 1), "worker_stalled_after": record.stalled_after}
 
     def pending(self, thread_id: str, *, task: LongTask | None = None) -> list[Pending]:
         """What the thread is waiting for: approvals (with plan, hash, deadline, approvers)
@@ -419,4 +439,11 @@ class Reads:
         expensive first) or ``age`` (oldest first). Two queries, whatever the number of
         threads."""
         records = self.db.store.list_threads(limit=limit, status=status, sort=sort, task=task)
-        return with_costs(records, self.db.store.costs_of([r.thread_id for r in records]))
+        listed = with_costs(records, self.db.store.costs_of([r.thread_id for r in records]))
+        # A running thread that no process advances (its process died or was stopped) says
+        # so, as status does: a lock or lease check per running thread, none for the rest.
+        for rec, item in zip(records, listed, strict=True):
+            if rec.status == "running":
+                holder = self.db.store.lease_holder(rec.thread_id) if rec.mode == "worker" else None
+                item.active = self._advanced(rec, holder)
+        return listed

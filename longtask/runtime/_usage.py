@@ -7,6 +7,7 @@ event log, so ``status`` stays as cheap on a thread of thousands of steps as on 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime
 from typing import Any
@@ -55,8 +56,27 @@ class ThreadUsage(BaseModel):
     #: what is left of each limited counter (never below 0; None: no limit)
     left: dict[str, float | None] = {}
     deadline_at: datetime | None = None
-    #: usage of what is not a declared step (the agent of a fix loop), by name
+    #: usage of what is not a declared step (the agent of a fix loop, or a step the thread
+    #: ran before a migration dropped it), by name
     other: dict[str, StepUsage] = {}
+    #: the names in ``other`` that are fix agents of the thread's definition
+    fix_agents: list[str] = []
+
+    def other_label(self, name: str) -> str:
+        """``name`` as a usage table lists it: a fix agent, or a step no longer declared."""
+        return f"{name} (fix agent)" if name in self.fix_agents else f"{name} (removed step)"
+
+
+def fix_agents(definition: Mapping[str, Any]) -> set[str]:
+    """The names of the fix agents of a recorded definition (``on_failure`` of its steps)."""
+    return {
+        str(step["on_failure"]["agent"]["name"])
+        for stage in definition.get("stages", [])
+        for step in stage.get("steps", [])
+        if isinstance(step.get("on_failure"), dict)
+        and isinstance(step["on_failure"].get("agent"), dict)
+        and step["on_failure"]["agent"].get("name")
+    }
 
 
 def _dt(value: float | None) -> datetime | None:
@@ -93,17 +113,21 @@ def thread_usage(
         left=left,
         deadline_at=_dt(budget.deadline_at) if budget else None,
         other={k: v for k, v in rows.items() if k not in declared},
+        fix_agents=sorted(fix_agents(rec.definition) & (rows.keys() - declared)),
     )
 
 
 def read_usage(
-    store: Any, rec: ThreadRecord, declared: AbstractSet[str]
+    store: Any, rec: ThreadRecord, declared: AbstractSet[str], *, stopped: bool = False
 ) -> tuple[ThreadUsage, dict[str, StepUsage]]:
-    """The thread's usage and each step's: two indexed reads."""
+    """The thread's usage and each step's: two indexed reads. ``stopped``: the thread says
+    running but no process advances it (the one that did died)."""
     now = datetime.now(UTC)
     # A run still open when the thread ended (the step a cancel cut off, or a crashed
-    # process's) counts up to the end, as the thread's total does, not on and on.
-    at = rec.updated_at.timestamp() if rec.status in FINISHED else now.timestamp()
+    # process's) counts up to the end, as the thread's total does, not on and on; so does
+    # the run of a dead process (up to the thread's last update: when it died is unknown).
+    ended = rec.status in FINISHED or stopped
+    at = rec.updated_at.timestamp() if ended else now.timestamp()
     rows: dict[str, StepUsage] = {}
     # one row per step (Store.usage: step, then USAGE_KEYS in order); a run under way
     # counts up to now. Unpacked here, not in a helper: status reads one per step of

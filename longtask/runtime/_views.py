@@ -122,6 +122,11 @@ class ThreadStatus(BaseModel):
     updated_at: datetime
     #: the worker holding the thread now (threads served by workers)
     worker: str | None = None
+    #: seconds since that worker's last heartbeat, when it has missed two (stopped, hung or
+    #: gone: its progress is frozen until another worker takes the thread over)
+    worker_silent_for: float | None = None
+    #: the seconds of silence after which another worker takes the thread over
+    worker_stalled_after: float | None = None
     #: the schedule that started the thread: name, tick, and its next fire time
     #: (``next_fire_at`` UTC, ``next_fire_local`` in its timezone), or None
     schedule: dict[str, Any] | None = None

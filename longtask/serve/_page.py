@@ -126,6 +126,9 @@ function bindToken(onChange) {
 """
 
 INDEX_JS = r"""
+const WAIT_WORDS = {approval: "approval of", wait: "event", effect: "effect settled in",
+  budget: "budget for", deadline: "deadline for", permission: "permission for",
+  fix: "decision on"};
 function filterLinks() {
   // The sort links keep the status filter, and the filter keeps the sort.
   const status = new URLSearchParams(location.search).get("status") || "";
@@ -166,6 +169,9 @@ async function load() {
       const cell = el("td"); cell.append(link); tr.append(cell);
       tr.append(el("td", null, t.task_name + " v" + t.task_version));
       const st = el("td"); st.append(el("span", "badge s-" + t.status, t.status)); tr.append(st);
+      // what a paused thread waits for: who must act, without opening it
+      const waits = (t.waiting || []).map((w) => (WAIT_WORDS[w.kind] || w.kind) + " " + w.step);
+      if (waits.length) st.append(" ", el("span", "muted waits", "for " + waits.join(", ")));
       tr.append(el("td", "num", money(t.cost)));
       tr.append(el("td", "num muted", age(t.age)));
       tr.append(el("td", "muted", new Date(t.updated_at).toLocaleString()));
@@ -236,6 +242,8 @@ const CLOSED = CONFIG.finalStatuses;
 let lastId = 0, source = null, current = null, pendingKey = null, events = [];
 let missing = false, artifactsShown = false, resultsShown = false;
 let actionsKey = null, notice = null;
+// a retry asked from this page (its step, and the last event before it), and how it ended
+let retried = null, retryOutcome = null;
 // After an action on a finished thread (a retry of a failed one): the id of the last event
 // seen then, until an event says the thread has finished again, and how often the ended
 // stream was found with the thread still finished meanwhile (the run may never start).
@@ -392,6 +400,8 @@ function signalForm(card, p) {
   const payload = el("textarea", "payload");
   payload.setAttribute("aria-label", "payload (JSON)");
   payload.value = JSON.stringify(example(schema), null, 2);
+  // as high as the example (a two-line box hid most of it), up to 16 lines
+  payload.rows = Math.min(Math.max(payload.value.split("\n").length + 1, 4), 16);
   const send = el("button", "ok", "Send signal");
   send.addEventListener("click", () => sendSignal(p, payload, send));
   const row = el("p");
@@ -509,8 +519,11 @@ function renderActions(st) {
   if (failing) {
     const row = el("p");
     const retry = el("button", "ok retry", "Retry " + failing);
-    retry.addEventListener("click", () => act("/retry", {step: failing},
-      "retrying " + failing, "retrying " + failing + "; the thread goes on", [retry]));
+    retry.addEventListener("click", () => {
+      retried = {step: failing, since: lastId};
+      act("/retry", {step: failing}, "retrying " + failing,
+        "retrying " + failing + "; the thread goes on", [retry]);
+    });
     row.append(retry, " ", el("span", "muted", "runs the step again, with fresh attempts"));
     box.append(row);
   }
@@ -589,7 +602,10 @@ function renderUsage(st) {
     LIMIT_NAMES[n] + " " + Number((u.left[n] || 0).toFixed(6)) + " of " + u.limits[n]
   ).join(", ") : "no budget limits";
   const rows = st.steps.filter((s) => s.usage).map((s) => [s.name, s.usage]);
-  for (const [name, v] of Object.entries(u.other || {})) rows.push([name + " (fix agent)", v]);
+  for (const [name, v] of Object.entries(u.other || {})) {
+    const fixer = (u.fix_agents || []).includes(name);
+    rows.push([name + (fixer ? " (fix agent)" : " (removed step)"), v]);
+  }
   $("cost-steps").replaceChildren(...rows.map(([name, v]) => {
     const tr = el("tr");
     tr.dataset.step = name;
@@ -611,6 +627,10 @@ async function refresh() {
     if (notice && (st.status !== notice.status || pendingKey !== notice.key ||
         actionsKey !== notice.actions)) {
       say("", false);  // the thread has moved on: the notice of what was done is old news
+    }
+    if (retryOutcome) {
+      say(retryOutcome.text, retryOutcome.error);  // stays until the next action
+      retryOutcome = null;
     }
     $("load-error").textContent = "";
     if (CLOSED.includes(st.status) && !artifactsShown) await loadArtifacts();
@@ -681,6 +701,19 @@ function onEvent(msg) {
   const ev = JSON.parse(msg.data);
   if (ev.id <= lastId) return;
   lastId = ev.id;
+  // The end of a retry from this page, said where the retry was (its notice would just
+  // vanish when the thread fails again).
+  if (retried && ev.id > retried.since && ev.step === retried.step) {
+    if (ev.kind === "step.failed") {
+      const why = String((ev.data || {}).error || "").split("\n")[0].slice(0, 300);
+      retryOutcome = {text: "the retry of " + ev.step + " failed again" + (why ? ": " + why : ""),
+        error: true};
+      retried = null;
+    } else if (ev.kind === "step.completed") {
+      retryOutcome = {text: "the retry of " + ev.step + " succeeded", error: false};
+      retried = null;
+    }
+  }
   if (awaiting !== null && CONFIG.finalKinds.includes(ev.kind)) awaiting = null;
   addEvent(ev);
   refresh();

@@ -433,7 +433,13 @@ def step_started(
     data: dict[str, Any] | None = None,
 ) -> None:
     """Record ``step.started`` with the number of the attempt about to run (a step run again
-    after failed attempts, by a fix round or ``longtask retry``, goes on counting)."""
+    after failed attempts, by a fix round or ``longtask retry``, goes on counting).
+
+    Not once the thread is cancelled: the attempt's own check (``check_limits``) stops the
+    step before its code runs, and a step that never ran must not be recorded as started
+    (nor given a usage row) after the cancel."""
+    if env.is_cancelled(call.thread_id):
+        return
     stage_key = f"stage.started/{info.stage}"
     if env.first_time(call.thread_id, stage_key):
         env.emit(call, "stage.started", stage_key, stage=info.stage)

@@ -25,6 +25,17 @@ class WorkerRecord:
     serves: list[dict[str, str]] = field(default_factory=list)
     #: jobs it handed back because its code lacks the thread's definition
     handed_back: int = 0
+    #: seconds of silence after which its threads are taken over (None: not recorded)
+    stalled_after: float | None = None
+
+    def silent_for(self, now: float) -> float | None:
+        """Seconds since its last heartbeat when it has missed two (it beats every quarter
+        of ``stalled_after``): stopped, hung or gone; None while it beats, or once stopped
+        cleanly."""
+        if self.stopped_at is not None or self.stalled_after is None:
+            return None
+        quiet = now - self.heartbeat_at.timestamp()
+        return quiet if quiet > self.stalled_after / 2 else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -38,6 +49,7 @@ class WorkerRecord:
             "stopped_at": self.stopped_at.isoformat() if self.stopped_at else None,
             "serves": self.serves,
             "handed_back": self.handed_back,
+            "stalled_after": self.stalled_after,
         }
 
 
@@ -153,22 +165,35 @@ class LeaseTables:
     def workers(self, since: float) -> list[WorkerRecord]:
         """Workers whose last heartbeat is newer than ``since`` (epoch seconds)."""
         rows = self._run(
-            "SELECT name, host, pid, started_at, heartbeat_at, jobs, current, stopped_at, "
-            "serves, handed_back FROM longtask_workers WHERE heartbeat_at >= ? ORDER BY started_at",
+            f"SELECT {_WORKER_COLS} FROM longtask_workers WHERE heartbeat_at >= ? "
+            "ORDER BY started_at",
             (since,),
         )
-        return [
-            WorkerRecord(
-                r[0],
-                r[1],
-                int(r[2]),
-                _ts(r[3]),
-                _ts(r[4]),
-                int(r[5]),
-                r[6],
-                _ts(r[7]) if r[7] is not None else None,
-                json.loads(r[8]) if r[8] else [],
-                int(r[9] or 0),
-            )
-            for r in rows
-        ]
+        return [_worker(r) for r in rows]
+
+    def worker(self, name: str) -> WorkerRecord | None:
+        """The worker named ``name``, if it ever beat."""
+        rows = self._run(f"SELECT {_WORKER_COLS} FROM longtask_workers WHERE name = ?", (name,))
+        return _worker(rows[0]) if rows else None
+
+
+_WORKER_COLS = (
+    "name, host, pid, started_at, heartbeat_at, jobs, current, stopped_at, serves, "
+    "handed_back, stalled_after"
+)
+
+
+def _worker(r: tuple[Any, ...]) -> WorkerRecord:
+    return WorkerRecord(
+        r[0],
+        r[1],
+        int(r[2]),
+        _ts(r[3]),
+        _ts(r[4]),
+        int(r[5]),
+        r[6],
+        _ts(r[7]) if r[7] is not None else None,
+        json.loads(r[8]) if r[8] else [],
+        int(r[9] or 0),
+        float(r[10]) if r[10] is not None else None,
+    )

@@ -52,6 +52,20 @@ def usage_statement(
     )
 
 
+def usage_rename_statements(
+    thread_id: str, renames: dict[str, str]
+) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements that move the usage rows of renamed steps (old name -> new) to their
+    new names, for the transaction of a migration: a renamed step keeps what it used,
+    rather than being shown as an unknown one beside its new name. Through a name no step
+    can have first, so renames that swap names never meet on the primary key."""
+    moves = {old: new for old, new in renames.items() if old != new}
+    park = "UPDATE longtask_usage SET step = ? WHERE thread_id = ? AND step = ?"
+    return [(park, (f"~{old}", thread_id, old)) for old in moves] + [
+        (park, (new, thread_id, f"~{old}")) for old, new in moves.items()
+    ]
+
+
 class UsageTables:
     """Mixed into Store."""
 

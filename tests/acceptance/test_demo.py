@@ -146,6 +146,20 @@ def test_demo_crash_in_verify_then_resume(tmp_path: Path) -> None:
         stages = [e.stage for e in runner.events(thread, kinds=["stage.completed"])]
         assert stages == STAGES
         _pauses_answered_by_the_demo(runner, thread)
+        # The crash is in the record, as the README shows (issue 45): the dead attempt is
+        # named by the next run, and the attempt after it is #2.
+        (recovered,) = runner.events(thread, kinds=["longtask.recovered"])
+        assert recovered.data["abandoned"] == ["verify"], recovered.data
+        started = [e for e in runner.events(thread, kinds=["step.started"]) if e.step == "verify"]
+        assert [e.attempt for e in started][:2] == [1, 2], started
+        # and in the report's errors, not "no errors"
+        report = runner.report(thread, tmp_path / "report.md").read_text()
+        assert "| verify | 1 | process died | abandoned |" in report, report
+    # Issue 45: at 80 columns the fix agent's usage row is one line, its name whole.
+    shown = run_cli("status", thread, db=db, env={"COLUMNS": "80"})
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    (fixer,) = [ln for ln in shown.stdout.splitlines() if ln.startswith("fix_tests")]
+    assert fixer.startswith("fix_tests (fix agent) "), shown.stdout
     # A finished demo is not run again in its directory: it says what it did.
     again = run_cli("demo", "--dir", str(root), "--yes", db=db)
     assert again.returncode == 0, again.stdout + again.stderr

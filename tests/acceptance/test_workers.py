@@ -27,6 +27,22 @@ def _until(what: str, ok: Callable[[], bool], timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+def _silent(runner: Runner, thread: str) -> bool:
+    return runner.status(thread).worker_silent_for is not None
+
+
+def _cli(db: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "longtask", *args, "--db", db],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 @pytest.fixture
 def workers(pg_url: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     procs: list[subprocess.Popen[str]] = []
@@ -84,6 +100,12 @@ def test_a_stalled_worker_is_fenced_off(
         assert runner.status(thread).worker == "first"
         first.send_signal(signal.SIGSTOP)  # a long GC pause, a network stall
         checkpoints_before = len(runner.db.store.checkpoint_tree(thread))
+        # Issue 45: before a takeover, status says the holder is silent (its progress is
+        # frozen), not merely "held by worker first".
+        _until("status to see the first worker silent", lambda: _silent(runner, thread))
+        shown = _cli(pg_url, "status", thread)
+        assert "held by worker first, silent for" in shown, shown
+        assert "takes the thread over after 1.5s of silence" in shown, shown
 
         second = workers("second", env)
         _until(
@@ -91,6 +113,12 @@ def test_a_stalled_worker_is_fenced_off(
             lambda: runner.status(thread).status == "completed",
         )
         assert runner.result(thread, "s3") == {"after": second.pid}
+        # The stopped worker's row still names the thread it ran at its last beat; it no
+        # longer holds it. (Issue 45: `workers` said "holding" long after the takeover.)
+        listed = _cli(pg_url, "workers")
+        (line,) = [ln for ln in listed.splitlines() if ln.startswith("first ")]
+        assert "running" not in line and f"taken over: {thread}" in line, listed
+        assert "silent for" in line, listed
         done = runner.db.store.checkpoint_tree(thread)
         assert len(done) > checkpoints_before
 

@@ -363,6 +363,15 @@ def test_timeline_and_cost_charts_render(runner: Runner, llm: FakeOpenAI) -> Non
     assert len([p for p in main.patches if p.get_gid() == "wait"]) == 1
     assert png(chart)[:8] == b"\x89PNG\r\n\x1a\n"
 
+    # Issue 45: both time axes start at the thread's start and end together, one above the
+    # other (the same horizontal extent on the page), and no stage name sits over a bar.
+    assert axes.get_xlim() == main.get_xlim() and axes.get_xlim()[0] == 0
+    box, cost_box = axes.get_position(), main.get_position()
+    assert (box.x0, box.x1) == pytest.approx((cost_box.x0, cost_box.x1))
+    for text in axes.texts:
+        x, _ = text.get_position()
+        assert x >= 1 and text.get_ha() == "left", text  # in the right margin, outside
+
 
 def test_serve_shows_usage_lists_cost_and_serves_the_report(
     runner: Runner, llm: FakeOpenAI

@@ -221,3 +221,22 @@ def test_forced_change_is_recorded(runner: Runner) -> None:
     assert data["by"] == "ops" and "step 'old_only' was removed" in data["changes"]
     rec = runner.db.store.get_thread(tid)
     assert rec is not None and rec.task_version == m.v2.version
+
+
+def test_a_renamed_step_keeps_its_usage_under_its_new_name(runner: Runner) -> None:
+    """Issue 45: after ``--map prep=prepare`` status listed ``prep (fix agent)``: the usage
+    row stayed under the old name, which the new definition does not declare."""
+    tid = paused(runner)
+    before = runner.status(tid)
+    prep = next(s for s in before.steps if s.name == "prep").usage
+    assert prep is not None and prep["attempts"] == 1
+    runner.migrate(tid, m.v2, renames={"prep": "prepare"}, by="ops")
+    after = runner.status(tid)
+    assert after.usage is not None and "prep" not in after.usage.other, after.usage.other
+    prepare = next(s for s in after.steps if s.name == "prepare").usage
+    assert prepare is not None and prepare["attempts"] == 1
+    assert prepare["wall_time"] == prep["wall_time"]
+    # the dropped step's row stays (what it used is part of the thread's cost), named for
+    # what it is: not a fix agent
+    assert after.usage.other_label("old_only") == "old_only (removed step)"
+    assert after.usage.fix_agents == []

@@ -535,3 +535,15 @@ def test_the_crontab_line_names_the_sqlite_database_by_its_absolute_path(tmp_pat
         ticked = run_cli(*words[1:], db="", cwd=home)
         assert ticked.returncode == 0, ticked.stdout + ticked.stderr
         assert not (home / ".longtask").exists()
+        # Issue 45: and with cron's PATH, where a virtualenv's `longtask` is not found, by
+        # the absolute path of the longtask that printed it.
+        assert Path(words[0]).is_absolute(), command
+        cron = subprocess.run(
+            words,
+            cwd=home,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert cron.returncode == 0, cron.stdout + cron.stderr
