@@ -56,7 +56,9 @@ def history(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """A thread's checkpoints, newest first, across branches (--inner: a graph step's)."""
+    """A thread's checkpoints, newest first, across branches.
+
+    With --inner STEP: a graph step's own checkpoints, one per super-step of its graph."""
     if inner is not None:
         if step is not None or stage is not None or before is not None:
             raise typer.BadParameter(

@@ -1,7 +1,7 @@
 """Tasks for the crash-numbering test (``test_crash_numbering.py``): one per step kind that
 does work, each a single step ``work`` that holds (inside the step's own code: the
-function, a map item, an agent's tool) until the file ``$LT_GO`` exists, so the test can
-kill the process mid-step as often as it likes."""
+function, a map item, an agent's tool, a graph's node) until the file ``$LT_GO`` exists,
+so the test can kill the process mid-step as often as it likes."""
 
 from __future__ import annotations
 
@@ -10,7 +10,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from longtask import LongTask, Prompt, Stage, StepContext, agent_step, function_step, map_step
+from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict
+
+from longtask import (
+    LongTask,
+    Prompt,
+    Stage,
+    StepContext,
+    agent_step,
+    function_step,
+    graph_step,
+    map_step,
+)
 
 
 def hold() -> None:
@@ -59,4 +71,22 @@ AGENT = LongTask(
             ],
         )
     ],
+)
+
+
+class _State(TypedDict, total=False):
+    done: str
+
+
+def _node(state: _State) -> dict[str, str]:
+    hold()
+    return {"done": "done"}
+
+
+_graph: StateGraph[Any, Any, Any, Any] = StateGraph(_State)
+_graph.add_node("hold", _node)
+_graph.add_edge(START, "hold")
+_graph.add_edge("hold", END)
+GRAPH = LongTask(
+    "num_graph", stages=[Stage("s", [graph_step("work", _graph, input=lambda ctx: {})])]
 )

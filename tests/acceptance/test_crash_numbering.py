@@ -1,6 +1,6 @@
 """Every kind of step is numbered after an attempt a killed process abandoned (issue 39).
 
-For each kind of step that does work (function, map, agent; the list is read from the
+For each kind of step that does work (function, map, agent, graph; the list is read from the
 model, so a new kind must join), a ``longtask`` process runs the task's one step ``work``,
 which holds mid-step; the test waits until the attempt's ``step.started`` is stored, kills
 the process with SIGKILL, and does so twice; a third process completes the step. The log
@@ -27,7 +27,12 @@ from longtask import Runner
 from longtask.model import PauseStep, Step
 
 HERE = Path(__file__).resolve().parent
-TASKS = {"FunctionStep": "FUNCTION", "MapStep": "MAP", "AgentStep": "AGENT"}
+TASKS = {
+    "FunctionStep": "FUNCTION",
+    "MapStep": "MAP",
+    "AgentStep": "AGENT",
+    "GraphStep": "GRAPH",
+}
 CRASHES = 2
 
 

@@ -159,7 +159,8 @@ def test_the_page_signals_retries_skips_cancels_and_filters(
     retry.click()
     expect(status).to_have_text("completed", timeout=WAIT)
     expect(page.locator('#results dd[data-key="store"]')).to_have_text("stored fetched")
-    expect(page.locator("#message")).to_have_text("", timeout=WAIT)
+    # The page says how the retry went (issue 45: it gave no feedback when it failed again).
+    expect(page.locator("#message")).to_have_text("the retry of fetch succeeded", timeout=WAIT)
 
     # -- skip of a failed step with a result --------------------------------------------
     flag.unlink()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
@@ -121,7 +122,7 @@ def test_a_token_that_may_not_approve_cannot_run_the_gated_step(
     runner: Runner, client: TestClient
 ) -> None:
     """Item 1: mallory's state write as the approval node, then a plain run."""
-    thread = runner.start(TASK, thread_id="mallory")
+    thread = runner.start(TASK, thread_id=f"mallory-{uuid.uuid4().hex[:8]}")
     refused = client.post(
         f"/threads/{thread}/state",
         json={"values": {"prep": {"x": 1}}, "as_node": "ok"},
@@ -210,7 +211,8 @@ def test_an_accepted_approval_is_never_dropped_by_a_racing_update(
     """Item 4: state updates racing an approval. The approval, once accepted, is carried
     out; an update is refused while it waits, and after the thread completed."""
     for trial in range(6):
-        thread = runner.start(TASK, thread_id=f"race-{trial}")
+        # (an id of its own per backend: SHIPPED counts by thread id in this process)
+        thread = runner.start(TASK, thread_id=f"race-{uuid.uuid4().hex[:8]}-{trial}")
         answers: dict[str, int] = {}
 
         def update(thread: str = thread, answers: dict[str, int] = answers) -> None:
