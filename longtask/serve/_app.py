@@ -434,6 +434,8 @@ def create_app(
             log.info("continuing %d thread(s) left unfinished", len(recovered))
         if schedules is not None:
             schedules.start()
+        # With the app, not before: webhooks owed by a serve that stopped go out now.
+        executor.webhooks.start()
         try:
             yield
         finally:

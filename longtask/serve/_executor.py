@@ -97,8 +97,8 @@ class Executor:
         #: threads fired by a schedule waiting in the job queue
         self._fired: set[str] = set()
         self._fired_lock = threading.Lock()
-        #: POSTs ended runs to their webhooks, beside the runs (it starts with what a
-        #: previous serve left owed)
+        #: POSTs ended runs to their webhooks, beside the runs; started with the app
+        #: (``start``), it first makes the deliveries a previous serve left owed
         self.webhooks = Deliverer(self.runner.db.store, self._values, webhooks)
 
     def close(self) -> None:

@@ -245,6 +245,12 @@ class Deliverer:
         self.policy = policy or WebhookPolicy()
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start delivering (once): what is owed, then each run's end as it comes."""
+        if self._threads or self._stop.is_set():
+            return
         # Daemon threads: stopping serve never waits for a receiver; a delivery cut off is
         # still owed in the database, and made when serve starts again.
         self._threads = [
