@@ -125,6 +125,20 @@ def ended(lg: SyncLangGraphClient, thread_id: str, run_id: str) -> dict[str, Any
     return dict(until(check, "the run to end"))
 
 
+def webhook_metrics(runner: Runner) -> dict[str, float]:
+    """``longtask_run_webhooks`` as ``/metrics`` reports it, by state."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from longtask.runtime._metrics import metrics_registry
+
+    text = generate_latest(metrics_registry(runner.db)).decode()
+    (family,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "longtask_run_webhooks"
+    ]
+    return {s.labels["state"]: s.value for s in family.samples}
+
+
 def notes(runner: Runner, thread_id: str, kind: str) -> list[Any]:
     return [e for e in runner.events(thread_id) if e.kind == kind]
 
@@ -194,8 +208,10 @@ def test_a_receiver_that_is_down_gets_the_run_after_it_comes_back(
         # The run ends on time; its delivery fails, and is tried again.
         assert ended(lg, thread, run["run_id"])["status"] == "success"
         until(lambda: len(notes(runner, thread, "notify.failed")) >= 2, "two failed attempts")
+        assert webhook_metrics(runner)["owed"] == 1
         receiver.up()
         until(lambda: notes(runner, thread, "notify.sent"), "notify.sent")
+        assert webhook_metrics(runner) == {"owed": 0, "sent": 1, "failed": 0}
 
     assert [h["Idempotency-Key"] for h, _ in receiver.got] == [run["run_id"]]
     failed = notes(runner, thread, "notify.failed")
@@ -220,6 +236,7 @@ def test_a_delivery_is_given_up_after_its_attempts(runner: Runner, receiver: Rec
     failed = notes(runner, thread, "notify.failed")
     assert [(e.attempt, e.data["final"]) for e in failed] == [(1, False), (2, True)]
     assert failed[-1].data["retry_in"] is None
+    assert webhook_metrics(runner) == {"owed": 0, "sent": 0, "failed": 1}
 
 
 @pytest.mark.parametrize(
