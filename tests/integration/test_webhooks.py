@@ -41,6 +41,8 @@ class Receiver:
         self.arrived = threading.Event()
         self.release = threading.Event()
         self.release.set()
+        #: the status it answers with
+        self.status = 200
         self._server: ThreadingHTTPServer | None = None
         self.port = 0
         self.up()
@@ -54,7 +56,7 @@ class Receiver:
                 receiver.arrived.set()
                 receiver.release.wait(60)
                 receiver.got.append((dict(self.headers), json.loads(body)))
-                self.send_response(200)
+                self.send_response(receiver.status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -221,6 +223,43 @@ def test_a_receiver_that_is_down_gets_the_run_after_it_comes_back(
     assert SECRET not in json.dumps([e.data for e in runner.events(thread)])
 
 
+def test_a_receiver_that_refuses_the_request_is_not_asked_again(
+    runner: Runner, receiver: Receiver
+) -> None:
+    receiver.status = 404
+    with app_client(runner) as client:
+        lg = sdk(client)
+        thread = lg.threads.create()["thread_id"]
+        run = lg.runs.create(thread, "lg_sleepy", input={}, webhook=receiver.url)
+        ended(lg, thread, run["run_id"])
+        until(
+            lambda: runner.db.store.api_webhook_state(run["run_id"])[0] == "failed",
+            "the delivery to be given up",
+        )
+    assert len(receiver.got) == 1
+    (failed,) = notes(runner, thread, "notify.failed")
+    assert failed.data["error"] == "HTTP 404" and failed.data["final"]
+
+
+def test_credentials_in_the_url_are_sent_as_basic_auth_and_shown_nowhere(
+    runner: Runner, receiver: Receiver
+) -> None:
+    url = receiver.url.replace("http://", "http://hook-user:pw-secret@")
+    with app_client(runner) as client:
+        lg = sdk(client)
+        thread = lg.threads.create()["thread_id"]
+        run = lg.runs.create(thread, "lg_sleepy", input={}, webhook=url)
+        ended(lg, thread, run["run_id"])
+        until(lambda: notes(runner, thread, "notify.sent"), "notify.sent")
+        shown = json.dumps([lg.runs.get(thread, run["run_id"]), lg.runs.list(thread)])
+    headers, body = receiver.got[0]
+    assert headers["Authorization"] == "Basic aG9vay11c2VyOnB3LXNlY3JldA=="
+    for secret in ("pw-secret", "hook-user", SECRET):
+        assert secret not in shown
+        assert secret not in json.dumps(body)
+        assert secret not in json.dumps([e.data for e in runner.events(thread)])
+
+
 def test_a_delivery_is_given_up_after_its_attempts(runner: Runner, receiver: Receiver) -> None:
     receiver.down()
     policy = WebhookPolicy(attempts=2, backoff=0.01, max_wait=0.01, timeout=5.0, poll=0.05)
@@ -247,6 +286,8 @@ def test_a_delivery_is_given_up_after_its_attempts(runner: Runner, receiver: Rec
         "http://[::1]:9/hook",
         "http://10.1.2.3/hook",
         "http://169.254.169.254/latest/meta-data",
+        "http://[::ffff:127.0.0.1]:9/hook",
+        "http://0.0.0.0:9/hook",
     ],
 )
 def test_a_loopback_or_private_url_is_refused_unless_allowed(
