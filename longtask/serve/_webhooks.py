@@ -8,9 +8,10 @@ The executor records the run's end with the thread's values; a ``Deliverer`` of 
 then POSTs it from background threads, at least once: a delivery is claimed in the database
 for one attempt, retried with exponential backoff a bounded number of times, and settled
 there, so a delivery owed when ``serve`` stopped is made when it starts again. Each attempt
-has a timeout and runs beside the runs, never in them: a slow receiver delays nothing but
-its own delivery. The thread's event log records each outcome (``notify.sent`` /
-``notify.failed``) with the URL shown without its credentials or query string.
+has a timeout and runs beside the runs, never in them: a slow receiver delays neither a
+run nor a request (only, for at most a timeout, deliveries queued behind it). The
+thread's event log records each outcome (``notify.sent`` / ``notify.failed``) with the URL
+shown without its credentials or query string.
 """
 
 from __future__ import annotations
