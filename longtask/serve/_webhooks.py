@@ -17,6 +17,7 @@ shown without its credentials or query string.
 from __future__ import annotations
 
 import base64
+import http.client
 import ipaddress
 import json
 import logging
@@ -218,7 +219,7 @@ def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int
         status = answer.status
     except TimeoutError:
         raise _Failed(f"no answer within {timeout:g} s") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:  # or it spoke no HTTP
         raise _Failed(f"{type(exc).__name__}: {exc}") from None
     finally:
         conn.close()
@@ -298,8 +299,6 @@ class Deliverer:
         run, attempt = due.run, due.attempts + 1
         assert run.webhook is not None
         url = redacted(run.webhook)
-        values = due.values if due.values is not None else self.values_of(run)
-        body = json.dumps(payload(run, values), default=str).encode()
         headers = {
             "Content-Type": "application/json",
             "User-Agent": f"longtask/{__version__}",
@@ -308,7 +307,7 @@ class Deliverer:
             "Idempotency-Key": run.run_id,
         }
         try:
-            status = _post(run.webhook, body, headers, self.policy.timeout)
+            status = self._send(due, headers)
         except _Failed as exc:
             message = _scrub(str(exc), run.webhook)
             last = not exc.retry or attempt >= self.policy.attempts
@@ -326,6 +325,21 @@ class Deliverer:
             return
         self.store.api_webhook_settle(run.run_id, attempt, sent=True, retry_at=None)
         self._event(run, "notify.sent", "", attempt, {"http_status": status})
+
+    def _send(self, due: WebhookDue, headers: dict[str, str]) -> int:
+        run = due.run
+        assert run.webhook is not None
+        try:
+            values = due.values if due.values is not None else self.values_of(run)
+            body = json.dumps(payload(run, values), default=str).encode()
+            return _post(run.webhook, body, headers, self.policy.timeout)
+        except _Failed:
+            raise
+        except Exception as exc:
+            # Counted as an attempt: a delivery that cannot be made is given up in the end,
+            # rather than claimed and found due again for ever.
+            log.exception("webhook of run %s", run.run_id)
+            raise _Failed(f"{type(exc).__name__}: {exc}") from None
 
     def _wait(self, attempt: int) -> float:
         p = self.policy

@@ -8,6 +8,7 @@ delays neither the run nor the API."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -258,6 +259,40 @@ def test_credentials_in_the_url_are_sent_as_basic_auth_and_shown_nowhere(
         assert secret not in shown
         assert secret not in json.dumps(body)
         assert secret not in json.dumps([e.data for e in runner.events(thread)])
+
+
+def test_a_receiver_that_speaks_no_http_is_a_failed_attempt(
+    runner: Runner, receiver: Receiver
+) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def answer() -> None:
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"nonsense\r\n\r\n")
+
+        threading.Thread(target=answer, daemon=True).start()
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+        policy = WebhookPolicy(attempts=2, backoff=0.01, max_wait=0.01, timeout=5.0, poll=0.05)
+        with app_client(runner, policy) as client:
+            lg = sdk(client)
+            thread = lg.threads.create()["thread_id"]
+            run = lg.runs.create(thread, "lg_sleepy", input={}, webhook=url)
+            ended(lg, thread, run["run_id"])
+            until(
+                lambda: runner.db.store.api_webhook_state(run["run_id"]) == ("failed", 2),
+                "the delivery to be given up",
+            )
+    failed = notes(runner, thread, "notify.failed")
+    assert [e.attempt for e in failed] == [1, 2]
+    assert "BadStatusLine" in failed[0].data["error"]
 
 
 def test_a_delivery_is_given_up_after_its_attempts(runner: Runner, receiver: Receiver) -> None:
