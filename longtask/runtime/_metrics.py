@@ -157,10 +157,20 @@ class StoredState:
         for kind, n in snap.events:
             events.add_metric([kind], n)
         yield events
+        webhooks = GaugeMetricFamily(
+            "longtask_run_webhooks",
+            "Ended runs of the LangGraph Server API created with a webhook, by the state of "
+            "its delivery (owed, sent, failed).",
+            labels=["state"],
+        )
+        found = dict(snap.webhooks)
+        for state in ("owed", "sent", "failed"):
+            webhooks.add_metric([state], found.get(state, 0))
+        yield webhooks
         if snap.queue:
             yield from _queue_families(snap)
-        # TODO(issue 42): notification deliveries by outcome, once notifications exist (their
-        # notify.sent / notify.failed events show in longtask_events_stored meanwhile)
+        # TODO(issue 42): task notifications by outcome, once they exist (each attempt of a
+        # run webhook is a notify.sent / notify.failed event in longtask_events_stored)
 
 
 def _bound(value: float) -> str:

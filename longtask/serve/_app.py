@@ -65,6 +65,7 @@ from longtask.serve._page import FAVICON, index_page, thread_page
 from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
+from longtask.serve._webhooks import WebhookPolicy
 from longtask.store import THREAD_SORTS
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ def create_app(
     schedule_poll: float | None = 5.0,
     cors_origins: Sequence[str] | None = None,
     ready_timeout: float = READY_TIMEOUT,
+    webhooks: WebhookPolicy | None = None,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
@@ -141,6 +143,7 @@ def create_app(
     registered when it starts. ``cors_origins``: the origins whose pages may call the API
     from a browser (None: loopback pages; see ``longtask.serve._cors``).
     ``ready_timeout``: seconds ``GET /ready`` waits for the database before it answers 503.
+    ``webhooks``: how runs' webhooks are delivered (attempts, backoff, timeout).
     """
     auth = Tokens(tokens or {})
     hints = Hints(runner.db.url.raw)
@@ -411,7 +414,9 @@ def create_app(
     async def favicon(request: Request) -> Response:
         return Response(FAVICON, media_type="image/svg+xml")
 
-    executor = Executor(runner, tasks, workers=run_workers, to_workers=to_workers)
+    executor = Executor(
+        runner, tasks, workers=run_workers, to_workers=to_workers, webhooks=webhooks
+    )
     lg = Api(runner, tasks, executor, reader, actor)
     lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
     lg_thread = reader(lg_thread_get)
@@ -429,6 +434,8 @@ def create_app(
             log.info("continuing %d thread(s) left unfinished", len(recovered))
         if schedules is not None:
             schedules.start()
+        # With the app, not before: webhooks owed by a serve that stopped go out now.
+        executor.webhooks.start()
         try:
             yield
         finally:

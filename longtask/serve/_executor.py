@@ -28,7 +28,10 @@ from longtask.errors import (
     ThreadBusy,
 )
 from longtask.runtime import tapping
+from longtask.serve._lg_json import plain
 from longtask.serve._lg_live import Feed, Feeds
+from longtask.serve._lg_state import thread_state
+from longtask.serve._webhooks import Deliverer, WebhookPolicy
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -67,6 +70,7 @@ class Executor:
         workers: int = 4,
         to_workers: bool = False,
         follow_poll: float = 0.2,
+        webhooks: WebhookPolicy | None = None,
     ) -> None:
         from longtask._runner import Runner as RunnerClass
 
@@ -93,8 +97,12 @@ class Executor:
         #: threads fired by a schedule waiting in the job queue
         self._fired: set[str] = set()
         self._fired_lock = threading.Lock()
+        #: POSTs ended runs to their webhooks, beside the runs; started with the app
+        #: (``start``), it first makes the deliveries a previous serve left owed
+        self.webhooks = Deliverer(self.runner.db.store, self._values, webhooks)
 
     def close(self) -> None:
+        self.webhooks.close()
         for _ in self._threads:
             self._jobs.put(None)
 
@@ -138,10 +146,28 @@ class Executor:
     def submit_cancel(self, thread_id: str, reason: str | None, by: str) -> None:
         self._jobs.put((self._cancel, (thread_id, reason, by)))
 
-    def _set(self, run_id: str, status: str, error: str | None = None) -> None:
-        self.runner.db.store.api_run_set(run_id, status, error)
+    def end_run(self, run: ApiRun, status: str, error: str | None = None) -> None:
+        """Record a run's end. A run with a webhook keeps the thread's values as they are
+        now, in the same statement (the next run of the thread waits for this end, so they
+        are the run's), and the webhook is delivered once that is committed."""
+        values = self._values(run) if run.webhook else None
+        self.runner.db.store.api_run_set(run.run_id, status, error, values=values)
         with self.changed:
             self.changed.notify_all()
+        if run.webhook:
+            self.webhooks.wake()
+
+    def _values(self, run: ApiRun) -> dict[str, Any] | None:
+        """The thread's values as the Server API shows them (None if they cannot be read:
+        the delivery reads them again then)."""
+        rec = self.runner.db.store.get_thread(run.thread_id)
+        if rec is None:
+            return {}
+        try:
+            return dict(plain(thread_state(self.runner, self.registry, rec)["values"]))
+        except Exception:
+            log.exception("could not read the values of thread %s for a webhook", rec.thread_id)
+            return None
 
     # -- recovering ------------------------------------------------------------------------
 
@@ -225,14 +251,14 @@ class Executor:
         if run.request.get("kind") == "cancel":
             # Delivered: the thread is cancelled, or the run advancing it stops at its next
             # step and compensates.
-            self._set(run_id, "error" if error else "success", error)
+            self.end_run(run, "error" if error else "success", error)
             return
         status = RUN_OUTCOME.get(rec.status, "error") if rec is not None else "error"
         if rec is not None and rec.status == "failed":
             error = error or str((rec.error or {}).get("message") or "the thread failed")
         if rec is not None and rec.status == "running":
             status = "error"  # another process holds the thread
-        self._set(run_id, status, error if status == "error" else None)
+        self.end_run(run, status, error if status == "error" else None)
 
     def _carry_out(self, run: ApiRun, again: bool) -> None:
         runner = self.runner

@@ -20,9 +20,10 @@ from longtask.serve._executor import FINAL_RUN
 from longtask.serve._lg_body import mapping_field, query_integer
 from longtask.serve._lg_chat import chat_input
 from longtask.serve._lg_commands import plan_command, plan_continue
-from longtask.serve._lg_json import iso
+from longtask.serve._lg_json import run_json
 from longtask.serve._lg_state import current_state, thread_state
 from longtask.serve._lg_stream import MODES, follow, modes_of
+from longtask.serve._webhooks import check_url, redacted
 
 if TYPE_CHECKING:
     from longtask.serve._lg_common import Api
@@ -32,25 +33,6 @@ if TYPE_CHECKING:
 
 #: seconds between reads of a run's status while a request waits for it to finish
 _POLL = 0.1
-
-
-def run_json(run: ApiRun) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "thread_id": run.thread_id,
-        "assistant_id": run.assistant_id,
-        "created_at": iso(run.created_at),
-        "updated_at": iso(run.updated_at),
-        "status": run.status,
-        "metadata": run.metadata,
-        "multitask_strategy": "reject",
-        "langsmith_session_name": None,
-        "kwargs": {
-            **(run.request.get("kwargs") or {}),
-            "stream_mode": run.request.get("stream_mode", ["values"]),
-        },
-        **({"error": run.error} if run.error else {}),
-    }
 
 
 def refuse_unsupported(body: dict[str, Any]) -> None:
@@ -138,10 +120,12 @@ def record(
     metadata: dict[str, Any] | None = None,
     *,
     seen: int | None = None,
+    webhook: str | None = None,
 ) -> ApiRun:
     """Record a checked run request and hand it to the executor; returns the run. With
     ``seen`` (from ``refuse_busy`` before the request was checked): a 409 if another run
-    of the thread was recorded since, as the check may no longer hold."""
+    of the thread was recorded since, as the check may no longer hold. ``webhook``: the
+    checked URL the run is POSTed to when it ends."""
     runner = api.runner
     store = runner.db.store
     request.setdefault("stream_mode", ["values"])
@@ -151,7 +135,7 @@ def record(
     request["before_agent"] = _conversation(api, rec)
     run_id = str(uuid.uuid4())
     if not store.api_run_create(
-        run_id, thread_id, assistant_id, request, actor, metadata, seen=seen
+        run_id, thread_id, assistant_id, request, actor, metadata, seen=seen, webhook=webhook
     ):
         raise _busy(thread_id)
     # Read before it is handed over: the answer says the run as recorded (pending, as on
@@ -188,6 +172,7 @@ def routes(api: Api) -> list[Route]:
         body = _at_head(api, thread_id, body)
         refuse_unsupported(body)
         config = _config_of(body)
+        webhook = check_url(body["webhook"]) if body.get("webhook") is not None else None
         # A thread of its own for a stateless run, or one if_not_exists asks for: recorded
         # with the run, once every check has passed; a refused run stores nothing.
         new_thread = thread_id is None
@@ -256,7 +241,9 @@ def routes(api: Api) -> list[Route]:
             "subgraphs": bool(body.get("stream_subgraphs")),
             "resumable": bool(body.get("stream_resumable")),
             "temporary": thread_id_given is None,
-            "webhook": None,
+            # Shown without credentials or query string: whoever reads the run may not
+            # be whoever may call the receiver.
+            "webhook": redacted(webhook) if webhook else None,
             "feedback_keys": None,
             "interrupt_before": None,
             "interrupt_after": None,
@@ -266,7 +253,14 @@ def routes(api: Api) -> list[Route]:
         if new_thread:
             store.api_thread_put(thread_id, {"graph_id": entry.name})
         return record(
-            api, thread_id, entry.assistant_id, request, actor, body.get("metadata"), seen=seen
+            api,
+            thread_id,
+            entry.assistant_id,
+            request,
+            actor,
+            body.get("metadata"),
+            seen=seen,
+            webhook=webhook,
         )
 
     async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
@@ -389,7 +383,7 @@ def routes(api: Api) -> list[Route]:
             )
         run = await one(request)
         if run.status == "pending":
-            await api.call(store.api_run_set, run.run_id, "interrupted", None)
+            await api.call(api.executor.end_run, run, "interrupted", None)
         elif run.status == "running":
             reason = f"run {run.run_id} cancelled"
             # Recorded before the answer: the run advancing the thread stops at its next

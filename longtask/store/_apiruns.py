@@ -16,8 +16,10 @@ OPEN_RUN_STATUSES = ("pending", "running")
 
 _RUN_COLS = (
     "run_id, thread_id, assistant_id, status, request, actor, metadata, error, "
-    "created_at, updated_at"
+    "created_at, updated_at, started_at, webhook"
 )
+#: what a run's webhook delivery reads: the run, then its delivery's columns
+_WEBHOOK_COLS = f"{_RUN_COLS}, webhook_values, webhook_attempts"
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,21 @@ class ApiRun:
     error: str | None
     created_at: float
     updated_at: float
+    #: when the executor took it (None while pending)
+    started_at: float | None = None
+    #: the URL to POST the run to when it ends (``webhook`` of the request), or None
+    webhook: str | None = None
+
+
+@dataclass(frozen=True)
+class WebhookDue:
+    """A run whose webhook is owed, as claimed for one attempt."""
+
+    run: ApiRun
+    #: the thread's values when the run ended (None: read them now)
+    values: dict[str, Any] | None
+    #: attempts made before this one
+    attempts: int
 
 
 def _run(r: tuple[Any, ...]) -> ApiRun:
@@ -46,6 +63,8 @@ def _run(r: tuple[Any, ...]) -> ApiRun:
         error=r[7],
         created_at=float(r[8]),
         updated_at=float(r[9]),
+        started_at=float(r[10]) if r[10] is not None else None,
+        webhook=r[11],
     )
 
 
@@ -66,6 +85,7 @@ class ApiTables:
         metadata: dict[str, Any] | None,
         *,
         seen: int | None = None,
+        webhook: str | None = None,
     ) -> bool:
         """Record a pending run; with ``seen`` (``api_run_mark`` taken before the request
         was checked), only if no run of the thread is open and none was recorded since,
@@ -82,8 +102,10 @@ class ApiTables:
             None,
             now,
             now,
+            None,
+            webhook,
         )
-        insert = f"INSERT INTO longtask_api_runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+        insert = f"INSERT INTO longtask_api_runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
         if seen is None:
             self._run(insert, row)
             return True
@@ -140,17 +162,80 @@ class ApiTables:
         """Mark the run running if its status is still ``seen`` (a cancel of a pending run
         may have come in between); whether it was."""
         rows = self._run(
-            "UPDATE longtask_api_runs SET status = 'running', updated_at = ? "
-            "WHERE run_id = ? AND status = ? RETURNING run_id",
-            (time.time(), run_id, seen),
+            "UPDATE longtask_api_runs SET status = 'running', updated_at = ?, "
+            "started_at = COALESCE(started_at, ?) WHERE run_id = ? AND status = ? "
+            "RETURNING run_id",
+            (time.time(), time.time(), run_id, seen),
         )
         return bool(rows)
 
-    def api_run_set(self, run_id: str, status: str, error: str | None = None) -> None:
+    def api_run_set(
+        self,
+        run_id: str,
+        status: str,
+        error: str | None = None,
+        *,
+        values: dict[str, Any] | None = None,
+    ) -> None:
+        """Record a run's status; ``values``, the thread's at the run's end, are kept for
+        its webhook (in the same statement: a delivery never sees the end without them)."""
+        kept = json.dumps(values) if values is not None else None
         self._run(
-            "UPDATE longtask_api_runs SET status = ?, error = ?, updated_at = ? WHERE run_id = ?",
-            (status, error, time.time(), run_id),
+            "UPDATE longtask_api_runs SET status = ?, error = ?, updated_at = ?, "
+            "webhook_values = COALESCE(?, webhook_values) WHERE run_id = ?",
+            (status, error, time.time(), kept, run_id),
         )
+
+    # -- webhook deliveries ------------------------------------------------------------------
+
+    def api_webhooks_due(self, now: float, limit: int = 20) -> list[str]:
+        """Ended runs whose webhook is owed and due (never tried, or its retry's time, or a
+        claim that lapsed with the process that made it), oldest end first."""
+        rows = self._run(
+            "SELECT run_id FROM longtask_api_runs WHERE webhook IS NOT NULL "
+            "AND webhook_state IS NULL AND status NOT IN (?, ?) "
+            "AND COALESCE(webhook_due, 0) <= ? ORDER BY updated_at, run_id LIMIT ?",
+            (*OPEN_RUN_STATUSES, now, limit),
+        )
+        return [r[0] for r in rows]
+
+    def api_webhook_claim(self, run_id: str, now: float, until: float) -> WebhookDue | None:
+        """Take one attempt at a due delivery, until ``until`` (another process or thread
+        finds it due again only after that, if this one died mid-attempt); None if it was
+        taken or settled meanwhile."""
+        rows = self._run(
+            "UPDATE longtask_api_runs SET webhook_due = ? WHERE run_id = ? "
+            "AND webhook IS NOT NULL AND webhook_state IS NULL AND status NOT IN (?, ?) "
+            f"AND COALESCE(webhook_due, 0) <= ? RETURNING {_WEBHOOK_COLS}",
+            (until, run_id, *OPEN_RUN_STATUSES, now),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        n = len(_RUN_COLS.split(","))
+        values = json.loads(r[n]) if r[n] is not None else None
+        return WebhookDue(_run(r[:n]), values, int(r[n + 1]))
+
+    def api_webhook_settle(
+        self, run_id: str, attempts: int, *, sent: bool, retry_at: float | None
+    ) -> None:
+        """Record an attempt: delivered (``sent``), to be tried again at ``retry_at``, or
+        given up (neither). A settled delivery drops the values it kept."""
+        state = "sent" if sent else ("failed" if retry_at is None else None)
+        drop = ", webhook_values = NULL" if state is not None else ""
+        self._run(
+            "UPDATE longtask_api_runs SET webhook_attempts = ?, webhook_due = ?, "
+            f"webhook_state = ?{drop} WHERE run_id = ?",
+            (attempts, retry_at, state, run_id),
+        )
+
+    def api_webhook_state(self, run_id: str) -> tuple[str | None, int]:
+        """A run's delivery: its outcome ('sent', 'failed', None while owed) and attempts."""
+        rows = self._run(
+            "SELECT webhook_state, webhook_attempts FROM longtask_api_runs WHERE run_id = ?",
+            (run_id,),
+        )
+        return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
 
     def api_thread_put(self, thread_id: str, metadata: dict[str, Any]) -> bool:
         """Record a thread created through the API; False if the id is taken."""

@@ -28,6 +28,8 @@ EVENT_KINDS: tuple[str, ...] = (
     "fix.exhausted",
     "definition.migrated",
     "definition.forced",
+    "notify.sent",
+    "notify.failed",
     *(
         f"manual.{k}"
         for k in ("skip", "retry", "resolve", "fork", "cancel", "budget", "goto", "update")

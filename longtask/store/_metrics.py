@@ -79,6 +79,8 @@ class Snapshot:
     usage: list[tuple[str, int, float, int]] = field(default_factory=list)
     #: (event kind, events stored)
     events: list[tuple[str, int]] = field(default_factory=list)
+    #: (owed|sent|failed, ended runs of the Server API with a webhook in that state)
+    webhooks: list[tuple[str, int]] = field(default_factory=list)
     #: (queue, waiting|scheduled|running, jobs, seconds the oldest due job has waited);
     #: empty on SQLite and where procrastinate's tables are missing
     queue: list[tuple[str, str, int, float]] = field(default_factory=list)
@@ -222,6 +224,15 @@ class MetricsTables:
         snap.events = [
             (str(r[0]), int(r[1]))
             for r in run("SELECT kind, COUNT(*) FROM longtask_events GROUP BY kind")
+        ]
+        # The runs table's partial index holds the owed ones; the rest are counted once.
+        snap.webhooks = [
+            (str(r[0]), int(r[1]))
+            for r in run(
+                "SELECT COALESCE(webhook_state, 'owed'), COUNT(*) FROM longtask_api_runs "
+                "WHERE webhook IS NOT NULL AND status NOT IN ('pending', 'running') "
+                "GROUP BY COALESCE(webhook_state, 'owed')"
+            )
         ]
         if queue:
             snap.queue = [

@@ -603,6 +603,22 @@ MIGRATIONS: list[list[str | Step]] = [
         "ALTER TABLE longtask_workers ADD COLUMN serves TEXT",
         "ALTER TABLE longtask_workers ADD COLUMN handed_back INTEGER NOT NULL DEFAULT 0",
     ],
+    # 19: run webhooks of the LangGraph Server API: the URL a run is POSTed to when it ends,
+    # when the run was taken (the payload's run_started_at), the thread's values at its end
+    # (read before the end is recorded, so a later run cannot change them), and the
+    # delivery: attempts so far, when the next one is due (or a claim's expiry), and its
+    # outcome ('sent' or 'failed'; NULL while it is owed). A partial index finds the
+    # deliveries owed without reading every run.
+    [
+        "ALTER TABLE longtask_api_runs ADD COLUMN webhook TEXT",
+        "ALTER TABLE longtask_api_runs ADD COLUMN started_at {real}",
+        "ALTER TABLE longtask_api_runs ADD COLUMN webhook_values TEXT",
+        "ALTER TABLE longtask_api_runs ADD COLUMN webhook_attempts INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE longtask_api_runs ADD COLUMN webhook_due {real}",
+        "ALTER TABLE longtask_api_runs ADD COLUMN webhook_state TEXT",
+        "CREATE INDEX longtask_api_runs_webhooks ON longtask_api_runs (webhook_due) "
+        "WHERE webhook IS NOT NULL AND webhook_state IS NULL",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

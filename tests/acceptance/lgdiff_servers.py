@@ -189,6 +189,8 @@ def reference_server(llm_url: str) -> Server:
         "from langgraph_api.cli import run_server\n"
         f"run_server(host='127.0.0.1', port={port}, reload=False, open_browser=False,\n"
         f"           graphs={{'chat': {str(HERE / 'lgdiff_graph.py') + ':graph'!r}}},\n"
+        # run webhooks to the test's receiver on 127.0.0.1 (refused by default, as by longtask)
+        "           webhooks={'url': {'disable_loopback': False, 'require_https': False}},\n"
         "           disable_persistence=True)\n"
     )
     # its working directory gets a .langgraph_api folder: keep it out of the repository
@@ -207,6 +209,7 @@ def longtask_server(db: str, llm_url: str, token: str) -> Server:
     port = free_port()
     env = _quiet_env(llm_url)
     env["LONGTASK_API_TOKENS"] = f"alice={token}"
+    env["LONGTASK_WEBHOOK_ALLOW"] = "127.0.0.1"  # the test's webhook receiver
     env.pop("LONGTASK_API_TOKEN", None)
     args = [sys.executable, "-m", "longtask", "serve", "--port", str(port), "--db", db]
     args += ["--task", f"{HERE / 'lgdiff_task.py'}:task"]

@@ -302,3 +302,71 @@ def test_approval_answers_at_once_and_the_run_survives_a_killed_serve(
 
 async def _exists(path: Path) -> bool:
     return path.exists()
+
+
+def test_a_run_webhook_owed_by_a_killed_serve_is_delivered_after_it_starts_again(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A real ``serve`` ends a run whose receiver is down, and is killed (SIGKILL) before the
+    delivery's next attempt; the receiver comes back, ``serve`` starts again and delivers
+    the run, with the idempotency key of the first attempt."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from langgraph_sdk import get_sync_client
+
+    from longtask import Runner
+
+    got: list[tuple[str, dict[str, Any]]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            got.append((self.headers["Idempotency-Key"], body))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    port = _free_port()  # nothing listens on it yet: the receiver is down
+    server = Serve(db_url, {"LONGTASK_WEBHOOK_ALLOW": "127.0.0.1", "LT_SLEEPY": "0"})
+    server.start()
+    receiver: ThreadingHTTPServer | None = None
+    try:
+        lg = get_sync_client(url=server.url, api_key=TOKEN)
+        thread = lg.threads.create()["thread_id"]
+        webhook = f"http://127.0.0.1:{port}/hook"
+        run = lg.runs.create(thread, "lg_sleepy", input={}, webhook=webhook)
+        lg.runs.join(thread, run["run_id"])
+
+        def failed_once() -> bool:
+            with Runner(db_url) as runner:
+                return any(e.kind == "notify.failed" for e in runner.events(thread))
+
+        deadline = time.monotonic() + 60
+        while not failed_once():
+            assert time.monotonic() < deadline, "no failed attempt was recorded"
+            time.sleep(0.1)
+        server.kill()  # the next attempt is due seconds later: it never happens here
+        assert got == []
+
+        receiver = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=receiver.serve_forever, daemon=True).start()
+        server.start()
+        deadline = time.monotonic() + 60
+        while not got:
+            assert time.monotonic() < deadline, "the restarted serve did not deliver the run"
+            time.sleep(0.1)
+    finally:
+        server.stop()
+        if receiver is not None:
+            receiver.shutdown()
+            receiver.server_close()
+    assert [key for key, _ in got] == [run["run_id"]]
+    assert got[0][1]["status"] == "success"
+    assert got[0][1]["values"] == {"nap1": "nap1", "nap2": "nap2", "nap3": "nap3"}
+    with Runner(db_url) as runner:
+        sent = [e for e in runner.events(thread) if e.kind == "notify.sent"]
+    assert len(sent) == 1 and sent[0].attempt >= 2

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import subprocess
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,7 @@ import lgdiff_servers
 import lgdiff_shapes
 import pytest
 from fakes import FakeOpenAI, Reply, Request
+from langgraph_sdk import get_sync_client
 from lgdiff_shapes import (
     INTENDED,
     Difference,
@@ -164,6 +168,55 @@ def test_js_sdk_sees_longtask_serve_as_langgraphs_server(
     reference_js: list[tuple[str, Any]], longtask: lgdiff_servers.Server, js_dir: Path
 ) -> None:
     _judge("JS SDK", reference_js, _drive_js(js_dir, longtask.url))
+
+
+class _Receiver:
+    """An HTTP server on 127.0.0.1 keeping the JSON bodies POSTed to it."""
+
+    def __init__(self) -> None:
+        got = self.got = queue.Queue[dict[str, Any]]()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                got.put(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _webhook_payload(url: str) -> dict[str, Any]:
+    """Start a run with a webhook (it stops at the approval) and return what was POSTed."""
+    receiver = _Receiver()
+    try:
+        lg = get_sync_client(url=url, api_key=TOKEN)
+        thread = lg.threads.create()["thread_id"]
+        run = lg.runs.create(thread, "chat", input=lgdiff_drive.CHAT, webhook=receiver.url)
+        lg.runs.join(thread, run["run_id"])
+        body = receiver.got.get(timeout=60)
+        assert body["run_id"] == run["run_id"]
+        return body
+    finally:
+        receiver.close()
+
+
+def test_a_run_webhook_posts_what_langgraphs_server_posts(
+    reference: lgdiff_servers.Server, longtask: lgdiff_servers.Server
+) -> None:
+    ref = _webhook_payload(reference.url)
+    got = _webhook_payload(longtask.url)
+    assert ref["status"] == got["status"] == "success"
+    left, _ = split(diff_answer("runs webhook", ref, got), INTENDED)
+    assert not left, "the webhook's payload differs:\n" + "\n".join(f"  {d}" for d in left)
 
 
 # -- the comparison itself (no server)
