@@ -255,7 +255,18 @@ class Gate:
             planned = self._plan(task, thread_id, seen, supersteps, encode=True)
             if not held:
                 stack.enter_context(self._queue.lease(thread_id, f"gate:{door.name}"))
-            steps = sorted({c[4:] for step in planned for u in step for c in (u.values or {})})
+            written = sorted({c for step in planned for u in step for c in (u.values or {})})
+            # the steps whose result it changes (a fork also writes a join's other
+            # dependencies back as they are)
+            changed = sorted(
+                {
+                    c[4:]
+                    for step in planned
+                    for u in step
+                    for c, v in (u.values or {}).items()
+                    if c.startswith("out.") and not self._unchanged(seen, c, v)
+                }
+            )
             mine = [
                 *door.also,
                 NewEvent(
@@ -265,10 +276,8 @@ class Gate:
                     data={
                         "door": door.name,
                         "by": door.by or self._whoami(),
-                        "steps": [s for s in steps if s != "inputs"],
-                        "channels": sorted(
-                            {c for step in planned for u in step for c in (u.values or {})}
-                        ),
+                        "steps": changed,
+                        "channels": written,
                         "as_node": sorted({str(u.as_node) for step in planned for u in step}),
                         "checkpoint": conf.get("checkpoint_id"),
                         "fork": forks,

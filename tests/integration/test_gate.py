@@ -557,6 +557,7 @@ def test_every_outside_write_passes_the_gate(world: World, door: Door, state: st
         assert manual_updates(world, thread) == before_updates + 1, label
         update = next(e for e in world.runner.events(thread) if e.kind == "manual.update")
         assert update.data is not None and update.data["door"] == door.gate
+        assert update.data["steps"] == ([t.step] if t.step else []), update.data
         finish(world, thread)
     assert tried >= 15
     # The shared thread took only refusals: it goes on as if nothing had been tried.
