@@ -241,10 +241,13 @@ class Gate:
         if door.by is not None:
             check_by(door.by)  # recorded in the event: one line, a name
         held = thread_id in _HELD.get()
+        if not held:
+            # Before the lock too: a refused write must not hold the thread even for a moment
+            # (the executor carrying out the queued answer would find it busy).
+            self._check_queue(thread_id)
         with contextlib.ExitStack() as stack:
             if not held:
                 stack.enter_context(self.db.lock(thread_id))
-            if not held:
                 self._check_queue(thread_id)
             rec = self._record(thread_id)
             # A write at a named checkpoint is LangGraph's fork: a new branch from there.

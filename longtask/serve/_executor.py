@@ -45,6 +45,8 @@ log = logging.getLogger("longtask.serve")
 
 #: run statuses that are final
 FINAL_RUN = frozenset({"success", "error", "interrupted", "timeout"})
+#: how long a run waits for a thread another process holds before it ends in error
+BUSY_WAIT = 30.0
 #: longtask thread status after a run -> the run's status
 #: (a run that stops at a pause succeeded, as on LangGraph's server: "interrupted" is a
 #: run cancelled by request)
@@ -232,7 +234,7 @@ class Executor:
         before = store.get_thread(run.thread_id)
         try:
             with tapping(feed.put):
-                self._carry_out(run, again)
+                self._carry_out_when_free(run, again)
             after = store.get_thread(run.thread_id)
             if after is not None and after.mode == "worker":
                 feed.hand_over()
@@ -259,6 +261,23 @@ class Executor:
         if rec is not None and rec.status == "running":
             status = "error"  # another process holds the thread
         self.end_run(run, status, error if status == "error" else None)
+
+    def _carry_out_when_free(self, run: ApiRun, again: bool) -> None:
+        """Carry ``run`` out, waiting a while for a thread another process holds: an
+        accepted command is not dropped because a reader or a refused write held the thread
+        for a moment (a busy thread refuses before anything is written, so trying again is
+        safe). A holder that keeps it past ``BUSY_WAIT`` seconds ends the run in error."""
+        deadline = time.monotonic() + BUSY_WAIT
+        pause = 0.05
+        while True:
+            try:
+                self._carry_out(run, again)
+                return
+            except ThreadBusy:
+                if time.monotonic() + pause > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def _carry_out(self, run: ApiRun, again: bool) -> None:
         runner = self.runner
