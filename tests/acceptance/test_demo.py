@@ -200,6 +200,14 @@ def test_every_command_the_demo_prints_works_when_pasted(tmp_path: Path) -> None
     assert command.endswith(" --succeeded --result JSON") and "--retry" in alternatives
     # the file the cut-off write was making is not there: the honest answer is --retry
     resolved = _paste(command.replace(" --succeeded --result JSON", " --retry"), elsewhere)
+    # A kill that lands while parallel steps are mid-write cuts off more than one effect:
+    # each is asked about in turn, with its own pasteable command.
+    for _ in range(5):
+        assert resolved.returncode == 3, resolved.stdout + resolved.stderr
+        if "waiting_external" in resolved.stdout:
+            break
+        more = _printed(resolved.stdout, "longtask effects resolve").split("  (or ")[0]
+        resolved = _paste(more.replace(" --succeeded --result JSON", " --retry"), elsewhere)
     # the thread goes on to the CI wait (which the demo simulates)
     assert resolved.returncode == 3, resolved.stdout + resolved.stderr
     assert "waiting_external" in resolved.stdout
