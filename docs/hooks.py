@@ -161,7 +161,7 @@ def _served_routes() -> list[tuple[str, str]]:
 
     from longtask import Runner
     from longtask.serve._app import create_app
-    from longtask.serve._lg_unserved import UNSERVED
+    from longtask.serve.lgapi._unserved import UNSERVED
 
     unserved = {path for path, _, _, _ in UNSERVED}
     found = []
@@ -195,7 +195,7 @@ def http_routes() -> str:
 
 
 def http_unserved() -> str:
-    from longtask.serve._lg_unserved import UNSERVED
+    from longtask.serve.lgapi._unserved import UNSERVED
 
     rows = ["| method | path | answer | what to use instead |", "|---|---|---|---|"]
     for path, methods, status, message in UNSERVED:

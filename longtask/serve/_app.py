@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-import longtask.serve._lg_assistants as lg_assistants
-import longtask.serve._lg_runs as lg_runs
-import longtask.serve._lg_threads as lg_threads
-import longtask.serve._lg_unserved as lg_unserved
+import longtask.serve.lgapi._assistants as lg_assistants
+import longtask.serve.lgapi._runs as lg_runs
+import longtask.serve.lgapi._threads as lg_threads
+import longtask.serve.lgapi._unserved as lg_unserved
 from longtask._version import __version__
 from longtask.errors import (
     InvalidInput,
@@ -58,14 +58,14 @@ from longtask.serve._http import (
     unauthorized,
 )
 from longtask.serve._json_body import read_json_body
-from longtask.serve._lg_commands import plan_answer
-from longtask.serve._lg_common import Api
 from longtask.serve._manual import final_results, retry_later, skip_later
 from longtask.serve._page import FAVICON, index_page, thread_page
 from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
 from longtask.serve._webhooks import WebhookPolicy
+from longtask.serve.lgapi._commands import plan_answer
+from longtask.serve.lgapi._common import Api
 from longtask.store import THREAD_SORTS
 
 if TYPE_CHECKING:

@@ -28,10 +28,10 @@ from longtask.errors import (
     ThreadBusy,
 )
 from longtask.runtime import tapping
-from longtask.serve._lg_json import plain
-from longtask.serve._lg_live import Feed, Feeds
-from longtask.serve._lg_state import thread_state
 from longtask.serve._webhooks import Deliverer, WebhookPolicy
+from longtask.serve.lgapi._json import plain
+from longtask.serve.lgapi._live import Feed, Feeds
+from longtask.serve.lgapi._state import thread_state
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 
 if TYPE_CHECKING:

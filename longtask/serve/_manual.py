@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import longtask.serve._lg_runs as lg_runs
+import longtask.serve.lgapi._runs as lg_runs
 from longtask.runtime._text import refuse_bad_text
 from longtask.serve._registry import assistant_id
 
 if TYPE_CHECKING:
-    from longtask.serve._lg_common import Api
+    from longtask.serve.lgapi._common import Api
 
 
 def retry_later(api: Api, thread_id: str, step: str | None, by: str) -> str | None:

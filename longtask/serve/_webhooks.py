@@ -37,7 +37,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from starlette.exceptions import HTTPException
 
 from longtask._version import __version__
-from longtask.serve._lg_json import iso, run_json
+from longtask.serve.lgapi._json import iso, run_json
 
 if TYPE_CHECKING:
     from longtask.store import Store

@@ -327,7 +327,7 @@ def test_assistants_search_filters_by_metadata(client: TestClient) -> None:
 
 def test_unserved_endpoints_say_what_to_use_instead(runner: Runner, client: TestClient) -> None:
     from longtask.serve._hints import Hints
-    from longtask.serve._lg_unserved import UNSERVED
+    from longtask.serve.lgapi._unserved import UNSERVED
 
     # The commands a message names carry the server's --db (issue 29, item 2).
     hints = Hints(runner.db.url.raw)

@@ -1,7 +1,7 @@
 """A run's stream in the LangGraph Server API's SSE format.
 
 No task runs here: the executor advances the thread. When this process carries the run out,
-its stream is made from the run's own parts as they come (``_lg_live``). Otherwise (a run a
+its stream is made from the run's own parts as they come (``live``). Otherwise (a run a
 ``longtask worker`` carries out) the stream follows what the thread stores —
 a new checkpoint gives ``values`` (every result so far) and ``updates`` (the steps whose
 results are new, and ``__interrupt__`` when it pauses); new longtask events give ``custom``
@@ -23,13 +23,13 @@ import anyio
 
 from longtask.graphs import read_agent_messages
 from longtask.serve._executor import FINAL_RUN
-from longtask.serve._lg_json import plain, sse
-from longtask.serve._lg_live import LiveParts
-from longtask.serve._lg_state import current_state, graph_of
+from longtask.serve.lgapi._json import plain, sse
+from longtask.serve.lgapi._live import LiveParts
+from longtask.serve.lgapi._state import current_state, graph_of
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
-    from longtask.serve._lg_common import Api
+    from longtask.serve.lgapi._common import Api
 
 #: stream modes this server answers; the others are accepted and yield nothing
 MODES = frozenset(
@@ -149,7 +149,7 @@ async def follow(
     metadata: dict[str, Any] | None = None,
 ) -> AsyncIterator[bytes]:
     """The run's stream: from the run itself when this process carries it out (see
-    ``_lg_live``), else read from what the thread stores."""
+    ``live``), else read from what the thread stores."""
     yield sse("metadata", {"run_id": run_id, "attempt": 1})
     feed = api.executor.feeds.get(run_id)
     if feed is not None and task is not None:

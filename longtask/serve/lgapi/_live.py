@@ -4,7 +4,7 @@ subgraphs), in order, and each client of the run's stream turns them into the La
 Server API's SSE events for the modes it asked for.
 
 - ``values``: the state after each super-step (results by step name, ``messages``: the
-  conversation, see ``_lg_chat``), with ``__interrupt__`` when the run pauses; again when
+  conversation, see ``chat``), with ``__interrupt__`` when the run pauses; again when
   a running agent's conversation grows.
 - ``updates``: ``{step: {step: result}}`` as each step finishes (LangGraph's ``{node:
   update}``), ``{"__interrupt__": [...]}`` at a pause.
@@ -17,7 +17,7 @@ Server API's SSE events for the modes it asked for.
   shown as above. With ``stream_subgraphs`` a subgraph's parts come as ``mode|namespace``.
 
 A run carried out by another process (``longtask worker``) has no tap here: its stream is
-read from the database instead (``_lg_stream``).
+read from the database instead (``stream``).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from longtask.serve._lg_chat import KEY, Conversation, messages_json
-from longtask.serve._lg_json import plain, sse
-from longtask.serve._lg_state import api_values, decode_values, interrupt_json, step_name
+from longtask.serve.lgapi._chat import KEY, Conversation, messages_json
+from longtask.serve.lgapi._json import plain, sse
+from longtask.serve.lgapi._state import api_values, decode_values, interrupt_json, step_name
 
 if TYPE_CHECKING:
     from longtask._runner import Runner

@@ -17,14 +17,14 @@ from starlette.routing import Route
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._gate import through
 from longtask.runtime._threadid import check_thread_id
-from longtask.serve._lg_body import (
+from longtask.serve.lgapi._body import (
     id_text,
     integer_field,
     mapping_field,
     strings_field,
     text_field,
 )
-from longtask.serve._lg_state import (
+from longtask.serve.lgapi._state import (
     config_of,
     empty_state,
     thread_history,
@@ -33,7 +33,7 @@ from longtask.serve._lg_state import (
 )
 
 if TYPE_CHECKING:
-    from longtask.serve._lg_common import Api, Handler
+    from longtask.serve.lgapi._common import Api, Handler
 
 #: metadata keys a thread's JSON takes from longtask's record
 RESERVED = ("graph_id", "assistant_id", "longtask_status", "longtask_error")

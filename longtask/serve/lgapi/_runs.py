@@ -17,17 +17,17 @@ from starlette.routing import Route
 
 from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound, TooLateToCancel
 from longtask.serve._executor import FINAL_RUN
-from longtask.serve._lg_body import mapping_field, query_integer
-from longtask.serve._lg_chat import chat_input
-from longtask.serve._lg_commands import plan_command, plan_continue
-from longtask.serve._lg_json import run_json
-from longtask.serve._lg_state import current_state, thread_state
-from longtask.serve._lg_stream import MODES, follow, modes_of
 from longtask.serve._webhooks import check_url, redacted
+from longtask.serve.lgapi._body import mapping_field, query_integer
+from longtask.serve.lgapi._chat import chat_input
+from longtask.serve.lgapi._commands import plan_command, plan_continue
+from longtask.serve.lgapi._json import run_json
+from longtask.serve.lgapi._state import current_state, thread_state
+from longtask.serve.lgapi._stream import MODES, follow, modes_of
 
 if TYPE_CHECKING:
-    from longtask.serve._lg_common import Api
     from longtask.serve._registry import Registered
+    from longtask.serve.lgapi._common import Api
     from longtask.store import ThreadRecord
     from longtask.store._apiruns import ApiRun
 

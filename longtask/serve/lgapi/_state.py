@@ -1,6 +1,6 @@
 """longtask threads as the LangGraph Server API shows them: thread objects, thread states
 (values are the steps' results by step name, and ``messages``: the thread's conversation,
-see ``_lg_chat``) and statuses."""
+see ``chat``) and statuses."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from longtask.errors import TaskRefError
 from longtask.graphs import agent_conversation
-from longtask.serve._lg_chat import KEY, Conversation, messages_json
-from longtask.serve._lg_json import iso, plain
+from longtask.serve.lgapi._chat import KEY, Conversation, messages_json
+from longtask.serve.lgapi._json import iso, plain
 from longtask.steps import INPUTS_CHANNEL
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def api_values(
     live: Iterable[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """A checkpoint's values as the API shows them: the steps' results by step name, and
-    ``messages``, the conversation (see ``_lg_chat``) of a thread started from a chat or of
+    ``messages``, the conversation (see ``chat``) of a thread started from a chat or of
     a task with agent steps."""
     values = decode_values(runner, channels)
     if chat is None or not chat.shown or not isinstance(channels, dict):

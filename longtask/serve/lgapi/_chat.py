@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from longtask.errors import InvalidInput
 from longtask.model import AgentStep
-from longtask.serve._lg_json import plain
+from longtask.serve.lgapi._json import plain
 
 if TYPE_CHECKING:
     from longtask._runner import Runner

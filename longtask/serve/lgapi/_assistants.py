@@ -11,11 +11,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from longtask.serve._lg_body import integer_field, mapping_field, text_field
+from longtask.serve.lgapi._body import integer_field, mapping_field, text_field
 
 if TYPE_CHECKING:
-    from longtask.serve._lg_common import Api
     from longtask.serve._registry import Registered
+    from longtask.serve.lgapi._common import Api
 
 
 def _schemas(entry: Registered) -> dict[str, Any]:
