@@ -239,7 +239,10 @@ class Executor:
             if after is not None and after.mode == "worker":
                 feed.hand_over()
                 # Handed to the workers' queue: the run lasts until a worker has acted.
-                self._follow_worker(run.thread_id, before.runs if before is not None else 0)
+                recorded = run.request.get("runs_before")
+                if recorded is None:  # a run recorded before the count was kept with it
+                    recorded = before.runs if before is not None else 0
+                self._follow_worker(run.thread_id, int(recorded))
         except ThreadBusy as exc:
             error = str(exc)
         except LongTaskError as exc:

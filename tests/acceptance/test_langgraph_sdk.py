@@ -370,3 +370,39 @@ def test_a_run_webhook_owed_by_a_killed_serve_is_delivered_after_it_starts_again
     with Runner(db_url) as runner:
         sent = [e for e in runner.events(thread) if e.kind == "notify.sent"]
     assert len(sent) == 1 and sent[0].attempt >= 2
+
+
+def test_a_run_a_worker_finished_while_serve_was_down_ends_after_serve_starts_again(
+    serve_with_worker: Serve, tmp_path: Path
+) -> None:
+    """``serve --workers`` hands a run's thread to the workers and follows it; killed
+    (SIGKILL) while it follows, it finds the run open when it starts again — after the
+    worker has finished the thread. The run ends (success), and the executor's threads are
+    not held by a follow that waits for a worker's turn that already came."""
+    from langgraph_sdk import get_sync_client
+
+    lg = get_sync_client(url=serve_with_worker.url, api_key=TOKEN)
+    thread = lg.threads.create()["thread_id"]
+    run = lg.runs.create(thread, "lg_sleepy", input={})
+
+    from longtask import Runner
+
+    with Runner(serve_with_worker.db) as runner:
+        deadline = time.monotonic() + 60
+        while not any(e.kind == "step.started" for e in runner.events(thread)):
+            assert time.monotonic() < deadline, "the worker did not start the thread"
+            time.sleep(0.1)
+        assert lg.runs.get(thread, run["run_id"])["status"] == "running"
+        serve_with_worker.kill()  # while it follows the worker
+        (tmp_path / "sleepy.gate").touch()
+        deadline = time.monotonic() + 90
+        while runner.status(thread).status != "completed":
+            assert time.monotonic() < deadline, "the worker did not finish the thread"
+            time.sleep(0.2)
+    serve_with_worker.start()
+    lg = get_sync_client(url=serve_with_worker.url, api_key=TOKEN)
+    deadline = time.monotonic() + 30
+    while lg.runs.get(thread, run["run_id"])["status"] in ("pending", "running"):
+        assert time.monotonic() < deadline, "the recovered run never ended"
+        time.sleep(0.2)
+    assert lg.runs.get(thread, run["run_id"])["status"] == "success"

@@ -133,6 +133,10 @@ def record(
     rec = store.get_thread(thread_id)
     request["before"] = sorted(runner.results(thread_id)) if rec is not None else []
     request["before_agent"] = _conversation(api, rec)
+    # How often the thread had advanced when the run was recorded: a run handed to the
+    # workers lasts until a worker has advanced it once more, and a serve started again
+    # after a kill can only tell that from the count kept with the run.
+    request["runs_before"] = rec.runs if rec is not None else 0
     run_id = str(uuid.uuid4())
     if not store.api_run_create(
         run_id, thread_id, assistant_id, request, actor, metadata, seen=seen, webhook=webhook
