@@ -16,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from langgraph.types import Command
@@ -47,6 +48,8 @@ log = logging.getLogger("longtask.serve")
 FINAL_RUN = frozenset({"success", "error", "interrupted", "timeout"})
 #: how long a run waits for a thread another process holds before it ends in error
 BUSY_WAIT = 30.0
+#: seconds between looks, when idle, for queued runs whose run ahead another process ended
+WAITING_POLL = 1.0
 #: longtask thread status after a run -> the run's status
 #: (a run that stops at a pause succeeded, as on LangGraph's server: "interrupted" is a
 #: run cancelled by request)
@@ -99,6 +102,13 @@ class Executor:
         #: threads fired by a schedule waiting in the job queue
         self._fired: set[str] = set()
         self._fired_lock = threading.Lock()
+        #: plans a queued run when its turn comes (set by the Server API's runs, which
+        #: check what a run asks against the thread's state)
+        self.planner: Callable[[ApiRun], ApiRun] | None = None
+        #: runs submitted while a run of their thread recorded before them was open: each
+        #: is submitted again when the run ahead of it ends (see ``end_run``)
+        self._waiting: set[str] = set()
+        self._waiting_lock = threading.Lock()
         #: POSTs ended runs to their webhooks, beside the runs; started with the app
         #: (``start``), it first makes the deliveries a previous serve left owed
         self.webhooks = Deliverer(self.runner.db.store, self._values, webhooks)
@@ -110,7 +120,12 @@ class Executor:
 
     def _work(self) -> None:
         while True:
-            job = self._jobs.get()
+            try:
+                job = self._jobs.get(timeout=WAITING_POLL)
+            except queue.Empty:
+                # A run ahead may have been ended by another process sharing the database.
+                self._submit_waiting(None)
+                continue
             if job is None:
                 return
             fn, args = job
@@ -151,13 +166,30 @@ class Executor:
     def end_run(self, run: ApiRun, status: str, error: str | None = None) -> None:
         """Record a run's end. A run with a webhook keeps the thread's values as they are
         now, in the same statement (the next run of the thread waits for this end, so they
-        are the run's), and the webhook is delivered once that is committed."""
+        are the run's), and the webhook is delivered once that is committed. The next run
+        queued behind it is handed to the pool."""
         values = self._values(run) if run.webhook else None
         self.runner.db.store.api_run_set(run.run_id, status, error, values=values)
         with self.changed:
             self.changed.notify_all()
         if run.webhook:
             self.webhooks.wake()
+        self._submit_waiting(run.thread_id)
+
+    def _submit_waiting(self, thread_id: str | None) -> None:
+        """Submit again the waiting runs (of ``thread_id``, or all) with nothing ahead."""
+        store = self.runner.db.store
+        with self._waiting_lock:
+            for run_id in list(self._waiting):
+                run = store.api_run(run_id)
+                if run is None or run.status not in OPEN_RUN_STATUSES:
+                    self._waiting.discard(run_id)
+                    continue
+                if thread_id is not None and run.thread_id != thread_id:
+                    continue
+                if not store.api_run_ahead(run):
+                    self._waiting.discard(run_id)
+                    self._jobs.put((self._execute, (run_id,)))
 
     def _values(self, run: ApiRun) -> dict[str, Any] | None:
         """The thread's values as the Server API shows them (None if they cannot be read:
@@ -212,6 +244,14 @@ class Executor:
     # -- carrying out ----------------------------------------------------------------------
 
     def _execute(self, run_id: str) -> None:
+        store = self.runner.db.store
+        with self._waiting_lock:
+            # Checked under the lock ``end_run`` submits waiting runs under, after it has
+            # recorded the end: a run either sees the one ahead ended, or is found waiting.
+            run = store.api_run(run_id)
+            if run is not None and run.status == "pending" and store.api_run_ahead(run):
+                self._waiting.add(run_id)
+                return
         feed = self.feeds.open(run_id)
         try:
             self._execute_run(run_id, feed)
@@ -230,6 +270,12 @@ class Executor:
             return  # cancelled meanwhile
         with self.changed:
             self.changed.notify_all()
+        if run.request.get("kind") == "queued":
+            try:
+                run = self._plan(run)
+            except LongTaskError as exc:
+                self.end_run(run, "error", str(exc))
+                return
         error: str | None = None
         before = store.get_thread(run.thread_id)
         try:
@@ -264,6 +310,11 @@ class Executor:
         if rec is not None and rec.status == "running":
             status = "error"  # another process holds the thread
         self.end_run(run, status, error if status == "error" else None)
+
+    def _plan(self, run: ApiRun) -> ApiRun:
+        if self.planner is None:
+            raise InvalidInput("this server does not plan queued runs (no Server API)")
+        return self.planner(run)
 
     def _carry_out_when_free(self, run: ApiRun, again: bool) -> None:
         """Carry ``run`` out, waiting a while for a thread another process holds: an

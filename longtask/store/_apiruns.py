@@ -51,6 +51,12 @@ class WebhookDue:
     attempts: int
 
 
+def _place(run: ApiRun) -> tuple[int, float, str]:
+    """Where a run stands among its thread's runs: its recorded position (runs recorded
+    before positions were kept come first, by time)."""
+    return (int(run.request.get("position", -1)), run.created_at, run.run_id)
+
+
 def _run(r: tuple[Any, ...]) -> ApiRun:
     return ApiRun(
         run_id=r[0],
@@ -86,11 +92,18 @@ class ApiTables:
         *,
         seen: int | None = None,
         webhook: str | None = None,
+        queued: bool = False,
     ) -> bool:
         """Record a pending run; with ``seen`` (``api_run_mark`` taken before the request
         was checked), only if no run of the thread is open and none was recorded since,
-        in one step: of two requests checked at once, one is recorded. Whether it was."""
+        in one step: of two requests checked at once, one is recorded. Whether it was.
+
+        ``queued``: recorded behind the thread's open runs, whatever they are (the
+        ``enqueue`` strategy). Either way the run's place among the thread's runs is kept
+        in its request (``position``), counted in the transaction that inserts it: the
+        executor takes a thread's runs in that order, not in the order of a clock."""
         now = time.time()
+        request = dict(request)
         row = (
             run_id,
             thread_id,
@@ -106,18 +119,44 @@ class ApiTables:
             webhook,
         )
         insert = f"INSERT INTO longtask_api_runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-        if seen is None:
-            self._run(insert, row)
-            return True
         with self._transaction(serialise=False) as execute:
             if self.dialect.name == "postgresql":
                 # Two transactions cannot see each other's insert: one per thread at a time
                 # (SQLite's BEGIN IMMEDIATE already serialises writers).
                 execute("SELECT pg_advisory_xact_lock(7428062, hashtext(?))", (thread_id,))
-            if self._mark(execute, thread_id) != seen:
+            if seen is not None and not queued and self._mark(execute, thread_id) != seen:
                 return False
-            execute(insert, row)
+            (count,) = execute(
+                "SELECT COUNT(*) FROM longtask_api_runs WHERE thread_id = ?", (thread_id,)
+            )[0]
+            request["position"] = int(count)
+            execute(insert, (*row[:4], json.dumps(request), *row[5:]))
         return True
+
+    def api_run_ahead(self, run: ApiRun) -> bool:
+        """Whether an open run of ``run``'s thread was recorded before it (and so is
+        carried out first)."""
+        return any(
+            _place(other) < _place(run)
+            for other in self.api_runs_open_of(run.thread_id)
+            if other.run_id != run.run_id
+        )
+
+    def api_runs_open_of(self, thread_id: str) -> list[ApiRun]:
+        """The thread's runs not finished, in the order they are carried out."""
+        rows = self._run(
+            f"SELECT {_RUN_COLS} FROM longtask_api_runs WHERE thread_id = ? AND status IN (?, ?)",
+            (thread_id, *OPEN_RUN_STATUSES),
+        )
+        return sorted((_run(r) for r in rows), key=_place)
+
+    def api_run_planned(self, run_id: str, request: dict[str, Any]) -> None:
+        """Replace a queued run's request by what it was planned into when its turn came
+        (the checks against the thread's state are made then, not when it was queued)."""
+        self._run(
+            "UPDATE longtask_api_runs SET request = ?, updated_at = ? WHERE run_id = ?",
+            (json.dumps(request), time.time(), run_id),
+        )
 
     def api_run_mark(self, thread_id: str) -> int | None:
         """What ``api_run_create(seen=...)`` compares: the number of the thread's runs, or

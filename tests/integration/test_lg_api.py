@@ -348,7 +348,7 @@ def test_unserved_endpoints_say_what_to_use_instead(runner: Runner, client: Test
 @pytest.mark.parametrize(
     ("option", "named"),
     [
-        ({"multitask_strategy": "enqueue"}, "multitask_strategy 'enqueue'"),
+        ({"multitask_strategy": "interrupt"}, "multitask_strategy 'interrupt'"),
         ({"multitask_strategy": "rollback"}, "multitask_strategy 'rollback'"),
         ({"interrupt_before": ["ship_ok"]}, "interrupt_before"),
         ({"interrupt_after": "*"}, "interrupt_after"),
@@ -369,7 +369,7 @@ def test_run_options_longtask_does_not_carry_out_are_refused(
     assert named in got.json()["detail"]
     assert client.get(f"/threads/{thread}/runs").json() == []
     assert runner.db.store.get_thread(thread) is None  # nothing started
-    # reject is what longtask does: accepted
+    # reject is carried out: accepted
     ok = client.post(
         f"/threads/{thread}/runs",
         json={"assistant_id": "lg_release", "input": {}, "multitask_strategy": "reject"},

@@ -43,7 +43,8 @@ def run_json(run: ApiRun) -> dict[str, Any]:
         "updated_at": iso(run.updated_at),
         "status": run.status,
         "metadata": run.metadata,
-        "multitask_strategy": "reject",
+        # runs recorded before strategies were kept were refused while another was open
+        "multitask_strategy": run.request.get("multitask_strategy", "reject"),
         "langsmith_session_name": None,
         "kwargs": {
             **(run.request.get("kwargs") or {}),

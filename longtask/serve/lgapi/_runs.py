@@ -7,6 +7,8 @@ A run request is checked and recorded here, then carried out by ``serve``'s exec
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,7 +23,7 @@ from longtask.serve._webhooks import check_url, redacted
 from longtask.serve.lgapi._body import mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
-from longtask.serve.lgapi._json import run_json
+from longtask.serve.lgapi._json import run_json, sse
 from longtask.serve.lgapi._state import current_state, thread_state
 from longtask.serve.lgapi._stream import MODES, follow, modes_of
 
@@ -35,16 +37,26 @@ if TYPE_CHECKING:
 _POLL = 0.1
 
 
+#: what a run shows of its request as it was asked, kept when a queued run is planned
+SHOWN = ("multitask_strategy", "stream_mode", "stream_subgraphs", "kwargs")
+#: the multitask strategies carried out: ``enqueue`` (the default, as on LangGraph's server)
+#: runs a thread's runs one after another in the order they were recorded; ``reject``
+#: refuses a run while another of its thread is open
+STRATEGIES = ("enqueue", "reject")
+
+
 def refuse_unsupported(body: dict[str, Any]) -> None:
     """Options of a run request longtask does not carry out: a 422 naming the option and
     what longtask does instead, before anything is recorded (never silently ignored)."""
     strategy = body.get("multitask_strategy")
-    if strategy not in (None, "reject"):
+    if strategy is not None and strategy not in STRATEGIES:
         raise HTTPException(
             422,
-            f"multitask_strategy {strategy!r} is not supported: longtask runs one run of a "
-            "thread at a time and refuses another while one is in progress (reject); join "
-            "or cancel that run, then start the next",
+            f"multitask_strategy {strategy!r} is not supported: enqueue (the default) runs "
+            "it after the thread's open runs, reject refuses it while one is open. "
+            "interrupt and rollback would stop the run in progress, and stopping a longtask "
+            "run cancels its thread (with the task's compensations): cancel that run "
+            "yourself (runs.cancel) if that is what you mean, then start the next",
         )
     for key in ("interrupt_before", "interrupt_after"):
         if body.get(key):
@@ -107,8 +119,27 @@ def refuse_busy(api: Api, thread_id: str) -> int:
 
 def _busy(thread_id: str) -> HTTPException:
     return HTTPException(
-        409, f"thread {thread_id!r} has a run in progress; join it or cancel it first"
+        409,
+        f"thread {thread_id!r} has a run in progress; join it or cancel it first (or send "
+        'multitask_strategy="enqueue" to run this one after it)',
     )
+
+
+def context(api: Api, thread_id: str) -> dict[str, Any]:
+    """What a run's stream and its end are measured from, read when the run is planned:
+    the thread's last event, its steps with results, the conversation it waits in and how
+    often it has advanced (a run handed to the workers lasts until a worker has advanced
+    it once more, and a serve started again after a kill can only tell that from the
+    count kept with the run)."""
+    runner = api.runner
+    store = runner.db.store
+    rec = store.get_thread(thread_id)
+    return {
+        "since_event": store.api_last_event(thread_id),
+        "before": sorted(runner.results(thread_id)) if rec is not None else [],
+        "before_agent": _conversation(api, rec),
+        "runs_before": rec.runs if rec is not None else 0,
+    }
 
 
 def record(
@@ -121,25 +152,28 @@ def record(
     *,
     seen: int | None = None,
     webhook: str | None = None,
+    queued: bool = False,
 ) -> ApiRun:
     """Record a checked run request and hand it to the executor; returns the run. With
     ``seen`` (from ``refuse_busy`` before the request was checked): a 409 if another run
     of the thread was recorded since, as the check may no longer hold. ``webhook``: the
-    checked URL the run is POSTed to when it ends."""
-    runner = api.runner
-    store = runner.db.store
+    checked URL the run is POSTed to when it ends. ``queued``: a run behind the thread's
+    open ones, planned (checked against the thread's state) when its turn comes."""
+    store = api.runner.db.store
     request.setdefault("stream_mode", ["values"])
-    request["since_event"] = store.api_last_event(thread_id)
-    rec = store.get_thread(thread_id)
-    request["before"] = sorted(runner.results(thread_id)) if rec is not None else []
-    request["before_agent"] = _conversation(api, rec)
-    # How often the thread had advanced when the run was recorded: a run handed to the
-    # workers lasts until a worker has advanced it once more, and a serve started again
-    # after a kill can only tell that from the count kept with the run.
-    request["runs_before"] = rec.runs if rec is not None else 0
+    if not queued:
+        request.update(context(api, thread_id))
     run_id = str(uuid.uuid4())
     if not store.api_run_create(
-        run_id, thread_id, assistant_id, request, actor, metadata, seen=seen, webhook=webhook
+        run_id,
+        thread_id,
+        assistant_id,
+        request,
+        actor,
+        metadata,
+        seen=seen,
+        webhook=webhook,
+        queued=queued,
     ):
         raise _busy(thread_id)
     # Read before it is handed over: the answer says the run as recorded (pending, as on
@@ -148,6 +182,47 @@ def record(
     assert found is not None
     api.executor.submit(run_id)
     return found
+
+
+def _one_of(raw_input: Any) -> None:
+    # An empty input beside a command is what useStream's submit({}, {command}) sends: the
+    # command wins, as on LangGraph's server. Input with content would be dropped: refused.
+    if raw_input not in (None, {}):
+        raise InvalidInput(
+            "send input or command, not both: a command answers or moves a started "
+            "thread and ignores input (an empty input, {}, is accepted beside it)"
+        )
+
+
+def _kwargs(
+    body: dict[str, Any],
+    config: dict[str, Any],
+    thread_id: str,
+    temporary: bool,
+    webhook: str | None,
+) -> dict[str, Any]:
+    """What the run was asked, as LangGraph's Run shows it (its kwargs)."""
+    return {
+        "input": body.get("input"),
+        "command": body.get("command"),
+        "config": {
+            **config,
+            "configurable": {**(config.get("configurable") or {}), "thread_id": thread_id},
+            "metadata": dict(config.get("metadata") or {}),
+        },
+        "context": body.get("context") or {},
+        "subgraphs": bool(body.get("stream_subgraphs")),
+        "resumable": bool(body.get("stream_resumable")),
+        "temporary": temporary,
+        # Shown without credentials or query string: whoever reads the run may not be
+        # whoever may call the receiver.
+        "webhook": redacted(webhook) if webhook else None,
+        "feedback_keys": None,
+        "interrupt_before": None,
+        "interrupt_after": None,
+        "checkpoint_during": True,
+        "durability": "sync",  # every step is checkpointed before the next starts
+    }
 
 
 def _conversation(api: Api, rec: ThreadRecord | None) -> dict[str, Any]:
@@ -169,20 +244,11 @@ def routes(api: Api) -> list[Route]:
     runner = api.runner
     store = runner.db.store
 
-    def prepare(
-        thread_id: str | None, entry: Registered, body: dict[str, Any], actor: str
-    ) -> ApiRun:
-        thread_id_given = thread_id
-        body = _at_head(api, thread_id, body)
-        refuse_unsupported(body)
-        config = _config_of(body)
-        webhook = check_url(body["webhook"]) if body.get("webhook") is not None else None
-        # A thread of its own for a stateless run, or one if_not_exists asks for: recorded
-        # with the run, once every check has passed; a refused run stores nothing.
-        new_thread = thread_id is None
-        if thread_id is None:
-            thread_id = str(uuid.uuid4())
-        seen = refuse_busy(api, thread_id)
+    def plan(
+        thread_id: str, entry: Registered, body: dict[str, Any], actor: str, new_thread: bool
+    ) -> tuple[bool, dict[str, Any]]:
+        """What ``body`` asks of the thread as it is now, checked against its state
+        (raises, storing nothing): whether the run makes a new thread, and the request."""
         rec = store.get_thread(thread_id)
         if rec is None and not new_thread and store.api_thread(thread_id) is None:
             if body.get("if_not_exists") != "create":
@@ -194,35 +260,38 @@ def routes(api: Api) -> list[Route]:
             )
         command = body.get("command")
         raw_input = body.get("input")
-        if command is not None and not isinstance(command, dict):
-            raise HTTPException(
-                422, f"command must be an object of resume, update and goto, not {command!r}"
-            )
         if command:
             if rec is None:
                 raise InvalidInput(f"thread {thread_id!r} has not started: send input to start it")
-            # An empty input beside a command is what useStream's submit({}, {command})
-            # sends: the command wins, as on LangGraph's server. Input with content would
-            # be dropped, so it is refused.
-            if raw_input not in (None, {}):
-                raise InvalidInput(
-                    "send input or command, not both: a command answers or moves a started "
-                    "thread and ignores input (an empty input, {}, is accepted beside it)"
-                )
-            request = plan_command(runner, rec, entry.for_thread(rec), dict(command), actor)
-        elif rec is None:
+            _one_of(raw_input)
+            task = entry.for_thread(rec)
+            return new_thread, plan_command(runner, rec, task, dict(command), actor)
+        if rec is None:
             if raw_input is not None and not isinstance(raw_input, dict):
                 raise InvalidInput("a run's input is an object of the task's inputs")
             raw_input = chat_input(raw_input, entry.task)
             runner.engine.validate_inputs(entry.task, raw_input or {})  # raises, storing nothing
-            request = {"kind": "start", "graph": entry.name, "input": raw_input or {}}
-        elif raw_input:
+            return new_thread, {"kind": "start", "graph": entry.name, "input": raw_input or {}}
+        if raw_input:
             raise InvalidInput(
                 f"thread {thread_id!r} has started task {entry.name!r} already; answer what "
                 'it waits for with command={"resume": ...}, or start a new thread'
             )
-        else:
-            request = plan_continue(rec)
+        return new_thread, plan_continue(rec)
+
+    def prepare(
+        thread_id: str | None, entry: Registered, body: dict[str, Any], actor: str
+    ) -> ApiRun:
+        thread_id_given = thread_id
+        body = _at_head(api, thread_id, body)
+        refuse_unsupported(body)
+        config = _config_of(body)
+        webhook = check_url(body["webhook"]) if body.get("webhook") is not None else None
+        command = body.get("command")
+        if command is not None and not isinstance(command, dict):
+            raise HTTPException(
+                422, f"command must be an object of resume, update and goto, not {command!r}"
+            )
         modes = modes_of(body.get("stream_mode"))
         unknown = modes - MODES
         if unknown:
@@ -230,42 +299,69 @@ def routes(api: Api) -> list[Route]:
                 f"unknown stream mode {', '.join(sorted(unknown))}; this server streams "
                 f"{', '.join(sorted(MODES))}"
             )
-        request["stream_mode"] = sorted(modes)
-        request["stream_subgraphs"] = bool(body.get("stream_subgraphs"))
-        # What the run was asked, as LangGraph's Run shows it (its kwargs).
-        request["kwargs"] = {
-            "input": body.get("input"),
-            "command": body.get("command"),
-            "config": {
-                **config,
-                "configurable": {**(config.get("configurable") or {}), "thread_id": thread_id},
-                "metadata": dict(config.get("metadata") or {}),
-            },
-            "context": body.get("context") or {},
-            "subgraphs": bool(body.get("stream_subgraphs")),
-            "resumable": bool(body.get("stream_resumable")),
-            "temporary": thread_id_given is None,
-            # Shown without credentials or query string: whoever reads the run may not
-            # be whoever may call the receiver.
-            "webhook": redacted(webhook) if webhook else None,
-            "feedback_keys": None,
-            "interrupt_before": None,
-            "interrupt_after": None,
-            "checkpoint_during": True,
-            "durability": "sync",  # every step is checkpointed before the next starts
+        # A thread of its own for a stateless run, or one if_not_exists asks for: recorded
+        # with the run, once every check has passed; a refused run stores nothing.
+        new_thread = thread_id is None
+        if thread_id is None:
+            thread_id = str(uuid.uuid4())
+        shown = {
+            "multitask_strategy": body.get("multitask_strategy") or "enqueue",
+            "stream_mode": sorted(modes),
+            "stream_subgraphs": bool(body.get("stream_subgraphs")),
+            "kwargs": _kwargs(body, config, thread_id, thread_id_given is None, webhook),
         }
+        seen = store.api_run_mark(thread_id)
+        if seen is None:
+            # A run of the thread is open: refused (reject), or recorded behind it and
+            # planned when its turn comes (enqueue), as the thread will be by then.
+            if body.get("multitask_strategy") == "reject":
+                raise _busy(thread_id)
+            if command:
+                _one_of(body.get("input"))
+            asked = {k: body[k] for k in ("input", "command", "if_not_exists") if k in body}
+            request = {"kind": "queued", "graph": entry.name, "body": asked, **shown}
+            return record(
+                api,
+                thread_id,
+                entry.assistant_id,
+                request,
+                actor,
+                body.get("metadata"),
+                webhook=webhook,
+                queued=True,
+            )
+        new_thread, request = plan(thread_id, entry, body, actor, new_thread)
         if new_thread:
             store.api_thread_put(thread_id, {"graph_id": entry.name})
         return record(
             api,
             thread_id,
             entry.assistant_id,
-            request,
+            {**request, **shown},
             actor,
             body.get("metadata"),
             seen=seen,
             webhook=webhook,
         )
+
+    def plan_queued(run: ApiRun) -> ApiRun:
+        """A queued run, planned now that its turn has come (raises InvalidInput, storing
+        nothing, when what it asks no longer fits the thread)."""
+        req = run.request
+        try:
+            entry = api.registry.get(str(req["graph"]))
+        except LookupError as exc:
+            raise InvalidInput(str(exc)) from None
+        try:
+            _, planned = plan(run.thread_id, entry, req["body"], run.actor or "api", False)
+        except HTTPException as exc:
+            raise InvalidInput(str(exc.detail)) from None
+        kept = {k: req[k] for k in (*SHOWN, "position")}
+        planned = {**planned, **kept, **context(api, run.thread_id)}
+        store.api_run_planned(run.run_id, planned)
+        return replace(run, request=planned)
+
+    api.executor.planner = plan_queued
 
     async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
         body = await api.json_body(request)
@@ -303,11 +399,41 @@ def routes(api: Api) -> list[Route]:
             values["__interrupt__"] = [{**i, "response_schema": None} for i in state["interrupts"]]
         return values
 
-    def stream_response(run: ApiRun) -> Response:
+    async def planned(run: ApiRun) -> ApiRun:
+        """``run`` once it is planned: a queued run's stream starts when its turn comes."""
+        while run.request.get("kind") == "queued" and run.status not in FINAL_RUN:
+            await anyio.sleep(_POLL)
+            found = await api.call(store.api_run, run.run_id)
+            if found is None:
+                break
+            run = found
+        return run
+
+    def stream_response(run: ApiRun, modes: list[str] | None = None) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            current = await planned(run)
+            if modes:
+                current.request["stream_mode"] = modes
+            if current.request.get("kind") == "queued":  # ended before its turn came
+                yield sse("metadata", {"run_id": run.run_id, "attempt": 1})
+                message = current.error or f"the run ended {current.status} before it started"
+                yield sse("error", {"error": "RunError", "message": message})
+                return
+            async for chunk in _stream(current):
+                yield chunk
+
+        response = StreamingResponse(
+            body(),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+        return located(run, response)
+
+    def _stream(run: ApiRun) -> AsyncIterator[bytes]:
         req = run.request
         entry = api.registry.find(run.assistant_id)
         before = {name: None for name in req.get("before", [])}
-        body = follow(
+        return follow(
             api,
             run.run_id,
             run.thread_id,
@@ -322,12 +448,6 @@ def routes(api: Api) -> list[Route]:
                 "assistant_id": run.assistant_id,
             },
         )
-        response = StreamingResponse(
-            body,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-        return located(run, response)
 
     # -- handlers --------------------------------------------------------------------------
 
@@ -372,9 +492,7 @@ def routes(api: Api) -> list[Route]:
     async def join_stream(request: Request) -> Response:
         run = await one(request)
         raw = request.query_params.getlist("stream_mode")
-        if raw:
-            run.request["stream_mode"] = sorted(modes_of(raw))
-        return stream_response(run)
+        return stream_response(run, sorted(modes_of(raw)) if raw else None)
 
     async def cancel(request: Request, actor: str) -> Response:
         action = request.query_params.get("action", "interrupt")
