@@ -24,6 +24,7 @@ from longtask.errors import (
     describe_validation,
 )
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
+from longtask.model._decision import plan_hash as hash_plan
 from longtask.runtime._answers import GATE_ANSWER, NotWaiting
 from longtask.runtime._calls import check_config, using_config
 from longtask.runtime._interrupts import GATE_KINDS
@@ -32,7 +33,7 @@ from longtask.runtime._views import Pending
 from longtask.runtime._who import whoami
 from longtask.steps import INTERRUPT_KIND, TIMEOUT, check_decision, check_payload
 from longtask.steps._effects import RESOLVED_AS_FAILED
-from longtask.steps._hitl import decision_from_hitl, is_hitl
+from longtask.steps._hitl import decision_from_hitl, is_hitl, is_tool_approval
 from longtask.steps._pause import signal_value
 from longtask.store import Effect
 from longtask.store._values import to_json_bytes
@@ -113,10 +114,20 @@ class Pauses:
             return value if value is not None else GATE_ANSWER
         if item.kind == "approval":
             request = ApprovalRequest.model_validate(item.request)
+            tool = is_tool_approval(item.request)
             # A HITL answer names nobody: it is recorded as decided by whom the caller
             # vouches for (an HTTP API: the token's actor), else this process's user.
-            value = decision_from_hitl(request, value, self.clock(), by=by or whoami())
-            decision = check_decision(request, value, self.clock(), step=item.step)
+            value = decision_from_hitl(
+                request,
+                value,
+                self.clock(),
+                by=by or whoami(),
+                plan_of=(lambda args: {"tool": item.request["tool"], "args": args})
+                if tool
+                else None,
+                tool=tool,
+            )
+            decision = check_decision(request, value, self.clock(), step=item.step, tool=tool)
             return decision.model_dump(mode="json")
         step = task.steps[item.step]
         assert isinstance(step, WaitStep)
@@ -150,15 +161,22 @@ class Pauses:
         plan_hash: str | None = None,
         task: LongTask | None = None,
         config: Mapping[str, Any] | None = None,
+        edited_args: dict[str, Any] | None = None,
+        response: str | None = None,
     ) -> str:
         """Approve or reject the pending approval ``step`` (the only one if None).
 
         ``plan_hash`` binds the decision to the plan the approver saw; without it the
-        decision is for the plan pending now. ``config`` as for ``start``.
+        decision is for the plan pending now. ``config`` as for ``start``. A tool call's
+        approval may instead be approved with corrected ``edited_args`` (the tool runs
+        with them) or answered with a ``response`` in the tool's place (it does not run).
         """
         check_config(config)
         task = task or self._engine.load(self._reads.thread(thread_id))
         item = self.select(thread_id, task, step, "approval")
+        edited_hash = None
+        if edited_args is not None:
+            edited_hash = hash_plan({"tool": item.request.get("tool"), "args": edited_args})
         try:
             decision = Decision(
                 approved=approved,
@@ -166,6 +184,9 @@ class Pauses:
                 plan_hash=plan_hash or item.request["plan_hash"],
                 comment=comment,
                 at=self.clock(),
+                edited_args=edited_args,
+                edited_hash=edited_hash,
+                response=response,
             )
         except ValidationError as exc:
             raise InvalidInput(f"the decision is not valid: {describe_validation(exc)}") from None

@@ -404,12 +404,14 @@ class Executor:
         if answer["kind"] == "approval":
             self.runner.decide(
                 run.thread_id,
-                answer["step"],
+                answer.get("interrupt_id") or answer["step"],
                 approved=bool(answer["approved"]),
                 by=by,
                 comment=answer.get("comment"),
                 plan_hash=answer.get("plan_hash"),
                 task=task,
+                edited_args=answer.get("edited_args"),
+                response=answer.get("response"),
             )
         elif answer["kind"] == "interrupt":
             self.runner.answer(

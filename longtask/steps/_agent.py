@@ -32,10 +32,11 @@ from typing import Any, Literal
 from langchain_core.runnables import RunnableConfig
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import Command, interrupt
+from pydantic import ValidationError
 from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
-from longtask.errors import InvalidInput, LongTaskError, PermissionDenied
-from longtask.model import AgentStep, ApprovalRequest, Retry, StepInfo
+from longtask.errors import InvalidInput, LongTaskError, PermissionDenied, describe_validation
+from longtask.model import AgentStep, ApprovalRequest, Decision, Retry, StepInfo
 from longtask.model._decision import plan_hash
 from longtask.steps._attempts import (
     CONTROL,
@@ -57,7 +58,7 @@ from longtask.steps._function import (
     step_failed,
     step_started,
 )
-from longtask.steps._hitl import decision_from_hitl, with_hitl
+from longtask.steps._hitl import TOOL_ALLOWED, decision_from_hitl, with_hitl
 from longtask.steps._prices import cost_of
 from longtask.steps._tracing import set_attributes, span
 
@@ -294,9 +295,28 @@ class AgentRun:
         name, args, tool_call_id = tc["name"], tc.get("args") or {}, tc.get("id") or ""
         policy = self.step.tool_approvals.get(name)
         if policy is not None:
-            refusal = self._approve(name, args, tool_call_id, policy)
-            if refusal is not None:
-                return ToolMessage(refusal, tool_call_id=tool_call_id, name=name, status="error")
+            decision = self._approve(name, args, tool_call_id, policy, request.tool)
+            if decision.response is not None:
+                # Answered in the tool's place: the person's text is its result.
+                return ToolMessage(
+                    decision.response, tool_call_id=tool_call_id, name=name, status="success"
+                )
+            if not decision.approved:
+                why = f" ({decision.comment})" if decision.comment else ""
+                if policy.on_reject == "fail":
+                    raise InvalidInput(f"{decision.by} rejected the call to {name}{why}")
+                refusal = f"The call to {name} was rejected by {decision.by}{why}. "
+                return ToolMessage(
+                    refusal + "Do not retry it as is.",
+                    tool_call_id=tool_call_id,
+                    name=name,
+                    status="error",
+                )
+            if decision.edited_args is not None:
+                # The corrected call runs (and is what the ledger records), never the
+                # model's: the decision is bound to these arguments by their hash.
+                args = decision.edited_args
+                request = request.override(tool_call={**tc, "args": args})
         # After the approval: a budget pause's answer is never taken for a decision (LangGraph
         # hands a node's resume values to its interrupt() calls in order).
         check_limits(self.env, self.call, self.info)
@@ -361,9 +381,10 @@ class AgentRun:
             status=record.get("status") or "success",
         )
 
-    def _approve(self, name: str, args: Any, tool_call_id: str, policy: Any) -> str | None:
-        """Pause for a person's decision on this exact call; None if approved, else the
-        message the model gets (or the step fails, per the policy)."""
+    def _approve(self, name: str, args: Any, tool_call_id: str, policy: Any, tool: Any) -> Decision:
+        """Pause for a person's decision on this exact call: approve, edit (the tool's
+        arguments corrected, checked against its schema), reject or respond (an answer in
+        the tool's place)."""
         from longtask.steps._pause import check_decision
 
         plan = {"tool": name, "args": args}
@@ -380,6 +401,7 @@ class AgentRun:
             name,
             args if isinstance(args, dict) else {"args": args},
             f"Allow the call to tool {name!r} of agent step {self.info.name!r}",
+            TOOL_ALLOWED,
         )
         key = f"tool.approval/{self.info.name}/{tool_call_id}"
         if self.env.first_time(self.call.thread_id, key):
@@ -393,8 +415,13 @@ class AgentRun:
                     self.env.clock(),
                     by=None,
                     plan_of=lambda edited: {"tool": name, "args": edited},
+                    tool=True,
                 )
-                decision = check_decision(req, answer, self.env.clock(), step=self.info.name)
+                decision = check_decision(
+                    req, answer, self.env.clock(), step=self.info.name, tool=True
+                )
+                if decision.edited_args is not None:
+                    _check_arguments(tool, name, decision.edited_args)
                 break
             except InvalidInput as exc:
                 # An answer given through LangGraph directly that does not fit: ask again.
@@ -414,16 +441,30 @@ class AgentRun:
             data={
                 "tool": name,
                 "approved": decision.approved,
+                "decision": decision.outcome,
                 "by": decision.by,
                 "plan_hash": decision.plan_hash,
+                **({"edited_args": decision.edited_args} if decision.edited_args else {}),
+                **({"edited_hash": decision.edited_hash} if decision.edited_hash else {}),
             },
         )
-        if decision.approved:
-            return None
-        why = f" ({decision.comment})" if decision.comment else ""
-        if policy.on_reject == "fail":
-            raise InvalidInput(f"{decision.by} rejected the call to {name}{why}")
-        return f"The call to {name} was rejected by {decision.by}{why}. Do not retry it as is."
+        return decision
+
+
+def _check_arguments(tool: Any, name: str, args: dict[str, Any]) -> None:
+    """Corrected arguments must fit the tool's own argument schema (the one the model is
+    shown), as the model's would; InvalidInput says what does not."""
+    from pydantic import BaseModel
+
+    schema = getattr(tool, "tool_call_schema", None)
+    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+        return  # a JSON-schema tool checks its arguments when it runs
+    try:
+        schema.model_validate(args)
+    except ValidationError as exc:
+        raise InvalidInput(
+            f"the corrected arguments of {name!r} do not fit the tool: {describe_validation(exc)}"
+        ) from None
 
 
 def run_agent(

@@ -43,6 +43,7 @@ from longtask.model import (
     WaitStep,
 )
 from longtask.model._decision import plan_hash
+from longtask.model._examples import schema_example
 from longtask.steps._context import result_channel
 from longtask.steps._function import (
     NodeCall,
@@ -54,7 +55,7 @@ from longtask.steps._function import (
     step_failed,
     step_started,
 )
-from longtask.steps._hitl import decision_from_hitl, with_hitl
+from longtask.steps._hitl import decision_from_hitl, payload_from_inbox, with_hitl
 from longtask.store import is_skipped, sending_ahead
 
 Node = Callable[[dict[str, Any], RunnableConfig], Any]
@@ -90,6 +91,22 @@ def approval_value(req: dict[str, Any]) -> dict[str, Any]:
     )
 
 
+def wait_value(req: dict[str, Any]) -> dict[str, Any]:
+    """A wait's interrupt value: its request, with LangChain's HITL request added so Agent
+    Inbox can offer it: the payload to send, as an example of its schema to edit (or JSON
+    text to respond with)."""
+    schema = req.get("schema")
+    example = schema_example(schema) if isinstance(schema, dict) else {}
+    return with_hitl(
+        req,
+        req["step"],
+        example if isinstance(example, dict) else {"payload": example},
+        f"Send the outside event {req['step']!r} waits for: its payload, as JSON"
+        + (f"; before {req['deadline']}" if req.get("deadline") else ""),
+        ["edit", "respond"],
+    )
+
+
 def ask_node_name(step: str) -> str:
     return f"{step}.ask"
 
@@ -102,8 +119,11 @@ def request_channel(step: str) -> str:
     return f"pause.{step}"
 
 
-def check_decision(request: ApprovalRequest, answer: Any, now: datetime, *, step: str) -> Decision:
-    """Parse and check an answer to ``request``; InvalidInput says what is wrong."""
+def check_decision(
+    request: ApprovalRequest, answer: Any, now: datetime, *, step: str, tool: bool = False
+) -> Decision:
+    """Parse and check an answer to ``request`` (``tool``: a tool call's, which may also be
+    edited or responded to); InvalidInput says what is wrong."""
     try:
         decision = answer if isinstance(answer, Decision) else Decision.model_validate(answer)
     except ValidationError as exc:
@@ -111,6 +131,19 @@ def check_decision(request: ApprovalRequest, answer: Any, now: datetime, *, step
             f"the answer to approval {step!r} is not a decision "
             f"(approved, by, plan_hash, comment, at): {describe_validation(exc)}"
         ) from exc
+    if not tool and (decision.edited_args is not None or decision.response is not None):
+        raise InvalidInput(
+            f"approval {step!r} is an approval step's: its plan is approved or rejected, "
+            "never edited or answered in the tool's place"
+        )
+    if decision.edited_args is not None:
+        # Bound to the corrected call: the hash must be that call's, whoever wrote it.
+        corrected = {"tool": (request.plan or {}).get("tool"), "args": decision.edited_args}
+        if plan_hash(corrected) != decision.edited_hash:
+            raise InvalidInput(
+                f"the edit for {step!r} is bound to call {decision.edited_hash}, but its "
+                f"arguments make call {plan_hash(corrected)}; decide again"
+            )
     if decision.at > now + timedelta(minutes=5):
         raise InvalidInput(
             f"the decision for {step!r} is dated {decision.at.isoformat()}, in the future; "
@@ -137,6 +170,7 @@ def check_decision(request: ApprovalRequest, answer: Any, now: datetime, *, step
 
 def check_payload(step: WaitStep, payload: Any) -> Any:
     """Validate a wait's payload against its schema; returns the JSON value to store."""
+    payload = payload_from_inbox(step.name, payload)
     schema = step.schema_
     if schema is None:
         return payload
@@ -355,7 +389,7 @@ def pause_nodes(step: PauseStep, info: StepInfo, env: StepEnv) -> tuple[Node, No
         if deadline is not None and now > deadline:
             return timed_out(call, req)
         refused = 0
-        shown = approval_value(req) if is_approval else req
+        shown = approval_value(req) if is_approval else wait_value(req)
         while True:
             answer = interrupt(shown)
             # Resumed: from here on the node runs once per answer.

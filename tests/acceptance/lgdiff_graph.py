@@ -63,6 +63,7 @@ def approve(state: State) -> dict[str, Any]:
                 {
                     "name": "approve",
                     "args": {"plan": plan, "plan_hash": digest},
+                    "arguments": {"plan": plan, "plan_hash": digest},
                     "description": f"Approve the plan of step 'approve' (plan hash {digest})",
                 }
             ],

@@ -101,8 +101,13 @@ def test_the_sdk_api_key_is_the_token_and_the_actor_never_comes_from_the_body(
     assert "'by' is not accepted" in by.json()["error"]
     not_approver = resume(True, BOB)
     assert not_approver.status_code == 409 and "bob" in not_approver.json()["error"]
-    edit = resume({"decisions": [{"type": "edit"}]}, ALICE)
+    changed = {"plan": {"total": 99, "to": "prod"}}
+    edit = resume({"decisions": [{"type": "edit", "edited_action": {"args": changed}}]}, ALICE)
     assert "cannot be edited" in edit.json()["error"]
+    respond = resume([{"type": "response", "args": "no"}], BOB)  # Agent Inbox's shape
+    assert respond.status_code == 409 and "bob" in respond.json()["error"]
+    ignore = resume([{"type": "ignore", "args": None}], ALICE)
+    assert ignore.status_code == 409 and "does not offer ignore" in ignore.json()["error"]
     # Refused answers record no run and change nothing.
     assert len(client.get(url).json()) == 1
     assert runner.status(thread, usage=False).model_dump() == before

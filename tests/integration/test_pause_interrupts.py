@@ -261,6 +261,7 @@ def test_an_approval_carries_the_hitl_shape_and_takes_decisions(runner: Runner) 
     (action,) = value["action_requests"]
     assert action["name"] == "gate"
     assert action["args"] == {"plan": {"deploy": "v1"}, "plan_hash": value["plan_hash"]}
+    assert action["arguments"] == action["args"]  # where Agent Inbox reads them
     assert value["review_configs"] == [
         {"action_name": "gate", "allowed_decisions": ["approve", "reject"]}
     ]
@@ -270,7 +271,7 @@ def test_an_approval_carries_the_hitl_shape_and_takes_decisions(runner: Runner) 
     graph.invoke(Command(resume={intr.id: {"decisions": [edit]}}), config(thread))
     (again,) = interrupts(runner, task, thread)
     (refused,) = runner.events(thread, kinds=["approval.refused"])
-    assert "approves plan" in refused.data["error"]
+    assert "cannot be edited" in refused.data["error"]
     graph.invoke(Command(resume={again.id: {"decisions": [{"type": "approve"}]}}), config(thread))
     assert runner.result(thread, "ship") == "shipped v1"
     (resolved,) = runner.events(thread, kinds=["approval.resolved"])
@@ -390,16 +391,76 @@ def test_a_tool_approval_carries_the_hitl_shape_and_takes_decisions(
     (intr,) = interrupts(runner, task, thread)
     assert intr.value["action_requests"][0]["name"] == "deploy"
     assert intr.value["action_requests"][0]["args"] == {"env": "prod"}
-    assert intr.value["review_configs"][0]["allowed_decisions"] == ["approve", "reject"]
+    assert intr.value["review_configs"][0]["allowed_decisions"] == [
+        "approve",
+        "edit",
+        "reject",
+        "respond",
+    ]
     graph = runner.graph(task)
-    # an edit to other arguments is refused: asked again, nothing deployed
-    edit = {"type": "edit", "edited_action": {"name": "deploy", "args": {"env": "staging"}}}
-    graph.invoke(Command(resume={intr.id: {"decisions": [edit]}}), config(thread))
+    # an edit whose arguments do not fit the tool is refused: asked again, nothing deployed
+    bad = {"type": "edit", "edited_action": {"name": "deploy", "args": {"where": "staging"}}}
+    graph.invoke(Command(resume={intr.id: {"decisions": [bad]}}), config(thread))
     (again,) = interrupts(runner, task, thread)
     assert deployed == []
-    graph.invoke(Command(resume={again.id: {"decisions": [{"type": "approve"}]}}), config(thread))
-    assert deployed == ["prod"]
+    (refused,) = runner.events(thread, kinds=["approval.refused"])
+    assert "do not fit the tool" in refused.data["error"]
+    # an edit that calls another tool is refused too
+    other = {"type": "edit", "edited_action": {"name": "rm", "args": {"env": "staging"}}}
+    graph.invoke(Command(resume={again.id: {"decisions": [other]}}), config(thread))
+    (third,) = interrupts(runner, task, thread)
+    assert deployed == []
+    # a corrected call runs with the person's arguments, bound to them by their hash
+    edit = {"type": "edit", "edited_action": {"name": "deploy", "args": {"env": "staging"}}}
+    graph.invoke(Command(resume={third.id: {"decisions": [edit]}}), config(thread))
+    assert deployed == ["staging"]
     assert runner.result(thread, "release") == "shipped"
+    (resolved,) = runner.events(thread, kinds=["approval.resolved"])
+    assert resolved.data["decision"] == "edit"
+    assert resolved.data["edited_args"] == {"env": "staging"}
+    effects = [e for e in runner.effects(thread) if e.name == "tool:deploy"]
+    assert [e.status for e in effects] == ["succeeded"]  # the corrected call, once
+
+
+def test_a_tool_approval_answered_in_the_tools_place_does_not_run_it(
+    runner: Runner, llm: Any
+) -> None:
+    deployed: list[str] = []
+
+    def deploy(env: str) -> str:
+        """Deploy to an environment."""
+        deployed.append(env)
+        return f"deployed to {env}"
+
+    seen: list[Any] = []
+
+    def turn(request: Any) -> Reply:
+        seen.append(request)
+        if request.turn == 0:
+            return Reply.tool_calls([("deploy", {"env": "prod"})])
+        return Reply.text("ok then")
+
+    llm(turn)
+    release = agent_step(
+        "release", prompt="Ship it.", tools=[deploy], tool_approvals={"deploy": True}
+    )
+    task = LongTask("ship", stages=[Stage("s", [release])])
+    thread = runner.start(task, thread_id="t-tool-respond")
+    (pending,) = runner.pending(thread, task=task)
+    # Agent Inbox's response, given through the Runner in a caller's name
+    runner.answer(
+        thread,
+        [{"type": "response", "args": "prod is frozen today; say so"}],
+        interrupt=pending.interrupt_id,
+        task=task,
+        by="ops",
+    )
+    assert deployed == []
+    assert runner.result(thread, "release") == "ok then"
+    (resolved,) = runner.events(thread, kinds=["approval.resolved"])
+    assert (resolved.data["decision"], resolved.data["by"]) == ("respond", "ops")
+    tool_messages = [m for m in seen[-1].messages if m.get("role") == "tool"]
+    assert tool_messages and tool_messages[-1]["content"] == "prod is frozen today; say so"
 
 
 def test_an_answer_given_in_a_callers_name_cannot_name_another_approver(

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from longtask.errors import InvalidInput, NothingToResume, describe_validation
 from longtask.model import Decision
+from longtask.steps._hitl import is_hitl
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
@@ -32,7 +33,7 @@ APPROVAL_SHAPES = (
 
 
 def _decision(value: Any) -> tuple[bool, str | None, str | None]:
-    """(approved, comment, plan_hash) from a resume value for an approval."""
+    """(approved, comment, plan_hash) from a plain resume value for an approval."""
     if isinstance(value, bool):
         return value, None, None
     if isinstance(value, str) and value.lower() in APPROVE | REJECT:
@@ -40,22 +41,8 @@ def _decision(value: Any) -> tuple[bool, str | None, str | None]:
     if isinstance(value, dict):
         if "by" in value:
             raise InvalidInput("'by' is not accepted: whoever decides is the bearer token's name")
-        comment, plan_hash = value.get("comment"), value.get("plan_hash")
-        if "decisions" in value:
-            decisions = value["decisions"]
-            if not isinstance(decisions, list) or len(decisions) != 1:
-                raise InvalidInput("an approval takes exactly one decision; " + APPROVAL_SHAPES)
-            first = decisions[0] if isinstance(decisions[0], dict) else {}
-            kind = first.get("type")
-            if kind == "edit":
-                raise InvalidInput(
-                    "an approval's plan cannot be edited: reject it with a comment instead"
-                )
-            if kind not in ("approve", "reject"):
-                raise InvalidInput(f"unknown decision type {kind!r}; " + APPROVAL_SHAPES)
-            return kind == "approve", first.get("message") or comment, plan_hash
         if isinstance(value.get("approved"), bool):
-            return value["approved"], comment, plan_hash
+            return value["approved"], value.get("comment"), value.get("plan_hash")
     raise InvalidInput(APPROVAL_SHAPES)
 
 
@@ -63,26 +50,35 @@ def _check(
     runner: Runner, thread_id: str, task: LongTask, item: Pending, value: Any, actor: str
 ) -> dict[str, Any]:
     if item.kind == "approval":
-        approved, comment, plan_hash = _decision(value)
-        try:
-            decision = Decision(
-                approved=approved,
-                by=actor,
-                plan_hash=plan_hash or item.request["plan_hash"],
-                comment=comment,
-                at=runner.clock(),
-            )
-        except ValidationError as exc:
-            raise InvalidInput(f"the decision is not valid: {describe_validation(exc)}") from None
-        runner.pauses.resume_value(thread_id, task, item, decision)  # raises, changing nothing
+        if is_hitl(value):
+            # LangChain's decisions or Agent Inbox's responses, decided by the token's name.
+            decided = runner.pauses.resume_value(thread_id, task, item, value, by=actor)
+        else:
+            approved, comment, plan_hash = _decision(value)
+            try:
+                decision = Decision(
+                    approved=approved,
+                    by=actor,
+                    plan_hash=plan_hash or item.request["plan_hash"],
+                    comment=comment,
+                    at=runner.clock(),
+                )
+            except ValidationError as exc:
+                raise InvalidInput(
+                    f"the decision is not valid: {describe_validation(exc)}"
+                ) from None
+            decided = runner.pauses.resume_value(thread_id, task, item, decision)
         return {
             "kind": "approval",
             "step": item.step,
-            "approved": approved,
-            "comment": comment,
-            "plan_hash": plan_hash or item.request["plan_hash"],
+            "interrupt_id": item.interrupt_id,
+            "approved": decided["approved"],
+            "comment": decided.get("comment"),
+            "plan_hash": decided["plan_hash"],
+            "edited_args": decided.get("edited_args"),
+            "response": decided.get("response"),
         }
-    runner.pauses.resume_value(thread_id, task, item, value)
+    checked = runner.pauses.resume_value(thread_id, task, item, value)
     if item.kind == "interrupt":
         # a graph step's own interrupt: the answer is the graph's, kept by its id
         return {
@@ -91,7 +87,9 @@ def _check(
             "interrupt_id": item.interrupt_id,
             "value": value,
         }
-    return {"kind": "wait", "step": item.step, "payload": value}
+    # a wait's payload as checked (Agent Inbox's response to it unwrapped)
+    payload = checked if item.kind == "wait" else value
+    return {"kind": "wait", "step": item.step, "payload": payload}
 
 
 def plan_command(
