@@ -66,6 +66,7 @@ from longtask.serve._stream import EventStream
 from longtask.serve._webhooks import WebhookPolicy
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._common import Api
+from longtask.serve.lgapi._mcp import McpEndpoint
 from longtask.store import THREAD_SORTS
 
 if TYPE_CHECKING:
@@ -420,6 +421,8 @@ def create_app(
     lg = Api(runner, tasks, executor, reader, actor)
     lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
     lg_thread = reader(lg_thread_get)
+    lg_run_routes = lg_runs.routes(lg)
+    mcp = McpEndpoint(lg)
 
     schedules = (
         ScheduleLoop(executor, tasks, poll=schedule_poll, to_workers=to_workers)
@@ -437,7 +440,8 @@ def create_app(
         # With the app, not before: webhooks owed by a serve that stopped go out now.
         executor.webhooks.start()
         try:
-            yield
+            async with mcp.running():
+                yield
         finally:
             if schedules is not None:
                 schedules.close()
@@ -450,7 +454,8 @@ def create_app(
         Route("/favicon.ico", favicon),
         *lg_assistants.routes(lg),
         *lg_thread_routes,
-        *lg_runs.routes(lg),
+        *lg_run_routes,
+        Route("/mcp", actor(mcp.handle), methods=["GET", "POST", "DELETE"]),
         Route("/info", info),
         Route("/ok", ok),
         Route("/ready", ready),

@@ -175,12 +175,13 @@ def plan_answer(
     rec: ThreadRecord,
     task: LongTask,
     target: str | None,
-    kind: str,
+    kind: str | None,
     value: Any,
     actor: str,
 ) -> dict[str, Any]:
-    """The run request answering the pending ``kind`` (approval or wait) ``target`` (the
-    only one if None) of ``rec`` with ``value``, checked (raises InvalidInput)."""
+    """The run request answering the pending ``kind`` (approval or wait; any if None)
+    ``target`` (the only one if None) of ``rec`` with ``value``, checked (raises
+    InvalidInput)."""
     item = runner.pauses.select(rec.thread_id, task, target, kind)
     return {"kind": "answer", "answers": [_check(runner, rec.thread_id, task, item, value, actor)]}
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from longtask._runner import Runner
     from longtask.serve._executor import Executor
     from longtask.serve._registry import Registered, Registry
+    from longtask.store._apiruns import ApiRun
 
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Response]]
@@ -31,6 +32,9 @@ class Api:
     executor: Executor
     reader: Callable[[Handler], Handler]
     actor: Callable[[ActorHandler], Handler]
+    #: checks and records a run request (thread id or None, assistant, body, actor): set
+    #: by the runs' routes, used by other doors that start runs (MCP)
+    prepare: Callable[[str | None, Registered, dict[str, Any], str], ApiRun] | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)

@@ -362,6 +362,7 @@ def routes(api: Api) -> list[Route]:
         return replace(run, request=planned)
 
     api.executor.planner = plan_queued
+    api.prepare = prepare
 
     async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
         body = await api.json_body(request)

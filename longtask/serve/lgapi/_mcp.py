@@ -1,0 +1,303 @@
+"""``/mcp``: the Model Context Protocol, as LangGraph's server offers its assistants to MCP
+clients (coding agents, desktop assistants), built on the official ``mcp`` SDK (Streamable
+HTTP, stateless, JSON answers).
+
+Each served task is a tool whose input schema is the task's inputs (named as LangGraph's
+server names an assistant's tool). Calling it starts a thread: the run is recorded and the
+executor carries it out, as for any run of the Server API; the call answers where the
+thread stands once the run has ended or ``wait`` seconds have passed (a long task answers
+``running`` with its thread id). Three more tools follow a thread: ``longtask_status``
+(status, results so far, the pauses it waits for and how to answer them),
+``longtask_answer`` (answers a pause through the same checks as every other door, in the
+token's name) and ``longtask_threads`` (recent threads). Errors a person can fix are tool
+results with ``isError`` and the message, as LangGraph's server answers them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from longtask._version import __version__
+from longtask.errors import LongTaskError
+from longtask.serve.lgapi._commands import plan_answer
+from longtask.serve.lgapi._json import plain
+
+if TYPE_CHECKING:
+    from longtask.serve._registry import Registered
+    from longtask.serve.lgapi._common import Api
+    from longtask.store._apiruns import ApiRun
+
+#: what a tool call waits for its run by default, and at most (an MCP client times out)
+WAIT = 10.0
+MAX_WAIT = 60.0
+#: where the caller's name (from the token guard) rides in the ASGI scope to the tools
+ACTOR_KEY = "longtask_actor"
+_BAD_NAME = re.compile(r"[^a-zA-Z0-9_\-.]")
+_FINAL = frozenset({"success", "error", "interrupted", "timeout"})
+
+STATUS_TOOL = "longtask_status"
+ANSWER_TOOL = "longtask_answer"
+THREADS_TOOL = "longtask_threads"
+
+
+def tool_name(name: str) -> str:
+    """A task's tool name: letters, digits, ``_-.`` only, at most 128 (the MCP spec)."""
+    return _BAD_NAME.sub("_", name)[:128] or "_"
+
+
+class McpEndpoint:
+    """The ``/mcp`` route's handler, and the session manager its app lifespan runs."""
+
+    def __init__(self, api: Api) -> None:
+        from mcp.server.lowlevel import Server
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        self.api = api
+        server: Any = Server(
+            "longtask",
+            version=__version__,
+            instructions=(
+                "Each task tool starts a durable longtask thread and answers its status; "
+                f"follow it with {STATUS_TOOL} and answer what it waits for with {ANSWER_TOOL}."
+            ),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        self.manager = StreamableHTTPSessionManager(app=server, stateless=True, json_response=True)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with self.manager.run():
+            yield
+
+    async def handle(self, request: Request, actor: str) -> Response:
+        return _Delegated(self.manager, actor)
+
+    # -- tools ---------------------------------------------------------------------------
+
+    def _tasks(self) -> dict[str, Registered]:
+        return {tool_name(e.name): e for e in self.api.registry.by_name.values()}
+
+    async def _list_tools(self, ctx: Any, params: Any) -> Any:
+        from mcp import types
+
+        tools = []
+        for name, entry in sorted(self._tasks().items()):
+            task = entry.task
+            schema = (
+                task.inputs.model_json_schema() if task.inputs is not None else {"type": "object"}
+            )
+            schema.setdefault("type", "object")
+            tools.append(
+                types.Tool(
+                    name=name,
+                    title=entry.name,
+                    description=(
+                        f"Start task {entry.name!r} (a durable longtask thread). Answers the "
+                        f"thread id and where it stands after at most {WAIT:g} s; follow it "
+                        f"with {STATUS_TOOL}."
+                    ),
+                    input_schema=schema,
+                    annotations=types.ToolAnnotations(
+                        read_only_hint=False,
+                        destructive_hint=False,
+                        idempotent_hint=False,
+                        open_world_hint=True,
+                    ),
+                )
+            )
+        thread = {"thread_id": {"type": "string", "description": "the thread's id"}}
+        tools += [
+            types.Tool(
+                name=STATUS_TOOL,
+                title="Thread status",
+                description="Where a thread stands: status, results so far, and the pauses "
+                f"it waits for with how to answer each ({ANSWER_TOOL}).",
+                input_schema={"type": "object", "properties": thread, "required": ["thread_id"]},
+                annotations=types.ToolAnnotations(read_only_hint=True),
+            ),
+            types.Tool(
+                name=ANSWER_TOOL,
+                title="Answer a pause",
+                description="Answer what a thread waits for, in the caller's name: an "
+                "approval takes true or false (or {approved, comment}), a wait its payload. "
+                "With several pauses, name the step or interrupt id.",
+                input_schema={
+                    "type": "object",
+                    "properties": {
+                        **thread,
+                        "answer": {"description": "the decision or payload (JSON)"},
+                        "step": {"type": "string", "description": "the step or interrupt id"},
+                    },
+                    "required": ["thread_id", "answer"],
+                },
+                annotations=types.ToolAnnotations(read_only_hint=False, destructive_hint=False),
+            ),
+            types.Tool(
+                name=THREADS_TOOL,
+                title="Recent threads",
+                description="The most recent threads with their task and status.",
+                input_schema={
+                    "type": "object",
+                    "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100}},
+                },
+                annotations=types.ToolAnnotations(read_only_hint=True),
+            ),
+        ]
+        return types.ListToolsResult(tools=tools)
+
+    async def _call_tool(self, ctx: Any, params: Any) -> Any:
+        name = params.name
+        args = dict(params.arguments or {})
+        actor = _actor_of(ctx)
+        try:
+            if name == STATUS_TOOL:
+                return _result(await self.api.call(self._status, _thread_arg(args)))
+            if name == ANSWER_TOOL:
+                return _result(await self._answer(args, actor))
+            if name == THREADS_TOOL:
+                return _result(await self.api.call(self._threads, args.get("limit", 20)))
+            entry = self._tasks().get(name)
+            if entry is None:
+                from mcp.shared.exceptions import MCPError
+                from mcp.types import INVALID_PARAMS
+
+                raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
+            return _result(await self._start(entry, args, actor))
+        except LongTaskError as exc:
+            return _result({"error": str(exc)}, error=True)
+        except _Refused as exc:
+            return _result({"error": str(exc)}, error=True)
+
+    async def _start(self, entry: Registered, args: dict[str, Any], actor: str) -> dict[str, Any]:
+        prepare = self.api.prepare
+        assert prepare is not None, "the runs' routes are built first"
+        run = await self.api.call(prepare, None, entry, {"input": args}, actor)
+        return await self._after(run)
+
+    async def _answer(self, args: dict[str, Any], actor: str) -> dict[str, Any]:
+        thread_id = _thread_arg(args)
+        if "answer" not in args:
+            raise _Refused("give the answer: true/false for an approval, the payload for a wait")
+        step = args.get("step")
+        if step is not None and not isinstance(step, str):
+            raise _Refused("step must be a step name or an interrupt id")
+
+        def record() -> ApiRun:
+            from longtask.serve.lgapi._runs import record as record_run
+
+            runner = self.api.runner
+            rec = runner.reads.thread(thread_id)
+            entry = self.api.registry.find(rec.task_name)
+            task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
+            request = plan_answer(runner, rec, task, step, None, args["answer"], actor)
+            assistant = entry.assistant_id if entry is not None else rec.task_name
+            return record_run(self.api, thread_id, assistant, request, actor, queued=False)
+
+        run = await self.api.call(record)
+        return await self._after(run)
+
+    async def _after(self, run: ApiRun) -> dict[str, Any]:
+        """The thread once ``run`` has ended, or after ``WAIT`` seconds."""
+        store = self.api.runner.db.store
+        found: ApiRun | None = run
+        with anyio.move_on_after(WAIT):
+            while True:
+                found = await self.api.call(store.api_run, run.run_id)
+                if found is None or found.status in _FINAL:
+                    break
+                await anyio.sleep(0.1)
+        out = await self.api.call(self._status, run.thread_id)
+        out["run"] = {"run_id": run.run_id, "status": found.status if found else "deleted"}
+        if found is not None and found.error:
+            out["run"]["error"] = found.error
+        return out
+
+    def _status(self, thread_id: str) -> dict[str, Any]:
+        runner = self.api.runner
+        rec = runner.reads.thread(thread_id)
+        entry = self.api.registry.find(rec.task_name)
+        task = entry.for_thread(rec) if entry is not None else None
+        st = runner.status(thread_id, usage=False)
+        pending = runner.pending(thread_id, task=task) if task else []
+        waiting = [p.summary() for p in pending]
+        for p, w in zip(pending, waiting, strict=True):
+            if p.kind == "approval":
+                w["plan"] = p.request.get("plan")  # what is decided, not only its hash
+            w["answer_with"] = {
+                "tool": ANSWER_TOOL,
+                "arguments": {"thread_id": thread_id, "step": w["interrupt_id"], "answer": "..."},
+            }
+        out: dict[str, Any] = plain(
+            {
+                "thread_id": thread_id,
+                "task": rec.task_name,
+                "status": st.status,
+                "results": runner.results(thread_id),
+                "waiting": waiting,
+                **({"error": rec.error} if rec.error else {}),
+            }
+        )
+        return out
+
+    def _threads(self, limit: Any) -> dict[str, Any]:
+        if not isinstance(limit, int) or not 1 <= limit <= 100:
+            raise _Refused("limit is a whole number from 1 to 100")
+        found = self.api.runner.db.store.list_threads(limit=limit)
+        return {
+            "threads": [
+                {"thread_id": r.thread_id, "task": r.task_name, "status": r.status} for r in found
+            ]
+        }
+
+
+class _Refused(Exception):
+    """A tool's arguments a person can fix."""
+
+
+def _thread_arg(args: dict[str, Any]) -> str:
+    thread_id = args.get("thread_id")
+    if not isinstance(thread_id, str) or not thread_id:
+        raise _Refused("thread_id is required (a thread's id, as a task tool answered it)")
+    return thread_id
+
+
+def _actor_of(ctx: Any) -> str:
+    request = getattr(ctx, "request", None)
+    scope = getattr(request, "scope", None) or {}
+    actor = scope.get(ACTOR_KEY)
+    assert isinstance(actor, str), "/mcp is reached only through the token guard"
+    return actor
+
+
+def _result(value: dict[str, Any], *, error: bool = False) -> Any:
+    from mcp import types
+
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structured_content=value,
+        is_error=error,
+    )
+
+
+class _Delegated(Response):
+    """Hands the request to the MCP session manager, with the caller's name in its scope
+    (the manager answers on ``send`` itself)."""
+
+    def __init__(self, manager: Any, actor: str) -> None:
+        super().__init__()
+        self.manager = manager
+        self.actor = actor
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.manager.handle_request({**scope, ACTOR_KEY: self.actor}, receive, send)
