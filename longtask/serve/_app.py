@@ -67,6 +67,7 @@ from longtask.serve._webhooks import WebhookPolicy
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._common import Api
 from longtask.serve.lgapi._mcp import McpEndpoint
+from longtask.serve.lgapi._store import StoreRoutes
 from longtask.store import THREAD_SORTS
 
 if TYPE_CHECKING:
@@ -423,6 +424,7 @@ def create_app(
     lg_thread = reader(lg_thread_get)
     lg_run_routes = lg_runs.routes(lg)
     mcp = McpEndpoint(lg)
+    kv = StoreRoutes(lg)
 
     schedules = (
         ScheduleLoop(executor, tasks, poll=schedule_poll, to_workers=to_workers)
@@ -446,6 +448,7 @@ def create_app(
             if schedules is not None:
                 schedules.close()
             executor.close()
+            await call(kv.close)
 
     api = "/api/threads/{thread_id}"
     routes = [
@@ -456,6 +459,7 @@ def create_app(
         *lg_thread_routes,
         *lg_run_routes,
         Route("/mcp", actor(mcp.handle), methods=["GET", "POST", "DELETE"]),
+        *kv.routes(),
         Route("/info", info),
         Route("/ok", ok),
         Route("/ready", ready),

@@ -127,4 +127,14 @@ await call("runs.wait to pause (resolve)", client.runs.wait(tid, GRAPH, { input:
 await call("runs.wait goto __end__", client.runs.wait(tid, GRAPH, { command: { goto: "__end__" } }));
 await call("threads.get after goto __end__", client.threads.get(tid));
 
+// -- the store (LangGraph's BaseStore on each server)
+const ns = ["lgdiff", tag.lgdiff.replace(/[^a-z0-9-]/g, "-")];
+await call("store.put_item", client.store.putItem(ns, "prefs", { theme: "dark" }));
+await call("store.put_item other", client.store.putItem(ns, "notes", { theme: "light" }));
+await call("store.get_item", client.store.getItem(ns, "prefs"));
+await call("store.search_items filter", client.store.searchItems(ns, { filter: { theme: "dark" }, limit: 5 }));
+await call("store.list_namespaces", client.store.listNamespaces({ prefix: ns }));
+await call("store.delete_item", client.store.deleteItem(ns, "prefs"));
+await call("store.get_item deleted", client.store.getItem(ns, "prefs"));
+
 process.stdout.write(JSON.stringify(trace));

@@ -182,6 +182,19 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     )
     await t.call("threads.get after goto __end__", lg.threads.get(tid))
 
+    # -- the store (LangGraph's BaseStore on each server)
+    ns = ["lgdiff", tag["lgdiff"]]
+    await t.call("store.put_item", lg.store.put_item(ns, "prefs", {"theme": "dark"}))
+    await t.call("store.put_item other", lg.store.put_item(ns, "notes", {"theme": "light"}))
+    await t.call("store.get_item", lg.store.get_item(ns, "prefs"))
+    await t.call(
+        "store.search_items filter",
+        lg.store.search_items(ns, filter={"theme": "dark"}, limit=5),
+    )
+    await t.call("store.list_namespaces", lg.store.list_namespaces(prefix=ns))
+    await t.call("store.delete_item", lg.store.delete_item(ns, "prefs"))
+    await t.call("store.get_item deleted", lg.store.get_item(ns, "prefs"))
+
     # -- RemoteGraph
     await _remote(t, url, api_key, tag)
     return t.items

@@ -16,15 +16,10 @@ _ASSISTANTS = (
     "assistants are the tasks serve was given (--task REF or longtask.json), one per task "
     "and version; they cannot be created, changed or versioned through the API"
 )
-_STORE = (
-    "longtask serve has no key-value store (LangGraph's BaseStore); a task keeps what it "
-    "needs in its steps' results, artifacts (ctx.artifact) and effects"
-)
 _CRONS = (
     "longtask starts tasks on a schedule with its own schedules: declare them on the task "
     "or run `longtask schedule add TASKREF`; `longtask schedule --help` lists the rest"
 )
-
 #: (path, methods, status, what to use instead)
 UNSERVED: list[tuple[str, list[str], int, str]] = [
     (
@@ -54,9 +49,6 @@ UNSERVED: list[tuple[str, list[str], int, str]] = [
         404,
         "create runs one at a time: POST /threads/{thread_id}/runs (or /runs)",
     ),
-    ("/store/items", ["GET", "PUT", "DELETE"], 404, _STORE),
-    ("/store/items/search", ["POST"], 404, _STORE),
-    ("/store/namespaces", ["POST"], 404, _STORE),
     ("/runs/crons", ["POST"], 404, _CRONS),
     ("/runs/crons/search", ["POST"], 404, _CRONS),
     ("/runs/crons/count", ["POST"], 404, _CRONS),

@@ -1,0 +1,80 @@
+"""LangGraph's own long-term memory store (``BaseStore``) on the thread database: its
+``SqliteStore`` on the SQLite file, its ``PostgresStore`` on the PostgreSQL database, each
+with the tables and migrations LangGraph gives it (``store``, ``store_migrations`` ...,
+beside longtask's own). This is what the Server API's ``/store`` routes serve, as
+LangGraph's server serves its store, TTL included.
+
+Opened on a connection of its own (LangGraph's store wants autocommit and dict rows, and
+locks its connection), so it never holds a connection longtask's saver is waiting for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from longtask.errors import DatabaseError
+
+if TYPE_CHECKING:
+    from langgraph.store.base import BaseStore
+
+    from longtask.checkpointers._url import DatabaseURL
+
+#: minutes between sweeps of expired items (LangGraph's sweeper thread)
+SWEEP_MINUTES = 5.0
+
+
+@dataclass
+class KvStore:
+    """An open LangGraph store and what closes it."""
+
+    store: BaseStore
+    _closers: list[Any] = field(default_factory=list)
+
+    def close(self) -> None:
+        for close in reversed(self._closers):
+            close()
+        self._closers.clear()
+
+
+def open_kv_store(url: DatabaseURL, *, sweep: bool = True) -> KvStore:
+    """LangGraph's store on the database ``url`` names, its tables set up, with TTL on
+    (items put with a ``ttl`` expire; reads refresh it unless asked not to) and, with
+    ``sweep``, a thread deleting expired items every few minutes."""
+    ttl: Any = {"refresh_on_read": True, "sweep_interval_minutes": SWEEP_MINUTES}
+    try:
+        if url.scheme == "sqlite":
+            import sqlite3
+
+            from langgraph.store.sqlite import SqliteStore
+
+            assert url.path is not None
+            conn = sqlite3.connect(
+                url.path, check_same_thread=False, isolation_level=None, timeout=30
+            )
+            opened = KvStore(SqliteStore(conn, ttl=ttl), [conn.close])
+        else:
+            from langgraph.store.postgres import PostgresStore
+            from psycopg.rows import dict_row
+            from psycopg_pool import ConnectionPool
+
+            pool: ConnectionPool[Any] = ConnectionPool(
+                url.raw,
+                min_size=1,
+                max_size=4,
+                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+                open=True,
+            )
+            opened = KvStore(PostgresStore(pool, ttl=ttl), [pool.close])
+        store: Any = opened.store
+        store.setup()
+        if sweep:
+            store.start_ttl_sweeper()
+            opened._closers.append(store.stop_ttl_sweeper)
+        return opened
+    except DatabaseError:
+        raise
+    except Exception as exc:
+        raise DatabaseError(
+            f"cannot open LangGraph's store on {url.redacted}: {type(exc).__name__}: {exc}"
+        ) from exc

@@ -1,0 +1,175 @@
+"""The LangGraph Server API's store: items by namespace and key, search and namespaces,
+with TTL, on LangGraph's own ``SqliteStore``/``PostgresStore`` in the thread database
+(``checkpointers._kvstore``), answered as LangGraph's server answers them.
+
+The store is opened on the first request that needs it (its tables are made then) and
+closed with the app. Reads need what any read needs; writes need a token.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from longtask.serve.lgapi._body import integer_field
+
+if TYPE_CHECKING:
+    from longtask.checkpointers._kvstore import KvStore
+    from longtask.serve.lgapi._common import Api
+
+
+def _namespace(value: Any, name: str, *, optional: bool = False) -> tuple[str, ...] | None:
+    """A namespace: a list of non-empty labels without periods (a 422 naming what is not)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, (list, tuple)):
+        raise HTTPException(422, f"{name} must be a list of labels, not {value!r}")
+    for label in value:
+        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
+            raise HTTPException(
+                422, f"namespace label {label!r} must be a non-empty string without periods"
+            )
+    return tuple(value)
+
+
+def _key(value: Any) -> str:
+    if not isinstance(value, str) or not value or "\x00" in value:
+        raise HTTPException(422, f"key must be a non-empty string, not {value!r}")
+    return value
+
+
+def _ttl(value: Any) -> float | None:
+    """Minutes an item lives after its last write (or read), or None: for ever."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise HTTPException(422, f"ttl is a number of minutes above 0 (or null), not {value!r}")
+    return float(value)
+
+
+class StoreRoutes:
+    """The store's routes over one lazily opened LangGraph store."""
+
+    def __init__(self, api: Api) -> None:
+        self.api = api
+        self._opened: KvStore | None = None
+        self._lock = threading.Lock()
+
+    def store(self) -> Any:
+        with self._lock:
+            if self._opened is None:
+                from longtask.checkpointers._kvstore import open_kv_store
+
+                self._opened = open_kv_store(self.api.runner.db.url)
+            return self._opened.store
+
+    def close(self) -> None:
+        with self._lock:
+            if self._opened is not None:
+                self._opened.close()
+                self._opened = None
+
+    async def put(self, request: Request, actor: str) -> Response:
+        body = await self.api.json_body(request)
+        namespace = _namespace(body.get("namespace"), "namespace")
+        key = _key(body.get("key"))
+        value = body.get("value")
+        if not isinstance(value, dict):
+            raise HTTPException(422, f"value must be an object, not {value!r}")
+        index = body.get("index")
+        if index not in (None, False) and not (
+            isinstance(index, list) and all(isinstance(f, str) for f in index)
+        ):
+            raise HTTPException(422, "index is false, null or a list of field paths")
+        ttl = _ttl(body.get("ttl"))
+
+        def put() -> None:
+            self.store().put(namespace, key, value, index=index, ttl=ttl)
+
+        await self.api.call(put)
+        return Response(status_code=204)
+
+    async def get(self, request: Request) -> Response:
+        q = request.query_params
+        raw = q.get("namespace", "")
+        namespace = _namespace(raw.split(".") if raw else [], "namespace")
+        key = q.get("key")
+        if not key:
+            return JSONResponse({"error": "Key is required"}, status_code=400)
+        refresh = q.get("refresh_ttl")
+        refresh_ttl = refresh.lower() == "true" if refresh is not None else None
+
+        def get() -> Any:
+            return self.store().get(namespace, _key(key), refresh_ttl=refresh_ttl)
+
+        item = await self.api.call(get)
+        return JSONResponse(item.dict() if item is not None else None)
+
+    async def delete(self, request: Request, actor: str) -> Response:
+        body = await self.api.json_body(request)
+        namespace = _namespace(body.get("namespace") or [], "namespace")
+        key = _key(body.get("key"))
+        await self.api.call(lambda: self.store().delete(namespace, key))
+        return Response(status_code=204)
+
+    async def search(self, request: Request) -> Response:
+        body = await self.api.json_body(request)
+        prefix = _namespace(body.get("namespace_prefix") or [], "namespace_prefix")
+        assert prefix is not None
+        where = body.get("filter")
+        if where is not None and not isinstance(where, dict):
+            raise HTTPException(422, f"filter must be an object, not {where!r}")
+        query = body.get("query")
+        if query is not None and not isinstance(query, str):
+            raise HTTPException(422, f"query must be a string, not {query!r}")
+        limit = integer_field(body, "limit", 10, 1, 1000)
+        offset = integer_field(body, "offset", 0, 0, 10**9)
+        refresh_ttl = body.get("refresh_ttl")
+
+        def search() -> list[dict[str, Any]]:
+            found = self.store().search(
+                prefix,
+                query=query,
+                filter=where,
+                limit=limit,
+                offset=offset,
+                refresh_ttl=refresh_ttl if isinstance(refresh_ttl, bool) else None,
+            )
+            return [item.dict() for item in found]
+
+        return JSONResponse({"items": await self.api.call(search)})
+
+    async def namespaces(self, request: Request) -> Response:
+        body = await self.api.json_body(request)
+        prefix = _namespace(body.get("prefix") or None, "prefix", optional=True)
+        suffix = _namespace(body.get("suffix") or None, "suffix", optional=True)
+        depth = body.get("max_depth")
+        if depth is not None and (
+            isinstance(depth, bool) or not isinstance(depth, int) or depth < 1
+        ):
+            raise HTTPException(422, f"max_depth is a whole number from 1, not {depth!r}")
+        limit = integer_field(body, "limit", 100, 1, 1000)
+        offset = integer_field(body, "offset", 0, 0, 10**9)
+
+        def listed() -> list[list[str]]:
+            found = self.store().list_namespaces(
+                prefix=prefix, suffix=suffix, max_depth=depth, limit=limit, offset=offset
+            )
+            return [list(ns) for ns in found]
+
+        return JSONResponse({"namespaces": await self.api.call(listed)})
+
+    def routes(self) -> list[Route]:
+        api = self.api
+        return [
+            Route("/store/items", api.actor(self.put), methods=["PUT"]),
+            Route("/store/items", api.reader(self.get), methods=["GET"]),
+            Route("/store/items", api.actor(self.delete), methods=["DELETE"]),
+            Route("/store/items/search", api.reader(self.search), methods=["POST"]),
+            Route("/store/namespaces", api.reader(self.namespaces), methods=["POST"]),
+        ]

@@ -1,0 +1,123 @@
+"""The Server API's store on LangGraph's own SqliteStore/PostgresStore, on every backend:
+put, get, search with a filter, namespaces, delete, TTL, and bad input refused with a 422
+that names what is wrong, changing nothing. Writes need a token."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from longtask import Runner
+from longtask.checkpointers._kvstore import open_kv_store
+from longtask.serve import create_app
+from longtask.serve._registry import load_registry
+
+LG_TASKS = Path(__file__).parents[1] / "acceptance" / "lg_task.py"
+ALICE = {"X-Api-Key": "tok-alice"}
+
+
+@pytest.fixture
+def runner(db_url: str) -> Iterator[Runner]:
+    r = Runner(db_url)
+    yield r
+    r.close()
+
+
+@pytest.fixture
+def client(runner: Runner) -> Iterator[TestClient]:
+    registry = load_registry([f"{LG_TASKS}:RELEASE"])
+    with TestClient(create_app(runner, {"tok-alice": "alice"}, registry=registry)) as c:
+        yield c
+
+
+def _put(client: TestClient, ns: list[str], key: str, value: object, **extra: object) -> int:
+    body = {"namespace": ns, "key": key, "value": value, **extra}
+    return client.put("/store/items", json=body, headers=ALICE).status_code
+
+
+def test_items_are_put_read_searched_listed_and_deleted(client: TestClient) -> None:
+    assert _put(client, ["users", "alice"], "prefs", {"theme": "dark", "lang": "en"}) == 204
+    assert _put(client, ["users", "alice"], "notes", {"theme": "light"}) == 204
+    assert _put(client, ["users", "bob"], "prefs", {"theme": "dark"}) == 204
+
+    got = client.get("/store/items", params={"namespace": "users.alice", "key": "prefs"})
+    item = got.json()
+    assert item["namespace"] == ["users", "alice"] and item["key"] == "prefs"
+    assert item["value"] == {"theme": "dark", "lang": "en"}
+    assert {"created_at", "updated_at"} <= set(item)
+    none = client.get("/store/items", params={"namespace": "users.alice", "key": "nope"})
+    assert none.status_code == 200 and none.json() is None
+
+    found = client.post(
+        "/store/items/search",
+        json={"namespace_prefix": ["users"], "filter": {"theme": "dark"}, "limit": 10},
+    ).json()["items"]
+    assert sorted((tuple(i["namespace"]), i["key"]) for i in found) == [
+        (("users", "alice"), "prefs"),
+        (("users", "bob"), "prefs"),
+    ]
+    spaces = client.post("/store/namespaces", json={"prefix": ["users"]}).json()["namespaces"]
+    assert sorted(spaces) == [["users", "alice"], ["users", "bob"]]
+    shallow = client.post("/store/namespaces", json={"max_depth": 1}).json()["namespaces"]
+    assert shallow == [["users"]]
+
+    gone = client.request(
+        "DELETE",
+        "/store/items",
+        json={"namespace": ["users", "bob"], "key": "prefs"},
+        headers=ALICE,
+    )
+    assert gone.status_code == 204
+    assert (
+        client.get("/store/items", params={"namespace": "users.bob", "key": "prefs"}).json() is None
+    )
+
+
+def test_an_item_put_with_a_ttl_expires(client: TestClient, runner: Runner) -> None:
+    assert _put(client, ["cache"], "short", {"v": 1}, ttl=0.01) == 204  # 0.6 s
+    assert _put(client, ["cache"], "long", {"v": 2}, ttl=60) == 204
+    assert _put(client, ["cache"], "ever", {"v": 3}) == 204
+    time.sleep(2.5)  # past the expiry, by SQLite's clock too (whole seconds)
+    opened = open_kv_store(runner.db.url, sweep=False)
+    try:
+        assert opened.store.sweep_ttl() == 1  # type: ignore[attr-defined]
+    finally:
+        opened.close()
+    keys = [
+        i["key"]
+        for i in client.post("/store/items/search", json={"namespace_prefix": ["cache"]}).json()[
+            "items"
+        ]
+    ]
+    assert sorted(keys) == ["ever", "long"]
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"namespace": "users", "key": "k", "value": {}}, "namespace must be a list"),
+        ({"namespace": ["a.b"], "key": "k", "value": {}}, "without periods"),
+        ({"namespace": [""], "key": "k", "value": {}}, "non-empty"),
+        ({"namespace": ["a"], "key": "", "value": {}}, "key must be"),
+        ({"namespace": ["a"], "key": "k", "value": [1]}, "value must be an object"),
+        ({"namespace": ["a"], "key": "k", "value": {}, "ttl": -1}, "ttl is a number"),
+        ({"namespace": ["a"], "key": "k", "value": {}, "index": "x"}, "index is"),
+    ],
+)
+def test_bad_items_are_refused_and_store_nothing(
+    client: TestClient, body: dict[str, object], named: str
+) -> None:
+    got = client.put("/store/items", json=body, headers=ALICE)
+    assert got.status_code == 422 and named in got.json()["detail"], got.text
+    listed = client.post("/store/namespaces", json={}).json()["namespaces"]
+    assert listed == []
+
+
+def test_writing_the_store_needs_a_token(client: TestClient) -> None:
+    body = {"namespace": ["a"], "key": "k", "value": {"x": 1}}
+    assert client.put("/store/items", json=body).status_code == 401
+    assert client.get("/store/items", params={"namespace": "a", "key": "k"}).json() is None
