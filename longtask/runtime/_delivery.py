@@ -21,6 +21,8 @@ import ssl
 from http.client import HTTPConnection
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from longtask.model._notify import url_problem
+
 __all__ = [
     "ALLOW_ENV",
     "Failed",
@@ -50,22 +52,9 @@ def redacted(url: str) -> str:
 
 
 def check_shape(value: object, what: str = "webhook") -> str | None:
-    """What is wrong with ``value`` as a receiver's URL, before any lookup (None: nothing)."""
-    if not isinstance(value, str) or not value:
-        return f"{what} must be an http or https URL, not {value!r}"
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 -- a port that is no number raises here
-    except ValueError as exc:
-        return f"{what} is not a URL: {exc}"
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return (
-            f"{what} {redacted(value)!r} must be an absolute http or https URL with a host "
-            "(https://receiver.example/hook)"
-        )
-    if any(c in value for c in "\x00\r\n "):
-        return f"{what} holds a space, a NUL or a line break"
-    return None
+    """What is wrong with ``value`` as a receiver's URL, before any lookup (None: nothing);
+    the model's rule, which a task's ``notify=`` is checked by at definition time."""
+    return url_problem(value, what)
 
 
 def _allowed(host: str) -> bool:
