@@ -143,6 +143,20 @@ def notes(runner: Runner, thread_id: str, kind: str) -> list[Any]:
     return [e for e in runner.events(thread_id) if e.kind == kind]
 
 
+def notice_metrics(runner: Runner) -> dict[str, float]:
+    """``longtask_notifications`` as ``/metrics`` reports it, by state."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from longtask.runtime._metrics import metrics_registry
+
+    text = generate_latest(metrics_registry(runner.db)).decode()
+    (family,) = [
+        f for f in text_string_to_metric_families(text) if f.name == "longtask_notifications"
+    ]
+    return {s.labels["state"]: s.value for s in family.samples}
+
+
 def settled(runner: Runner, thread_id: str) -> Any:
     (row,) = runner.db.store.notifications(thread_id)
     return row if row.state is not None else None
@@ -329,6 +343,8 @@ def test_a_loopback_target_is_refused_unless_allowed(
     runner.start(load("RELEASE"), thread_id="n-allowed")
     until(lambda: notes(runner, "n-allowed", "notify.sent"), "the allowed notice")
     assert [b["thread_id"] for b in receiver.bodies()] == ["n-allowed"]
+    until(lambda: settled(runner, "n-allowed"), "the notice to be settled")
+    assert notice_metrics(runner) == {"owed": 0, "sent": 1, "failed": 1, "none": 0}
 
 
 def test_a_hanging_receiver_never_holds_a_thread_back(runner: Runner, receiver: Receiver) -> None:
