@@ -173,8 +173,12 @@ def idempotency_key(thread_id: str, n: Notification) -> str:
     )
 
 
-def _slack(url: str) -> bool:
-    return (urlsplit(url).hostname or "").lower() == "hooks.slack.com"
+def payload_for(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """What ``url`` is sent: a Slack incoming webhook (``hooks.slack.com``) gets the
+    ``text`` alone (the form it shows), any other URL the whole body."""
+    if (urlsplit(url).hostname or "").lower() == "hooks.slack.com":
+        return {"text": body["text"]}
+    return body
 
 
 class Notifier:
@@ -344,7 +348,7 @@ class Notifier:
             if digest in sent:
                 continue
             shown = redacted(url)
-            payload = {"text": body["text"]} if _slack(url) else body
+            payload = payload_for(url, body)
             data = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()
             sent_headers = dict(headers)
             secret = os.environ.get(SECRET_ENV)
