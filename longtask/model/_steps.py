@@ -289,6 +289,7 @@ def map_step(
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
     compensate: Callable[..., Any] | None = ...,
+    notify: Notify | str | Sequence[str] | None = ...,
 ) -> MapStep: ...
 
 
@@ -304,6 +305,7 @@ def map_step(
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
     compensate: Callable[..., Any] | None = ...,
+    notify: Notify | str | Sequence[str] | None = ...,
 ) -> Callable[[Callable[..., Any]], MapStep]: ...
 
 
@@ -318,6 +320,7 @@ def map_step(
     retry: Retry | int | None = None,
     timeout: float | timedelta | None = None,
     compensate: Callable[..., Any] | None = None,
+    notify: Notify | str | Sequence[str] | None = None,
 ) -> MapStep | Callable[[Callable[..., Any]], MapStep]:
     """A step that runs ``fn(ctx, item)`` for every item of ``over(ctx)``.
 
@@ -339,6 +342,7 @@ def map_step(
             retry=_as_retry(retry),
             timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
             compensate=compensate,
+            notify=notify,  # type: ignore[arg-type]  # normalised by the validator
         )
 
     return build if fn is None else build(fn)
