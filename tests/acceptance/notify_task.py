@@ -41,3 +41,12 @@ RELEASE = LongTask(
 
 #: a wait for an outside event with a payload schema
 CALLBACK = LongTask("notify_callback", [Stage("wait", [wait_for("callback", schema=Reply)])])
+
+
+@function_step
+def broken(ctx: object) -> str:
+    raise ValueError("bad input: the release notes are empty")
+
+
+#: a step that fails for good (invalid input is never retried)
+BROKEN = LongTask("notify_broken", [Stage("only", [broken])])

@@ -357,3 +357,20 @@ def test_a_hanging_receiver_never_holds_a_thread_back(runner: Runner, receiver: 
     assert runner.status("n-hang").status == "completed"
     assert len(receiver.got) == 1
     assert notes(runner, "n-hang", "notify.sent") == []
+
+
+def test_a_failure_is_told_with_the_error_and_the_command_that_retries(
+    runner: Runner, receiver: Receiver, db_url: str
+) -> None:
+    from longtask.errors import StepFailed
+
+    with pytest.raises(StepFailed):
+        runner.start(load("BROKEN"), thread_id="n-broken")
+    until(lambda: receiver.got, "the notice of the failure")
+    time.sleep(0.2)
+    (body,) = receiver.bodies()
+    assert body["kind"] == "failed" and body["event"] == "longtask.failed"
+    assert body["asked"]["error"]["step"] == "broken"
+    assert "the release notes are empty" in body["asked"]["error"]["message"]
+    assert shlex.split(body["command"])[:3] == ["longtask", "retry", "n-broken"]
+    assert "failed" in body["text"]
