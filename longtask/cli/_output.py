@@ -182,7 +182,7 @@ def _details(w: Mapping[str, Any], option: str) -> list[str]:
         lines.append(f"effect {w['name']} called with {called}")
     schema = w.get("result_schema" if w["kind"] == "effect" else "schema")
     if schema:
-        value = json.dumps(_example(schema), ensure_ascii=False)
+        value = json.dumps(schema_example(schema), ensure_ascii=False)
         lines.append(f"{option} looks like {shlex.quote(value)}")
         lines.append(f"{option} JSON schema: {schema_text(schema)}")
     return lines
@@ -235,7 +235,7 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             if "args" in req:
                 out.print(f"  arguments: {escape(render(req['args'], '  '))}")
             if req.get("result_schema"):
-                example = json.dumps(_example(req["result_schema"]), ensure_ascii=False)
+                example = json.dumps(schema_example(req["result_schema"]), ensure_ascii=False)
                 out.print(f"  result looks like: {escape(example)}")
                 out.print(f"  result schema: {escape(schema_text(req['result_schema']))}")
             line = cmd(
@@ -256,7 +256,7 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             out.print(f"  continue: {escape(in_text(req['command']))}")
         else:
             if req.get("schema"):
-                example = json.dumps(_example(req["schema"]), ensure_ascii=False)
+                example = json.dumps(schema_example(req["schema"]), ensure_ascii=False)
                 out.print(f"  payload looks like: {escape(example)}")
                 out.print(f"  payload schema: {escape(schema_text(req['schema']))}")
             line = cmd(f"longtask signal {thread_id} {p.step} --payload JSON")
@@ -419,9 +419,3 @@ def print_budget(out: Console, budget: BudgetState | None, thread_id: str) -> No
 
         at = datetime.fromtimestamp(budget.deadline_at, UTC)
         out.print(f"{'deadline':<18} {at:%Y-%m-%d %H:%M:%S} UTC")
-
-
-def _example(schema: Mapping[str, Any]) -> Any:
-    from longtask.runtime._views import schema_example
-
-    return schema_example(schema)

@@ -39,9 +39,9 @@ from urllib.parse import urlsplit
 
 from longtask._version import __version__
 from longtask.model._canonical import canonical_digest
+from longtask.model._examples import schema_example
 from longtask.model._notify import PAUSE_NOTIFY_KINDS, url_problem
 from longtask.runtime._delivery import Failed, backoff_wait, post, redacted, scrub
-from longtask.runtime._views import schema_example
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
