@@ -114,10 +114,11 @@ EVENT_NOTES: dict[str, str] = {
     "fix.exhausted": "a fix loop ran out of rounds",
     "definition.migrated": "`longtask migrate` moved the thread to another version (the plan)",
     "definition.forced": "a resume with `--allow-changed-definition` went on under changed code",
-    "notify.sent": "a run's webhook was delivered (run, URL without credentials or query "
-    "string, HTTP status, attempt); recorded once however often it is sent",
-    "notify.failed": "an attempt to deliver a run's webhook failed: why, the wait before the "
-    "next attempt, or `final` when it was the last",
+    "notify.sent": "a notice (a pause, a failure, the end; see Notifications) or a run's "
+    "webhook was delivered: URL without credentials or query string, HTTP status, attempt; "
+    "recorded once per URL however often it is sent",
+    "notify.failed": "an attempt to deliver a notice or a run's webhook failed: why, the wait "
+    "before the next attempt, or `final` when it was the last",
     "manual.skip": "a person marked a step done with a result (`longtask skip`)",
     "manual.retry": "a person ran a failed step again, or asked a pause again",
     "manual.resolve": "a person settled an effect whose outcome was unknown",
@@ -237,6 +238,7 @@ RUNNER_PARTS = {
     "retention": "Pruning and deleting",
     "scheduler": "Schedules",
     "migrations": "Versions and migrations",
+    "notifier": "Notifications",
 }
 
 

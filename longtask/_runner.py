@@ -29,6 +29,7 @@ from longtask.runtime._control import Control
 from longtask.runtime._engine import Engine, UpdateHook
 from longtask.runtime._gotos import Gotos
 from longtask.runtime._history import TimeTravel
+from longtask.runtime._notify import Notifier
 from longtask.runtime._pauses import Pauses
 from longtask.runtime._queue import Queue, apply_command, worker_name
 from longtask.runtime._reading import Reads
@@ -137,6 +138,8 @@ class Runner:
         self.queue = Queue(self.db, worker)
         self.gotos = Gotos(self.db, self.reads)
         self.compensator = Compensator(self.db, self.codec, self.events_writer)
+        #: delivers notices of pauses, failures and ends (see runtime._notify)
+        self.notifier = Notifier(self.db, lambda rec: self.engine.load(rec), self.clock)
         self.engine = Engine(
             self.db,
             self.codec,
@@ -151,6 +154,7 @@ class Runner:
             worker=worker,
             cancel_poll=cancel_poll,
             on_update=on_update,
+            notifier=self.notifier,
         )
         self.pauses = Pauses(self.db, self.clock, self.reads, self.engine)
         self.control = Control(self.db, self.codec, self.clock, self.reads, self.engine, self.queue)
@@ -167,6 +171,7 @@ class Runner:
         )
 
     def close(self) -> None:
+        self.notifier.close()
         self.queue.close()
         self.watch.close()
         try:
@@ -220,6 +225,9 @@ class Runner:
     answer = via("pauses", Pauses.answer)
     resolve_effect = via("pauses", Pauses.resolve_effect)
     tick = via("pauses", Pauses.tick)
+
+    # -- notifications (runtime: Notifier) ---------------------------------------------------
+    deliver_notifications = via("notifier", Notifier.deliver_pending)
 
     # -- a person's control (runtime: Control) -----------------------------------------------
     cancel = via("control", Control.cancel)

@@ -121,15 +121,18 @@ def tick(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Act on passed deadlines, and fire due schedules.
+    """Act on passed deadlines, fire due schedules, and send notifications still owed.
 
     Approvals and waits whose deadline has passed time out. Each due schedule tick starts
     its thread: run here (SQLite) or queued for the workers (PostgreSQL). Safe to run from
     cron, and from several processes at once: a tick starts one thread. --json lists the
-    deadlines acted on, then one entry per schedule fired (with a "schedule" key)."""
+    deadlines acted on, then one entry per schedule fired (with a "schedule" key).
+    Notifications a process left undelivered (it exited first, or a receiver was down) and
+    reminders of pauses still unanswered are sent too."""
     with _runner(db) as runner:
         results = runner.tick(limit=limit)
         fired = runner.fire_due(limit=limit)
+        notices = runner.deliver_notifications()
         states = {
             f.thread_id: runner.db.store.get_thread(f.thread_id)
             for f in fired
@@ -141,6 +144,8 @@ def tick(
     for r in results:
         out.print(f"{escape(r.thread_id)} {escape(r.step)}: {escape(r.outcome)}")
     out.print(f"{len(results)} deadline(s) processed")
+    if notices:
+        out.print(f"{notices} notification attempt(s) made")
     for f in fired:
         rec = states.get(f.thread_id) if f.thread_id else None
         what = f"thread {escape(f.thread_id)} ({rec.status})" if f.thread_id and rec else ""

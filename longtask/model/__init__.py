@@ -7,6 +7,7 @@ the floor above ``errors``: it imports only ``longtask.errors`` and third-party 
 from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agent_step, fix_with
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
 from longtask.model._graph import GraphStep, graph_kind, graph_step
+from longtask.model._notify import NOTIFY_KINDS, Notify
 from longtask.model._schedule import Schedule
 from longtask.model._steps import (
     ApprovalStep,
@@ -27,6 +28,7 @@ from longtask.model._task import LongTask, StepInfo, name_problem
 from longtask.model._versions import TaskVersions, version_key, versions
 
 __all__ = [
+    "NOTIFY_KINDS",
     "AgentStep",
     "ApprovalRequest",
     "ApprovalStep",
@@ -37,6 +39,7 @@ __all__ = [
     "GraphStep",
     "LongTask",
     "MapStep",
+    "Notify",
     "PauseStep",
     "Prompt",
     "Retry",

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from longtask.model._notify import Notify
 from longtask.model._steps import Retry, Step, _as_retry, _qualname
 
 
@@ -135,6 +136,7 @@ def agent_step(
     max_tool_errors: int = 3,
     prices: Mapping[str, tuple[float, float]] | None = None,
     compensate: Callable[..., Any] | None = None,
+    notify: Notify | str | Sequence[str] | None = None,
 ) -> AgentStep:
     """An agent step: the model works with ``tools`` from ``prompt`` until it answers (at
     most ``max_turns`` model calls). Its result is the final answer (or the
@@ -144,7 +146,7 @@ def agent_step(
     errors back off, 400 fails); ``timeout`` is the timeout of one model call in seconds.
     Every tool call goes through the effect ledger, so a resumed agent never repeats one,
     except ``read_only_tools`` (they change nothing, so running one again is harmless);
-    tools in ``tool_approvals`` wait for a person first.
+    tools in ``tool_approvals`` wait for a person first (``notify``: who is told).
     """
     if isinstance(prompt, str):
         prompt = Prompt(name=name, template=prompt)
@@ -168,6 +170,7 @@ def agent_step(
         max_tool_errors=max_tool_errors,
         prices=dict(prices) if prices else None,
         compensate=compensate,
+        notify=notify,  # type: ignore[arg-type]  # normalised by the validator
     )
 
 

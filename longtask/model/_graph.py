@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
+from longtask.model._notify import Notify
 from longtask.model._steps import Retry, Step, _as_retry, _qualname
 
 
@@ -93,6 +94,7 @@ def graph_step(
     recursion_limit: int | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     compensate: Callable[..., Any] | None = None,
+    notify: Notify | str | Sequence[str] | None = None,
 ) -> GraphStep:
     """A step that runs ``graph``, any LangGraph graph, as a subgraph of the task.
 
@@ -109,7 +111,8 @@ def graph_step(
     (``interrupt_before``/``interrupt_after``), pauses the thread; answer it with
     ``longtask resume THREAD --resume JSON``. Tools with side effects go through the effect
     ledger with :func:`longtask.ledgered`. ``retry`` and ``timeout`` apply to the whole run
-    of the graph (a retry continues from the graph's last checkpoint).
+    of the graph (a retry continues from the graph's last checkpoint). ``notify``: who is
+    told when it pauses (see Notify).
     """
     return GraphStep(
         name=name,
@@ -122,4 +125,5 @@ def graph_step(
         recursion_limit=recursion_limit,
         prices=dict(prices) if prices else None,
         compensate=compensate,
+        notify=notify,  # type: ignore[arg-type]  # normalised by the validator
     )

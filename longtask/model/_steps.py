@@ -8,6 +8,8 @@ from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from longtask.model._notify import Notify, as_notify
+
 
 class Retry(BaseModel):
     """How often a step is attempted and how long to wait in between.
@@ -96,6 +98,13 @@ class Step(BaseModel):
     #: ``fn(ctx, result)`` undoes the step; run when the thread is cancelled (or fails, if
     #: the task says so), newest step first, at most once (through the effect ledger)
     compensate: Callable[..., Any] | None = None
+    #: who is told when this step pauses (with the task's ``notify``; see Notify)
+    notify: Notify | None = None
+
+    @field_validator("notify", mode="before")
+    @classmethod
+    def _notify(cls, v: Any) -> Any:
+        return as_notify(v)
 
     @field_validator("after", mode="before")
     @classmethod
@@ -116,6 +125,8 @@ class Step(BaseModel):
             out.extend(f"step {self.name!r}: retry {p}" for p in self.retry.problems())
         if self.timeout is not None and self.timeout <= 0:
             out.append(f"step {self.name!r}: timeout must be greater than 0 (got {self.timeout})")
+        if self.notify is not None:
+            out.extend(self.notify.problems(f"step {self.name!r}"))
         return out
 
     def spec(self) -> dict[str, Any]:
@@ -169,6 +180,7 @@ def function_step(
     timeout: float | timedelta | None = ...,
     compensate: Callable[..., Any] | None = ...,
     on_failure: Any = ...,
+    notify: Notify | str | Sequence[str] | None = ...,
 ) -> FunctionStep: ...
 
 
@@ -182,6 +194,7 @@ def function_step(
     timeout: float | timedelta | None = ...,
     compensate: Callable[..., Any] | None = ...,
     on_failure: Any = ...,
+    notify: Notify | str | Sequence[str] | None = ...,
 ) -> Callable[[Callable[..., Any]], FunctionStep]: ...
 
 
@@ -194,6 +207,7 @@ def function_step(
     timeout: float | timedelta | None = None,
     compensate: Callable[..., Any] | None = None,
     on_failure: Any = None,
+    notify: Notify | str | Sequence[str] | None = None,
 ) -> FunctionStep | Callable[[Callable[..., Any]], FunctionStep]:
     """A step that runs ``fn(ctx)`` and stores what it returns as the step's result.
 
@@ -202,7 +216,8 @@ def function_step(
     ``retry`` is a :class:`Retry` or a number of attempts (default: the task's ``retry``);
     ``timeout`` is in seconds. ``compensate(ctx, result)`` undoes the step when the thread
     is cancelled. ``on_failure=fix_with(agent_step(...), max_rounds=3)`` lets an agent fix
-    the cause of a failure, then runs the step again.
+    the cause of a failure, then runs the step again. ``notify`` tells people when the
+    step pauses (a budget or deadline reached, fix rounds used up; see Notify).
     """
 
     def build(f: Callable[..., Any]) -> FunctionStep:
@@ -216,6 +231,7 @@ def function_step(
             timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
             compensate=compensate,
             on_failure=on_failure,
+            notify=notify,  # type: ignore[arg-type]  # normalised by the validator
         )
 
     return build if fn is None else build(fn)
@@ -273,6 +289,7 @@ def map_step(
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
     compensate: Callable[..., Any] | None = ...,
+    notify: Notify | str | Sequence[str] | None = ...,
 ) -> MapStep: ...
 
 
@@ -288,6 +305,7 @@ def map_step(
     retry: Retry | int | None = ...,
     timeout: float | timedelta | None = ...,
     compensate: Callable[..., Any] | None = ...,
+    notify: Notify | str | Sequence[str] | None = ...,
 ) -> Callable[[Callable[..., Any]], MapStep]: ...
 
 
@@ -302,6 +320,7 @@ def map_step(
     retry: Retry | int | None = None,
     timeout: float | timedelta | None = None,
     compensate: Callable[..., Any] | None = None,
+    notify: Notify | str | Sequence[str] | None = None,
 ) -> MapStep | Callable[[Callable[..., Any]], MapStep]:
     """A step that runs ``fn(ctx, item)`` for every item of ``over(ctx)``.
 
@@ -323,6 +342,7 @@ def map_step(
             retry=_as_retry(retry),
             timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
             compensate=compensate,
+            notify=notify,  # type: ignore[arg-type]  # normalised by the validator
         )
 
     return build if fn is None else build(fn)
@@ -435,13 +455,14 @@ def approval(
     on_reject: str = "fail",
     on_timeout: str = "fail",
     after: Sequence[str] | str = (),
+    notify: Notify | str | Sequence[str] | None = None,
 ) -> ApprovalStep:
     """A human approval of ``plan(ctx)`` (the plan is computed from earlier results).
 
     A decision is bound to the plan's hash, may be limited to ``approvers``, must arrive
     before ``timeout`` seconds and is used only while younger than ``valid_for`` seconds.
     ``on_reject``: "fail" or a later step to skip ahead to; ``on_timeout``: "fail",
-    "reject" or a later step.
+    "reject" or a later step. ``notify``: URLs (or a Notify) told when it waits.
     """
     return ApprovalStep(
         name=name,
@@ -452,6 +473,7 @@ def approval(
         on_reject=on_reject,
         on_timeout=on_timeout,
         after=after,  # type: ignore[arg-type]  # normalised by the validator
+        notify=notify,  # type: ignore[arg-type]  # normalised by the validator
     )
 
 
@@ -462,11 +484,13 @@ def wait_for(
     timeout: float | timedelta | None = None,
     on_timeout: str = "fail",
     after: Sequence[str] | str = (),
+    notify: Notify | str | Sequence[str] | None = None,
 ) -> WaitStep:
     """Wait for the outside event ``name`` (``Runner.signal`` / ``longtask signal``).
 
     ``schema`` is a pydantic model or a JSON schema (dict) the payload must match.
     ``on_timeout``: "fail", "skip" (the result is None) or a later step to skip ahead to.
+    ``notify``: URLs (or a Notify) told when it waits.
     """
     return WaitStep(
         name=name,
@@ -474,6 +498,7 @@ def wait_for(
         timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
         on_timeout=on_timeout,
         after=after,  # type: ignore[arg-type]  # normalised by the validator
+        notify=notify,  # type: ignore[arg-type]  # normalised by the validator
     )
 
 

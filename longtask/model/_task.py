@@ -23,6 +23,7 @@ from pydantic import (
 
 from longtask.errors import DefinitionError
 from longtask.model._agent import FixLoop
+from longtask.model._notify import Notify, as_notify
 from longtask.model._schedule import Schedule
 from longtask.model._steps import Budget, PauseStep, Retry, Stage, Step
 
@@ -131,6 +132,9 @@ class LongTask(BaseModel):
     #: when to start the task on its own (registered with ``longtask schedule add TASKREF``);
     #: not part of the definition hash: a schedule changes when threads start, not how
     schedules: tuple[Schedule, ...] = ()
+    #: who is told when a thread of the task pauses, fails or completes (a URL, a list of
+    #: URLs or a Notify; steps may add their own); not part of the definition hash either
+    notify: Notify | None = None
 
     _module: str | None = PrivateAttr(default=None)
 
@@ -138,6 +142,11 @@ class LongTask(BaseModel):
     @classmethod
     def _retry(cls, v: Any) -> Any:
         return Retry(max_attempts=v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @field_validator("notify", mode="before")
+    @classmethod
+    def _notify(cls, v: Any) -> Any:
+        return as_notify(v)
 
     @field_validator("deadline", mode="before")
     @classmethod
@@ -258,6 +267,8 @@ def _problems(task: LongTask) -> Iterator[str]:
         yield "task version must not be empty"
     if not task.stages:
         yield "a task needs at least one stage"
+    if task.notify is not None:
+        yield from task.notify.problems("task notify")
     if task.retry is not None:
         yield from (f"task retry {p}" for p in task.retry.problems())
     if task.budget is not None:

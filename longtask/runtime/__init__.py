@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from longtask.runtime._engine import Engine, UpdateHook
     from longtask.runtime._gotos import Gotos
     from longtask.runtime._history import TimeTravel
+    from longtask.runtime._notify import Notifier
     from longtask.runtime._pauses import Pauses
     from longtask.runtime._queue import Queue
     from longtask.runtime._reader import Reader
@@ -60,6 +61,7 @@ _LAZY = {
     "TimeTravel": "longtask.runtime._history",
     "UpdateHook": "longtask.runtime._engine",
     "Watch": "longtask.runtime._watch",
+    "Notifier": "longtask.runtime._notify",
     "Worker": "longtask.runtime._worker",
     "find_ref": "longtask.runtime._taskref",
     "load_task": "longtask.runtime._taskref",
@@ -77,6 +79,7 @@ __all__ = [
     "Control",
     "Engine",
     "Gotos",
+    "Notifier",
     "Pauses",
     "Queue",
     "Reader",

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from longtask.checkpointers import Database
     from longtask.runtime._compensate import Compensator
     from longtask.runtime._gotos import Gotos
+    from longtask.runtime._notify import Notifier
     from longtask.runtime._queue import Queue
     from longtask.runtime._reading import Reads
     from longtask.store import EventWriter
@@ -119,6 +120,7 @@ class Engine:
         worker: str | None,
         cancel_poll: float,
         on_update: UpdateHook | None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.db = db
         self.codec = codec
@@ -134,6 +136,8 @@ class Engine:
         self.worker = worker
         self.cancel_poll = cancel_poll
         self.on_update = on_update
+        #: delivers the notices a run's events make, after the run (see runtime._notify)
+        self.notifier = notifier
         #: every outside write of a thread's state passes it (see runtime._gate)
         self.gate = Gate(db, codec, events, queue, validate_inputs, whoami)
         self._graphs: dict[
@@ -557,6 +561,9 @@ class Engine:
                 before()
                 rec = self._reads.thread(thread_id)
             run = store.set_status(thread_id, "running", new_run=True)
+            # Before any event of the run: its pauses and its end make notices only if
+            # this records that someone is to be told.
+            notifying = self.notifier is not None and self.notifier.thread_runs(thread_id, task)
             if not first and rec.status == "running":
                 # Running, yet this process got the lock: the run that held it died.
                 recover(store, env, thread_id, run)
@@ -593,6 +600,8 @@ class Engine:
             finally:
                 env.forget(thread_id)
                 self._flush_events(thread_id, propagating=sys.exc_info()[1] is not None)
+                if notifying and self.notifier is not None:
+                    self.notifier.wake()  # committed: deliver from the background
 
     @contextlib.contextmanager
     def _held(

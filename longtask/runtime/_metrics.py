@@ -167,10 +167,18 @@ class StoredState:
         for state in ("owed", "sent", "failed"):
             webhooks.add_metric([state], found.get(state, 0))
         yield webhooks
+        notices = GaugeMetricFamily(
+            "longtask_notifications",
+            "Notices of pauses, failures and ends (and reminders), by the state of their "
+            "delivery (owed, sent, failed: given up, none: no target).",
+            labels=["state"],
+        )
+        found = dict(snap.notifications)
+        for state in ("owed", "sent", "failed", "none"):
+            notices.add_metric([state], found.get(state, 0))
+        yield notices
         if snap.queue:
             yield from _queue_families(snap)
-        # TODO(issue 42): task notifications by outcome, once they exist (each attempt of a
-        # run webhook is a notify.sent / notify.failed event in longtask_events_stored)
 
 
 def _bound(value: float) -> str:

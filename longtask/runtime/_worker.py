@@ -346,6 +346,9 @@ class Worker:
         log.info("worker %s on queues %s", self.name, ", ".join(self.queues))
         if self.metrics is not None:
             self.metrics.start()
+        notifier = getattr(self.runner, "notifier", None)
+        if notifier is not None:
+            notifier.start()  # notices left owed by processes before, and reminders
         try:
             asyncio.run(self._main())
         finally:

@@ -441,6 +441,9 @@ def create_app(
             schedules.start()
         # With the app, not before: webhooks owed by a serve that stopped go out now.
         executor.webhooks.start()
+        # notices the runs' events owe (and reminders), told with the registry's tasks
+        runner.notifier.load = executor.task_for
+        runner.notifier.start()
         try:
             async with mcp.running():
                 yield

@@ -1,9 +1,11 @@
 """Run webhooks of the LangGraph Server API: a run created with ``webhook`` is POSTed to that
 URL when it ends (success, error, interrupted), as LangGraph's server does.
 
-The URL is checked when the run is created (http or https, a host, no loopback, private or
-link-local address unless ``LONGTASK_WEBHOOK_ALLOW`` names the host: a webhook must not
-make the server call its own network for whoever may create a run) and stored with the run.
+The URL rules, the POST and the back-off are runtime's (``runtime._delivery``), shared with
+the notifications of the run core. The URL is checked when the run is created (http or
+https, a host, no loopback, private or link-local address unless
+``LONGTASK_WEBHOOK_ALLOW`` names the host: a webhook must not make the server call its
+own network for whoever may create a run) and stored with the run.
 The executor records the run's end with the thread's values; a ``Deliverer`` of its own
 then POSTs it from background threads, at least once: a delivery is claimed in the database
 for one attempt, retried with exponential backoff a bounded number of times, and settled
@@ -16,27 +18,28 @@ shown without its credentials or query string.
 
 from __future__ import annotations
 
-import base64
-import http.client
-import ipaddress
 import json
 import logging
-import os
-import random
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from http.client import HTTPConnection
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 from starlette.exceptions import HTTPException
 
 from longtask._version import __version__
+from longtask.runtime._delivery import (
+    ALLOW_ENV,
+    Failed,
+    backoff_wait,
+    check_shape,
+    post,
+    redacted,
+    resolve,
+    scrub,
+)
 from longtask.serve.lgapi._json import iso, run_json
 
 if TYPE_CHECKING:
@@ -45,9 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("longtask.serve")
 
-#: hosts a webhook may reach although they resolve to a loopback, private or link-local
-#: address: a comma-separated list, or ``*`` for any
-ALLOW_ENV = "LONGTASK_WEBHOOK_ALLOW"
+__all__ = ["ALLOW_ENV", "Deliverer", "WebhookPolicy", "check_url", "payload", "redacted"]
+
 #: the longest webhook URL accepted (as LangGraph's server)
 MAX_URL = 4096
 
@@ -70,81 +72,17 @@ class WebhookPolicy:
 # -- the URL -------------------------------------------------------------------------------
 
 
-def redacted(url: str) -> str:
-    """``url`` as events, logs and run objects show it: no user, password, query string
-    or fragment (where secrets of a webhook URL usually are)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
-
-
-def _allowed(host: str) -> bool:
-    allow = {h.strip().lower() for h in os.environ.get(ALLOW_ENV, "").split(",") if h.strip()}
-    return "*" in allow or host.lower() in allow
-
-
-def _not_public(address: str) -> bool:
-    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is no part of it
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return not ip.is_global or ip.is_multicast
-
-
-def _addresses(host: str, port: int) -> list[str]:
-    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in found))
-
-
-def _resolve(url: str) -> tuple[str, int, str]:
-    """The host, port and address to connect to; ValueError saying why the URL may not be
-    called (its host resolves nowhere, or to an address that is not public and the host is
-    not allowed)."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        addresses = _addresses(host, port)
-    except (OSError, UnicodeError) as exc:
-        raise ValueError(f"its host {host!r} does not resolve ({exc})") from None
-    if not addresses:
-        raise ValueError(f"its host {host!r} does not resolve")
-    if not _allowed(host):
-        private = [a for a in addresses if _not_public(a)]
-        if private:
-            raise ValueError(
-                f"its host {host!r} is {private[0]}, a loopback, private or link-local "
-                f"address, refused so that a run cannot make this server call its own "
-                f"network (server-side request forgery); to allow it, name the host in "
-                f"{ALLOW_ENV} (a comma-separated list of hosts, or * for any)"
-            )
-    return host, port, addresses[0]
-
-
 def check_url(value: Any) -> str:
     """A run's ``webhook`` checked, or a 422 saying what is wrong and how to fix it (before
     anything is recorded)."""
-    if not isinstance(value, str) or not value:
-        raise HTTPException(422, f"webhook must be an http or https URL, not {value!r}")
-    if len(value) > MAX_URL:
+    if isinstance(value, str) and len(value) > MAX_URL:
         raise HTTPException(422, f"webhook is longer than {MAX_URL} characters")
+    problem = check_shape(value)
+    if problem is not None:
+        raise HTTPException(422, problem)
+    assert isinstance(value, str)
     try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 -- a port that is no number raises here
-    except ValueError as exc:
-        raise HTTPException(422, f"webhook is not a URL: {exc}") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise HTTPException(
-            422,
-            f"webhook {redacted(value)!r} must be an absolute http or https URL with a host "
-            "(https://receiver.example/hook)",
-        )
-    if any(c in value for c in "\x00\r\n "):
-        raise HTTPException(422, "webhook holds a space, a NUL or a line break")
-    try:
-        _resolve(value)
+        resolve(value)
     except ValueError as exc:
         raise HTTPException(422, f"webhook {redacted(value)!r} is refused: {exc}") from None
     return value
@@ -172,64 +110,6 @@ def payload(run: ApiRun, values: dict[str, Any] | None) -> dict[str, Any]:
 
 
 # -- delivery ------------------------------------------------------------------------------
-
-
-class _Pinned(HTTPConnection):
-    """An HTTP(S) connection to the address the URL's host was checked to resolve to (a
-    second lookup could answer another: DNS rebinding), with TLS verified for the host."""
-
-    def __init__(
-        self, host: str, port: int, address: str, timeout: float, tls: ssl.SSLContext | None
-    ) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self._address = address
-        self._tls = tls
-
-    def connect(self) -> None:
-        sock = socket.create_connection((self._address, self.port), self.timeout)
-        if self._tls is not None:
-            sock = self._tls.wrap_socket(sock, server_hostname=self.host)
-        self.sock = sock
-
-
-class _Failed(Exception):
-    def __init__(self, message: str, *, retry: bool = True) -> None:
-        super().__init__(message)
-        self.retry = retry
-
-
-def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
-    """POST ``body`` to ``url``; the HTTP status of a 2xx answer, else _Failed."""
-    try:
-        host, port, address = _resolve(url)
-    except ValueError as exc:
-        raise _Failed(f"refused: {exc}") from None
-    parts = urlsplit(url)
-    sent = dict(headers)
-    if parts.username is not None:
-        who = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        sent["Authorization"] = "Basic " + base64.b64encode(who.encode()).decode()
-    tls = ssl.create_default_context() if parts.scheme == "https" else None
-    conn = _Pinned(host, port, address, timeout, tls)
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    try:
-        conn.request("POST", target, body=body, headers=sent)
-        answer = conn.getresponse()
-        answer.read(65536)
-        status = answer.status
-    except TimeoutError:
-        raise _Failed(f"no answer within {timeout:g} s") from None
-    except (OSError, ValueError, http.client.HTTPException) as exc:  # or it spoke no HTTP
-        raise _Failed(f"{type(exc).__name__}: {exc}") from None
-    finally:
-        conn.close()
-    if 200 <= status < 300:
-        return status
-    if 300 <= status < 400:
-        raise _Failed(f"HTTP {status}: redirects are not followed", retry=False)
-    # A receiver that refuses the request (400, 404, ...) will refuse it again; one that
-    # is overloaded or failing (408, 429, 5xx) may take it later.
-    raise _Failed(f"HTTP {status}", retry=status in (408, 425, 429) or status >= 500)
 
 
 class Deliverer:
@@ -308,8 +188,8 @@ class Deliverer:
         }
         try:
             status = self._send(due, headers)
-        except _Failed as exc:
-            message = _scrub(str(exc), run.webhook)
+        except Failed as exc:
+            message = scrub(str(exc), run.webhook)
             last = not exc.retry or attempt >= self.policy.attempts
             wait = None if last else self._wait(attempt)
             retry_at = None if wait is None else time.time() + wait
@@ -332,19 +212,17 @@ class Deliverer:
         try:
             values = due.values if due.values is not None else self.values_of(run)
             body = json.dumps(payload(run, values), default=str).encode()
-            return _post(run.webhook, body, headers, self.policy.timeout)
-        except _Failed:
+            return post(run.webhook, body, headers, self.policy.timeout)
+        except Failed:
             raise
         except Exception as exc:
             # Counted as an attempt: a delivery that cannot be made is given up in the end,
             # rather than claimed and found due again for ever.
             log.exception("webhook of run %s", run.run_id)
-            raise _Failed(f"{type(exc).__name__}: {exc}") from None
+            raise Failed(f"{type(exc).__name__}: {exc}") from None
 
     def _wait(self, attempt: int) -> float:
-        p = self.policy
-        # Jitter: receivers that came back are not hit by every sender at the same moment.
-        return float(min(p.max_wait, p.backoff * 2 ** (attempt - 1)) * random.uniform(1.0, 1.25))
+        return backoff_wait(attempt, self.policy.backoff, self.policy.max_wait)
 
     def _event(self, run: ApiRun, kind: str, key: str, attempt: int, data: dict[str, Any]) -> None:
         assert run.webhook is not None
@@ -359,12 +237,3 @@ class Deliverer:
             )
         except Exception:
             log.exception("could not record %s of run %s", kind, run.run_id)
-
-
-def _scrub(message: str, url: str) -> str:
-    """``message`` with no part of ``url`` that may hold a secret."""
-    parts = urlsplit(url)
-    for secret in (url, parts.query, parts.password, parts.username, parts.fragment):
-        if secret:
-            message = message.replace(secret, "…")
-    return message

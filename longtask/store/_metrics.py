@@ -81,6 +81,8 @@ class Snapshot:
     events: list[tuple[str, int]] = field(default_factory=list)
     #: (owed|sent|failed, ended runs of the Server API with a webhook in that state)
     webhooks: list[tuple[str, int]] = field(default_factory=list)
+    #: (owed|sent|failed|none, notices of pauses, failures and ends in that state)
+    notifications: list[tuple[str, int]] = field(default_factory=list)
     #: (queue, waiting|scheduled|running, jobs, seconds the oldest due job has waited);
     #: empty on SQLite and where procrastinate's tables are missing
     queue: list[tuple[str, str, int, float]] = field(default_factory=list)
@@ -232,6 +234,13 @@ class MetricsTables:
                 "SELECT COALESCE(webhook_state, 'owed'), COUNT(*) FROM longtask_api_runs "
                 "WHERE webhook IS NOT NULL AND status NOT IN ('pending', 'running') "
                 "GROUP BY COALESCE(webhook_state, 'owed')"
+            )
+        ]
+        snap.notifications = [
+            (str(r[0]), int(r[1]))
+            for r in run(
+                "SELECT COALESCE(state, 'owed'), COUNT(*) FROM longtask_notifications "
+                "GROUP BY COALESCE(state, 'owed')"
             )
         ]
         if queue:

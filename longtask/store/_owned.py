@@ -83,6 +83,7 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
             "waiting",
             "cancel",
             "mode",
+            "notify",
         ),
         "thread_id",
     ),
@@ -225,6 +226,26 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
         "created_at, run_id",
     ),
     OwnedTable("longtask_api_threads", ("thread_id", "metadata", "created_at"), "thread_id"),
+    # Notifications owed or sent, keyed by the id of the event that made them: per database
+    # (a moved thread's events get new ids), so not carried.
+    OwnedTable(
+        "longtask_notifications",
+        (
+            "event_id",
+            "reminder",
+            "thread_id",
+            "kind",
+            "step",
+            "created_at",
+            "due",
+            "attempts",
+            "state",
+            "sent",
+            "settled_at",
+        ),
+        "event_id, reminder",
+        carried=False,
+    ),
     OwnedTable(
         "longtask_leases",
         ("thread_id", "epoch", "holder", "acquired_at", "released_at"),

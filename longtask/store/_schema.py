@@ -166,6 +166,26 @@ def _cp_write_function(checkpoint: str) -> str:
     return _CP_WRITE_FUNCTION.replace("{checkpoint}", checkpoint)
 
 
+#: the events that make a notification (store._notify): a pause of each kind, a thread's
+#: failure and its end
+NOTIFY_EVENT_KINDS: tuple[str, ...] = (
+    "approval.required",
+    "wait.started",
+    "interrupt.required",
+    "budget.exceeded",
+    "fix.exhausted",
+    "effect.unknown",
+    "longtask.failed",
+    "longtask.completed",
+)
+_NOTIFY_WHEN = "NEW.kind IN (" + ", ".join(f"'{k}'" for k in NOTIFY_EVENT_KINDS) + ")"
+#: the outbox row an event makes, if its thread's run said notifications are configured
+_NOTIFY_INSERT = """INSERT INTO longtask_notifications (event_id, reminder, thread_id, kind,
+                step, created_at)
+            SELECT NEW.id, 0, NEW.thread_id, NEW.kind, NEW.step, NEW.ts
+            WHERE EXISTS (SELECT 1 FROM longtask_threads
+                WHERE thread_id = NEW.thread_id AND notify = 1)"""
+
 SQLITE = Dialect("sqlite", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "REAL")
 POSTGRES = Dialect("postgresql", "BIGSERIAL PRIMARY KEY", "BYTEA", "DOUBLE PRECISION")
 
@@ -618,6 +638,52 @@ MIGRATIONS: list[list[str | Step]] = [
         "ALTER TABLE longtask_api_runs ADD COLUMN webhook_state TEXT",
         "CREATE INDEX longtask_api_runs_webhooks ON longtask_api_runs (webhook_due) "
         "WHERE webhook IS NOT NULL AND webhook_state IS NULL",
+    ],
+    # 20 (issue 42): notifications at a pause, a failure and a thread's end. An event of a
+    # kind that tells of one (NOTIFY_EVENT_KINDS) makes an outbox row by a trigger, so the
+    # row commits in the transaction of the event (and the checkpoint it describes) on every
+    # path that stores events; only for a thread whose run found notifications configured
+    # (``notify`` = 1, set at the start of each run). ``reminder`` 0 is the first notice, n
+    # the n-th reminder; ``due``: when the next attempt may be made (or a claim's expiry);
+    # ``state``: NULL while owed, 'sent', 'failed' (given up) or 'none' (no target);
+    # ``sent``: digests of the URLs it reached (a retry skips them).
+    [
+        "ALTER TABLE longtask_threads ADD COLUMN notify INTEGER",
+        """CREATE TABLE longtask_notifications (
+            event_id BIGINT NOT NULL,
+            reminder INTEGER NOT NULL,
+            thread_id TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            step TEXT,
+            created_at {real} NOT NULL,
+            due {real} NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            state TEXT,
+            sent TEXT,
+            settled_at {real},
+            PRIMARY KEY (event_id, reminder)
+        )""",
+        "CREATE INDEX longtask_notifications_owed ON longtask_notifications (due) "
+        "WHERE state IS NULL",
+        "CREATE INDEX longtask_notifications_thread ON longtask_notifications (thread_id)",
+        SQLITE_ONLY
+        + "CREATE TRIGGER longtask_notify_outbox AFTER INSERT ON longtask_events WHEN "
+        + _NOTIFY_WHEN
+        + "\n        BEGIN\n            "
+        + _NOTIFY_INSERT
+        + ";\n        END",
+        POSTGRES_ONLY
+        + """CREATE OR REPLACE FUNCTION longtask_notify_outbox() RETURNS trigger AS $$
+        BEGIN
+            """
+        + _NOTIFY_INSERT
+        + """;
+            RETURN NULL;
+        END
+        $$ LANGUAGE plpgsql""",
+        POSTGRES_ONLY
+        + "CREATE TRIGGER longtask_notify_outbox AFTER INSERT ON longtask_events "
+        + f"FOR EACH ROW WHEN ({_NOTIFY_WHEN}) EXECUTE FUNCTION longtask_notify_outbox()",
     ],
 ]
 

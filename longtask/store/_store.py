@@ -28,6 +28,7 @@ from longtask.store._leases import LeaseTables
 from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
 from longtask.store._metrics import MetricsTables
+from longtask.store._notify import NotifyTables
 from longtask.store._pooled import on_pooled
 from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
@@ -173,6 +174,7 @@ class Store(
     ArtifactTables,
     LeaseTables,
     ApiTables,
+    NotifyTables,
     ScheduleTables,
     UsageTables,
     MetricsTables,

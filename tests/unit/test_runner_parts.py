@@ -13,6 +13,7 @@ from longtask.runtime import (
     Control,
     Engine,
     Gotos,
+    Notifier,
     Pauses,
     Queue,
     Reads,
@@ -37,6 +38,7 @@ PARTS = {
     "retention": Retention,
     "scheduler": Scheduler,
     "migrations": Migrations,
+    "notifier": Notifier,
 }
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 import pytest
 from starlette.exceptions import HTTPException
 
-from longtask.serve._webhooks import ALLOW_ENV, _not_public, _scrub, check_url, redacted
+from longtask.runtime._delivery import ALLOW_ENV
+from longtask.runtime._delivery import not_public as _not_public
+from longtask.runtime._delivery import scrub as _scrub
+from longtask.serve._webhooks import check_url, redacted
 
 
 @pytest.mark.parametrize(
