@@ -7,6 +7,7 @@ the floor above ``errors``: it imports only ``longtask.errors`` and third-party 
 from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agent_step, fix_with
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
 from longtask.model._graph import GraphStep, graph_kind, graph_step
+from longtask.model._plain import GraphApp, graph_app
 from longtask.model._schedule import Schedule
 from longtask.model._steps import (
     ApprovalStep,
@@ -34,6 +35,7 @@ __all__ = [
     "Decision",
     "FixLoop",
     "FunctionStep",
+    "GraphApp",
     "GraphStep",
     "LongTask",
     "MapStep",
@@ -52,6 +54,7 @@ __all__ = [
     "approval",
     "fix_with",
     "function_step",
+    "graph_app",
     "graph_kind",
     "graph_step",
     "map_step",
