@@ -56,8 +56,8 @@ def _free_port() -> int:
 class Serve:
     """``longtask serve --config lgapps/langgraph.json``, from another directory; restartable."""
 
-    def __init__(self, db: str, env: dict[str, str], cwd: Path) -> None:
-        self.db, self.cwd = db, cwd
+    def __init__(self, db: str, env: dict[str, str], cwd: Path, *extra: str) -> None:
+        self.db, self.cwd, self.extra = db, cwd, list(extra)
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "LONGTASK_API_TOKENS": f"alice={TOKEN}", **env}
@@ -66,7 +66,7 @@ class Serve:
 
     def start(self) -> None:
         args = ["serve", "--port", str(self.port), "--db", self.db]
-        args += ["--config", str(APPS / "langgraph.json")]
+        args += ["--config", str(APPS / "langgraph.json"), *self.extra]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "longtask", *args],
             env=self.env,
@@ -112,20 +112,21 @@ def notes(tmp_path: Path) -> Path:
     return tmp_path / "notes.txt"
 
 
+def _serve(db: str, llm: FakeOpenAI, tmp_path: Path, notes: Path, *extra: str) -> Serve:
+    where = tmp_path / "elsewhere"  # the config's paths are read beside it, not from here
+    where.mkdir(exist_ok=True)
+    env = {
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "sk-plain",
+        "LGAPPS_NOTES": str(notes),
+        "LGAPPS_HOLD": str(tmp_path / "hold"),
+    }
+    return Serve(db, env, where, *extra)
+
+
 @pytest.fixture
 def serve(db_url: str, llm: FakeOpenAI, tmp_path: Path, notes: Path) -> Iterator[Serve]:
-    where = tmp_path / "elsewhere"  # the config's paths are read beside it, not from here
-    where.mkdir()
-    server = Serve(
-        db_url,
-        {
-            "OPENAI_BASE_URL": llm.base_url,
-            "OPENAI_API_KEY": "sk-plain",
-            "LGAPPS_NOTES": str(notes),
-            "LGAPPS_HOLD": str(tmp_path / "hold"),
-        },
-        where,
-    )
+    server = _serve(db_url, llm, tmp_path, notes)
     server.start()
     try:
         yield server
@@ -304,3 +305,50 @@ def test_a_run_of_a_served_graph_carries_on_after_serve_is_killed(
         "search end": 1,
     }
     assert len(llm.requests) == 2
+
+
+def test_threads_of_served_graphs_are_carried_by_a_worker(
+    pg_url: str, llm: FakeOpenAI, tmp_path: Path, notes: Path
+) -> None:
+    """``serve --workers`` records the runs; a ``longtask worker`` started elsewhere (it
+    reads no langgraph.json) loads each graph by the reference its thread recorded."""
+    server = _serve(pg_url, llm, tmp_path, notes, "--workers")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "longtask", "worker", "--db", pg_url],
+        env=server.env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        server.start()
+
+        async def drive() -> None:
+            lg = get_client(url=server.url, api_key=TOKEN)
+            tid = (await lg.threads.create())["thread_id"]
+            out = await lg.runs.wait(tid, "ask", input={"topic": "rain"})
+            assert out["__interrupt__"][0]["value"]["draft"] == "a note on rain"
+            out = await lg.runs.wait(tid, "ask", command={"resume": "fine"})
+            assert out["final"] == "a note on rain (fine)"
+            tid = (await lg.threads.create())["thread_id"]
+            out = await lg.runs.wait(
+                tid, "agent", input={"messages": [{"role": "user", "content": QUESTION}]}
+            )
+            assert out["messages"][-1]["content"] == "It is sunny in Paris."
+
+        asyncio.run(drive())
+    finally:
+        server.stop()
+        worker.terminate()
+        try:
+            worker.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.communicate()
+    from longtask import Runner
+
+    with Runner(pg_url) as runner:
+        threads = runner.threads()
+        assert {r.mode for r in threads} == {"worker"}
+        assert sorted(r.task_ref.rpartition("#")[2] for r in threads) == ["agent", "ask"]
