@@ -166,6 +166,8 @@ class LiveParts:
         self._events_sent: dict[tuple[str, Any, Any, Any], int] = {}
         #: the graph step of a plain LangGraph graph served as is (its parts are the run's)
         self.plain = task.graph_step.name if isinstance(task, GraphApp) else None
+        #: messages a node of it wrote without an id, to say once the state names them
+        self._unnamed: list[tuple[str, dict[str, Any]]] = []
         self._handlers: dict[str, Callable[[tuple[str, ...], Any], list[bytes]]] = {
             "values": self._values,
             "updates": self._updates,
@@ -181,6 +183,32 @@ class LiveParts:
         return handler(ns, chunk) if handler is not None else []
 
     # -- a plain LangGraph graph served as is ------------------------------------------------
+
+    def _named(self, messages: Any) -> list[bytes]:
+        """The messages a node wrote without an id (a tool's), said as the state holds them
+        (with the id its reducer gave them), before the values that hold them."""
+        out: list[bytes] = []
+        if not self._unnamed or not isinstance(messages, list):
+            return out
+
+        def key(m: dict[str, Any]) -> tuple[Any, ...]:
+            return (m.get("type"), str(m.get("content")), m.get("tool_call_id"))
+
+        for node, message in self._unnamed:
+            found = next(
+                (
+                    m
+                    for m in messages
+                    if isinstance(m, dict)
+                    and m.get("id") not in self.sent
+                    and key(m) == key(message)
+                ),
+                None,
+            )
+            if found is not None:
+                out += self._said((node,), node, [found])
+        self._unnamed = []
+        return out
 
     def _plain(self, ns: tuple[str, ...], mode: str, chunk: Any) -> list[bytes]:
         """The parts of a ``GraphApp``'s run as the graph's own: its parts (in the graph
@@ -205,11 +233,13 @@ class LiveParts:
         event = self._event(mode, inner)
         if mode == "values" and isinstance(chunk, dict):
             values = plain_values({k: v for k, v in chunk.items() if k != _INTERRUPT})
+            out = []
             if not inner:
+                out += self._named(values.get(KEY))
                 if "values" not in self.modes or values == self._last_values:
-                    return []
+                    return out
                 self._last_values = values
-            return [sse(event, values)] if "values" in self.modes else []
+            return [*out, sse(event, values)] if "values" in self.modes else out
         if mode == "updates" and isinstance(chunk, dict):
             out = []
             if not inner:
@@ -220,7 +250,10 @@ class LiveParts:
                     for m in messages_json(update.get(KEY) or [])
                 ]
                 for node, message in said:
-                    out += self._said((node,), node, [message])
+                    if message.get("id"):
+                        out += self._said((node,), node, [message])
+                    else:  # its id is the one the state's reducer gives it: said with it
+                        self._unnamed.append((node, message))
             if "updates" in self.modes:
                 updates = {
                     k: _graph_interrupts(v) if k == _INTERRUPT else plain_values(v)

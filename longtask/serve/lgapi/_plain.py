@@ -27,7 +27,7 @@ try:  # pragma: no cover - the import that works depends on LangGraph's version
 except ImportError:  # pragma: no cover - LangGraph moved it; its value has not changed
     CONFIG_KEY_CHECKPOINTER = "__pregel_checkpointer"
 
-__all__ = ["inner_ns", "plain_history", "plain_state", "plain_values"]
+__all__ = ["inner_ns", "plain_head", "plain_history", "plain_state", "plain_values"]
 
 
 def inner_ns(runner: Runner, thread_id: str, step: str) -> str | None:
@@ -41,6 +41,17 @@ def inner_ns(runner: Runner, thread_id: str, step: str) -> str | None:
         ),
         None,
     )
+
+
+def plain_head(runner: Runner, task: GraphApp, thread_id: str) -> str | None:
+    """The id of the graph's latest checkpoint (its state's), if it has one."""
+    ns = inner_ns(runner, thread_id, task.graph_step.name)
+    if ns is None:
+        return None
+    found = runner.db.saver.get_tuple(
+        {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns}}
+    )
+    return found.config["configurable"].get("checkpoint_id") if found is not None else None
 
 
 def _graph(runner: Runner, task: GraphApp, thread_id: str) -> Any:
