@@ -352,3 +352,40 @@ def test_threads_of_served_graphs_are_carried_by_a_worker(
         threads = runner.threads()
         assert {r.mode for r in threads} == {"worker"}
         assert sorted(r.task_ref.rpartition("#")[2] for r in threads) == ["agent", "ask"]
+
+
+def _run(db: str, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "longtask", *args, "--db", db],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == code, done.stdout + done.stderr
+    return done
+
+
+def test_the_cli_runs_a_graph_by_reference_and_check_sees_its_changes(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """``run``, ``resume``, ``history --inner`` and ``check`` take a graph's reference as they
+    take a task's; renaming a node of the graph is a change of the definition."""
+    import shutil
+
+    app = tmp_path / "app"
+    shutil.copytree(APPS, app)
+    ref = f"{app / 'src' / 'ask_graph' / 'graph.py'}:graph#ask"
+    _run(sqlite_url, "run", ref, "--thread", "t1", "--input", '{"topic": "rain"}', code=3)
+    (pause,) = json.loads(_run(sqlite_url, "pending", "t1", "--json").stdout)
+    assert pause["kind"] == "interrupt" and pause["request"]["value"]["draft"] == "a note on rain"
+    assert _run(sqlite_url, "check", ref).returncode == 0  # the paused thread is served
+    _run(sqlite_url, "resume", "t1", "--interrupt", pause["interrupt_id"], "--resume", '"ok"')
+    assert _cli(sqlite_url, "status", "t1")["status"] == "completed"
+    inner = _cli(sqlite_url, "history", "t1", "--inner", "ask")
+    assert len(inner) == 5, inner  # one checkpoint per super-step of the graph
+
+    _run(sqlite_url, "run", ref, "--thread", "t2", "--input", '{"topic": "sun"}', code=3)
+    graph = app / "src" / "ask_graph" / "graph.py"
+    graph.write_text(graph.read_text().replace('"finish"', '"wrap_up"'))
+    changed = _run(sqlite_url, "check", ref, code=1)
+    assert "t2" in changed.stdout, changed.stdout
