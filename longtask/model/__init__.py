@@ -8,6 +8,7 @@ from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agen
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
 from longtask.model._graph import GraphStep, graph_kind, graph_step
 from longtask.model._notify import NOTIFY_KINDS, Notify
+from longtask.model._plain import GraphApp, graph_app
 from longtask.model._schedule import Schedule
 from longtask.model._steps import (
     ApprovalStep,
@@ -36,6 +37,7 @@ __all__ = [
     "Decision",
     "FixLoop",
     "FunctionStep",
+    "GraphApp",
     "GraphStep",
     "LongTask",
     "MapStep",
@@ -55,6 +57,7 @@ __all__ = [
     "approval",
     "fix_with",
     "function_step",
+    "graph_app",
     "graph_kind",
     "graph_step",
     "map_step",

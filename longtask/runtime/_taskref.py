@@ -1,5 +1,11 @@
 """Task references: ``path/to/file.py:name`` or ``package.module:name``.
 
+A reference may name a plain LangGraph graph instead of a LongTask (a compiled graph, a
+``StateGraph`` builder, or a factory taking the run's config, as langgraph.json allows): it
+loads as the one-step LongTask around it (``model.graph_app``), named after the attribute,
+or after the graph id a ``#name`` suffix gives (``src/agent/graph.py:graph#agent``, what
+``longtask serve --config langgraph.json`` records for the graph id ``agent``).
+
 A thread records the reference of the task it runs, so that any later process (the CLI, a
 worker on another machine) can load the same definition to resume it.
 """
@@ -17,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from longtask.errors import TaskRefError
-from longtask.model import LongTask, TaskVersions
+from longtask.model import LongTask, TaskVersions, graph_app, graph_kind
 
 
 def _module_name_for(path: Path) -> str:
@@ -37,27 +43,74 @@ def _load_file(path: Path) -> ModuleType:
         raise TaskRefError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    # Let the file import its neighbours, as `python file.py` would.
-    sys.path.insert(0, str(path.parent))
+    # Let the file import its neighbours, as `python file.py` would, and the package it is
+    # in by its name (a template's src/agent/graph.py imports `agent.tools`), as an
+    # installed project lets it.
+    root = path.parent
+    while (root / "__init__.py").is_file() and root.parent != root:
+        root = root.parent
+    added = [p for p in dict.fromkeys((str(path.parent), str(root))) if p not in sys.path]
+    sys.path[:0] = added
     try:
         spec.loader.exec_module(module)
     except BaseException:
         sys.modules.pop(name, None)
         raise
     finally:
-        sys.path.remove(str(path.parent))
+        for p in added:
+            sys.path.remove(p)
     return module
+
+
+#: what a reference may name besides a LongTask: the graphs langgraph.json serves
+_GRAPH = object()
+
+
+def _takes_config(factory: Any) -> bool:
+    """Whether ``factory`` is called with one argument (a graph factory taking the run's
+    config, as langgraph.json allows), not with none (a task factory)."""
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        pass
+    except ValueError:  # no signature to read (some builtins): a task factory, tried
+        return False
+    else:
+        return False
+    try:
+        inspect.signature(factory).bind({})
+    except TypeError:
+        return False
+    return True
 
 
 def _from_factory(factory: Any, ref: str) -> Any:
     """What a callable the reference names makes, called with no arguments (a task
-    factory); a callable that needs arguments, or fails, is no task."""
+    factory, or a graph factory without one); a graph factory taking the run's config is
+    kept (``_GRAPH``: it is called for each run); any other callable that needs
+    arguments, or fails, is no task."""
+    if inspect.iscoroutinefunction(factory) or inspect.isasyncgenfunction(factory):
+        raise TaskRefError(
+            f"{ref!r} is an async function; longtask takes a graph, a StateGraph builder or "
+            "a plain function making one (from the run's config), not an async factory"
+        )
+    if _takes_config(factory):
+        # Called once here with an empty config, as LangGraph's server calls a factory to
+        # read its graph's schemas: a function of one argument that makes no graph is no
+        # graph factory, and is refused now rather than when a run starts.
+        try:
+            made = factory({"configurable": {}})
+        except Exception:
+            made = None
+        if graph_kind(made) in ("compiled", "builder"):
+            return _GRAPH
     try:
         inspect.signature(factory).bind()
     except TypeError:
         raise TaskRefError(
             f"{ref!r} is a {type(factory).__name__} that takes arguments, not a LongTask (or a "
-            "function that makes one with no arguments); name the task itself"
+            "function that makes one with no arguments, or a LangGraph graph factory taking "
+            "the run's config); name the task itself"
         ) from None
     except ValueError:  # no signature to read (some builtins): try the call
         pass
@@ -80,9 +133,11 @@ def load_versions(ref: str) -> TaskVersions:
     """Every definition of the task ``ref`` names (a LongTask, a :func:`~longtask.versions`
     of several, or a function making either), newest first."""
     target, sep, attr = ref.rpartition(":")
-    if not sep or not target or not attr:
+    attr, hashed, graph_id = attr.partition("#")
+    if not sep or not target or not attr or (hashed and not graph_id):
         raise TaskRefError(
-            f"task reference {ref!r} must look like path/to/file.py:task or package.module:task"
+            f"task reference {ref!r} must look like path/to/file.py:task or package.module:task "
+            "(a LangGraph graph may be given a name: path/to/graph.py:graph#agent)"
         )
     if ":" in target and not Path(target).is_file():
         raise TaskRefError(
@@ -115,12 +170,28 @@ def load_versions(ref: str) -> TaskVersions:
     task = getattr(module, attr, None)
     if task is None:
         raise TaskRefError(f"{target!r} has no attribute {attr!r} (from {ref!r})")
-    if callable(task) and not isinstance(task, (LongTask, TaskVersions)):
-        task = _from_factory(task, ref)
+    graph = task if graph_kind(task) in ("compiled", "builder") else None
+    if graph is None and callable(task) and not isinstance(task, (LongTask, TaskVersions)):
+        made = _from_factory(task, ref)
+        if made is _GRAPH or graph_kind(made) in ("compiled", "builder"):
+            graph = task  # a factory: called for each run, as LangGraph's server does
+        else:
+            task = made
+    if graph is not None:
+        # A plain LangGraph graph: served as the one-step LongTask around it.
+        return TaskVersions([graph_app(graph_id or attr, graph, description=f"LangGraph {ref}")])
+    if graph_id:
+        raise TaskRefError(
+            f"{ref!r} names a {type(task).__name__}: a '#name' is given only to a LangGraph "
+            f"graph (a LongTask has its own name); drop '#{graph_id}'"
+        )
     if isinstance(task, TaskVersions):
         return task
     if not isinstance(task, LongTask):
-        raise TaskRefError(f"{ref!r} is a {type(task).__name__}, not a LongTask")
+        raise TaskRefError(
+            f"{ref!r} is a {type(task).__name__}, not a LongTask or a LangGraph graph (a "
+            "compiled graph, a StateGraph builder, or a function making one)"
+        )
     return TaskVersions([task])
 
 

@@ -103,6 +103,7 @@ def load_registry(refs: list[str], config: str | Path | None = None) -> Registry
     where a name may map to a list of refs: several versions of one task, served side by
     side; a langgraph.json-style ``graphs`` key is read the same way). With no ``config``, a
     ``longtask.json`` in the working directory is read if there is one."""
+    from longtask.model import GraphApp
     from longtask.runtime import load_versions
 
     groups: list[tuple[str | None, list[str]]] = [(None, [r]) for r in refs]
@@ -114,7 +115,13 @@ def load_registry(refs: list[str], config: str | Path | None = None) -> Registry
         loaded: list[tuple[str, TaskVersions]] = []
         for ref in group:
             try:
-                loaded.append((ref, load_versions(ref)))
+                family = load_versions(ref)
+                if name is not None and isinstance(family.newest, GraphApp):
+                    # A plain LangGraph graph is served under its graph id: the reference a
+                    # thread records (and a worker loads) says it.
+                    ref = f"{ref.partition('#')[0]}#{name}"
+                    family = load_versions(ref)
+                loaded.append((ref, family))
             except TaskRefError:
                 raise
             except Exception as exc:  # an import error in the task's module
@@ -156,12 +163,16 @@ def _config_pairs(path: Path) -> list[tuple[str | None, list[str]]]:
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"{path} is not readable JSON: {exc}") from None
     table = data.get("tasks", data.get("graphs")) if isinstance(data, dict) else None
+    if isinstance(data, dict):
+        _dependencies(path, data.get("dependencies"))
 
     def refs(value: object) -> list[str] | None:
+        if isinstance(value, dict) and isinstance(value.get("path"), str):
+            value = value["path"]  # langgraph.json's {"path": ..., "description": ...}
         if isinstance(value, str):
-            return [value]
+            return [_beside(path, value)]
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            return list(value)
+            return [_beside(path, v) for v in value]
         return None
 
     if not isinstance(table, dict) or not all(
@@ -173,3 +184,32 @@ def _config_pairs(path: Path) -> list[tuple[str | None, list[str]]]:
             '"pkg.mod:task_v1"]), or a langgraph.json-style "graphs" object'
         )
     return [(name, refs(value) or []) for name, value in table.items()]
+
+
+def _beside(config: Path, ref: str) -> str:
+    """A file reference of a config file read relative to the file (as langgraph.json's
+    are), made absolute so that a worker in another directory loads it too; a module
+    reference, or a file that is only found from the working directory, as given."""
+    target, sep, attr = ref.rpartition(":")
+    if not sep or not (target.endswith(".py") or "/" in target) or Path(target).is_absolute():
+        return ref
+    found = (config.resolve().parent / target).resolve()
+    return f"{found}:{attr}" if found.is_file() else ref
+
+
+def _dependencies(config: Path, deps: object) -> None:
+    """langgraph.json's local ``dependencies`` (``"."``, ``"./my_pkg"``) importable, as
+    installing the project makes them for ``langgraph dev``: each directory, and its
+    ``src/`` when it has one, goes on ``sys.path``. Package names (installed from a
+    registry by ``langgraph build``) are left to the environment."""
+    import sys
+
+    if not isinstance(deps, list):
+        return
+    for dep in deps:
+        if not isinstance(dep, str) or not dep.startswith("."):
+            continue
+        where = (config.resolve().parent / dep).resolve()
+        for folder in (where / "src", where):
+            if folder.is_dir() and str(folder) not in sys.path:
+                sys.path.insert(0, str(folder))

@@ -17,7 +17,7 @@ from longtask.steps._context import (
     result_channel,
 )
 from longtask.steps._function import STEP_ATTR, StepEnv, function_node
-from longtask.steps._graph import INTERRUPT_KIND, graph_node
+from longtask.steps._graph import INTERRUPT_KIND, graph_node, resolve_graph
 from longtask.steps._ledgered import ledgered
 from longtask.steps._map import map_node
 from longtask.steps._pause import (
@@ -59,6 +59,7 @@ __all__ = [
     "pause_nodes",
     "request_channel",
     "request_node_name",
+    "resolve_graph",
     "result_channel",
     "settled",
 ]

@@ -214,3 +214,40 @@ def longtask_server(db: str, llm_url: str, token: str) -> Server:
     args = [sys.executable, "-m", "longtask", "serve", "--port", str(port), "--db", db]
     args += ["--task", f"{HERE / 'lgdiff_task.py'}:task"]
     return Server("longtask serve", args, env, port)
+
+
+#: the plain LangGraph apps of ``test_lg_plain_diff.py``, as LangChain's templates lay them out
+APPS = HERE / "lgapps"
+
+
+def plain_reference_server(llm_url: str) -> Server:
+    """LangGraph's own server with the graphs of ``lgapps/langgraph.json``; the apps'
+    ``src`` on the path, as ``pip install -e .`` makes it before ``langgraph dev``."""
+    import json
+
+    python = ref_venv()
+    port = free_port()
+    graphs = {
+        name: str((APPS / ref.rpartition(":")[0]).resolve()) + ":" + ref.rpartition(":")[2]
+        for name, ref in json.loads((APPS / "langgraph.json").read_text())["graphs"].items()
+    }
+    code = (
+        "from langgraph_api.cli import run_server\n"
+        f"run_server(host='127.0.0.1', port={port}, reload=False, open_browser=False,\n"
+        f"           graphs={graphs!r}, disable_persistence=True)\n"
+    )
+    env = _quiet_env(llm_url)
+    env["PYTHONPATH"] = str(APPS / "src")
+    where = Path(tempfile.mkdtemp(prefix="lgdiff-plain-ref-"))
+    return Server("LangGraph's server (langgraph-api)", [str(python), "-c", code], env, port, where)
+
+
+def plain_longtask_server(db: str, llm_url: str, token: str) -> Server:
+    """``longtask serve --config lgapps/langgraph.json``, unchanged apps."""
+    port = free_port()
+    env = _quiet_env(llm_url)
+    env["LONGTASK_API_TOKENS"] = f"alice={token}"
+    env.pop("LONGTASK_API_TOKEN", None)
+    args = [sys.executable, "-m", "longtask", "serve", "--port", str(port), "--db", db]
+    args += ["--config", str(APPS / "langgraph.json")]
+    return Server("longtask serve", args, env, port)

@@ -102,8 +102,9 @@ def js_dir() -> Path:
     return _needed("the JS SDK (npm)", lgdiff_servers.js_sdk)  # type: ignore[no-any-return]
 
 
-def _drive_js(js_dir: Path, url: str) -> list[tuple[str, Any]]:
-    script = HERE / "lgdiff_drive.mjs"
+def _drive_js(
+    js_dir: Path, url: str, script: Path = HERE / "lgdiff_drive.mjs"
+) -> list[tuple[str, Any]]:
     env = {**os.environ, "NODE_PATH": str(js_dir / "node_modules")}
     done = subprocess.run(
         ["node", str(script), url, TOKEN],
@@ -135,7 +136,9 @@ def _check_reference(trace: list[tuple[str, Any]]) -> None:
     assert not refused, f"LangGraph's server refused part of the script: {refused}"
 
 
-def _judge(sdk: str, ref: list[tuple[str, Any]], got: list[tuple[str, Any]]) -> None:
+def _judge(
+    sdk: str, ref: list[tuple[str, Any]], got: list[tuple[str, Any]], *, plain: bool = False
+) -> None:
     keep = os.environ.get("LGDIFF_TRACES")  # a directory: keep both traces there, to read
     if keep:
         name = sdk.split()[0].lower()
@@ -143,14 +146,15 @@ def _judge(sdk: str, ref: list[tuple[str, Any]], got: list[tuple[str, Any]]) -> 
         for who, trace in (("reference", ref), ("longtask", got)):
             (Path(keep) / f"{name}-{who}.json").write_text(json.dumps(trace, indent=1, default=str))
     diffs = diff_traces(ref, got)
-    left, used = split(diffs, INTENDED)
+    left, used = split(diffs, lgdiff_shapes.PLAIN_INTENDED if plain else INTENDED)
     allowed = sum(len(v) for v in used.values())
     print(f"{sdk}: {len(diffs)} differences, {allowed} intended, {len(left)} not")
     for intended, found in used.items():
         print(f"  intended ({len(found)}): {intended.reason}")
     assert not left, (
         f"{len(left)} differences from LangGraph's server through the {sdk} "
-        "(reference first; add one to lgdiff_shapes.INTENDED only with its reason).\n"
+        "(reference first; add one to lgdiff_shapes.INTENDED, or PLAIN_INTENDED for plain "
+        "graphs, only with its reason).\n"
         "By where and what:\n"
         + "\n".join(f"  {line}" for line in lgdiff_shapes.grouped(left))
         + "\nEach one:\n"
@@ -279,5 +283,6 @@ def test_intended_differences_allow_only_what_they_name() -> None:
 
 def test_docs_list_the_intended_differences() -> None:
     readme = " ".join((ROOT / "docs" / "internals" / "server-differences.md").read_text().split())
-    missing = [i.reason for i in INTENDED if " ".join(i.reason.split()) not in readme]
+    every = [*INTENDED, *lgdiff_shapes.PLAIN_INTENDED]
+    missing = [i.reason for i in every if " ".join(i.reason.split()) not in readme]
     assert not missing, f"docs/internals/server-differences.md lacks: {missing}"

@@ -19,6 +19,9 @@ the scripted OpenAI-compatible server) and an approval:
   fetchStateHistory, from the head's checkpoint, as Agent Chat UI's useStream sends), and the
   page shows the thread's final values.
 
+The same page also chats with a plain LangGraph graph served as it is
+(``usestream_graph.py``: a ReAct loop and its own ``interrupt()``, no longtask in it).
+
 Needs /usr/bin/chromium (Debian package ``chromium``), the ``playwright`` package and npm
 with the registry: without them the test is skipped, except when ``CI`` is set, where it
 fails.
@@ -54,6 +57,11 @@ from longtask import Runner
 HERE = Path(__file__).resolve().parent
 PAGE_SRC = ROOT / "tests" / "usestream"
 TASK_REF = f"{HERE / 'chat_task.py'}:task"
+#: what serve offers, by the test's parameter: (task reference, assistant)
+SERVED = {
+    "task": (TASK_REF, chat_task.task.name),
+    "graph": (f"{HERE / 'usestream_graph.py'}:graph#chat_graph", "chat_graph"),
+}
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "tests" / "artifacts"
 # Flags for a machine with no GPU, no sandbox and no network beyond 127.0.0.1.
@@ -224,8 +232,15 @@ def model() -> Iterator[tuple[FakeOpenAI, Gate]]:
 
 
 @pytest.fixture
-def serve(db_url: str, model: tuple[FakeOpenAI, Gate]) -> Iterator[str]:
-    """A ``longtask serve`` process offering chat_task, for the model server; its URL."""
+def served(request: pytest.FixtureRequest) -> str:
+    """What serve offers: ``task`` (chat_task's LongTask) or ``graph`` (a plain graph)."""
+    return str(getattr(request, "param", "task"))
+
+
+@pytest.fixture
+def serve(db_url: str, model: tuple[FakeOpenAI, Gate], served: str) -> Iterator[str]:
+    """A ``longtask serve`` process offering chat_task (or the plain graph), for the model
+    server; its URL."""
     fake, _ = model
     port = _free_port()
     env = {
@@ -238,7 +253,7 @@ def serve(db_url: str, model: tuple[FakeOpenAI, Gate]) -> Iterator[str]:
     env.pop("LONGTASK_CORS_ORIGINS", None)  # the default: loopback pages may call it
     args = ["serve", "--host", "127.0.0.1", "--port", str(port), "--db", db_url]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "longtask", *args, "--task", TASK_REF],
+        [sys.executable, "-m", "longtask", *args, "--task", SERVED[served][0]],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -394,13 +409,19 @@ EXPECTED = [
 
 # The hook's default reads no history after a run (stream.interrupt comes from the stream);
 # Agent Chat UI sets fetchStateHistory, so the hook reads the thread's history after each run.
-@pytest.mark.parametrize("history", [False, True], ids=["default", "fetchStateHistory"])
+@pytest.mark.parametrize(
+    ("served", "history"),
+    [("task", False), ("task", True), ("graph", True)],
+    ids=["default", "fetchStateHistory", "plain-graph"],
+    indirect=["served"],
+)
 def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
     db_url: str,
     serve: str,
     site: str,
     browser: Any,
     model: tuple[FakeOpenAI, Gate],
+    served: str,
     history: bool,
 ) -> None:
     from playwright.sync_api import expect
@@ -411,7 +432,7 @@ def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
     config = {
         "apiUrl": serve,
         "apiKey": TOKEN,
-        "assistantId": chat_task.task.name,
+        "assistantId": SERVED[served][1],
         "history": history,
     }
     # Before the page's own script, on every load (the reload too).
@@ -487,8 +508,10 @@ def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
     # Approved from the page: submit(undefined, {command: {resume: ...}}).
     expect(page.locator("#approve")).to_be_enabled(timeout=WAIT)
     page.click("#approve")
+    # the LongTask's report names the approver; the plain graph's, the comment
+    report = f"sent: {ANSWER} ({'approved by alice' if served == 'task' else 'send it'})"
     try:
-        expect(page.locator("#values")).to_contain_text("approved by alice", timeout=WAIT)
+        expect(page.locator("#values")).to_contain_text(report, timeout=WAIT)
     except AssertionError as exc:
         raise AssertionError(f"the approval did not go through:\n{watch}") from exc
     expect(page.locator("#interrupt")).to_have_count(0, timeout=WAIT)
@@ -497,7 +520,7 @@ def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
     done = _view(page)
     assert _conversation(done)[: len(EXPECTED)] == EXPECTED, f"{done}\n{watch}"
     values = json.loads(page.locator("#values").inner_text())
-    assert values["report"] == f"sent: {ANSWER} (approved by alice)", values
+    assert values["report"] == report, values
     assert page.locator("#error").inner_text() == "", watch
     assert page.evaluate("window.__errors") == [], watch
     assert watch.errors == [], watch
@@ -505,8 +528,14 @@ def test_chat_on_a_usestream_page_streams_pauses_reloads_and_is_approved(
 
     with Runner(db_url) as runner:
         assert runner.status(thread_id).status == "completed"
-        resolved = runner.events(thread_id, kinds=["approval.resolved"])
-        assert [(e.data["outcome"], e.data["by"], e.data["comment"]) for e in resolved] == [
-            ("approved", "alice", "send it")
-        ]
+        if served == "task":
+            resolved = runner.events(thread_id, kinds=["approval.resolved"])
+            assert [(e.data["outcome"], e.data["by"], e.data["comment"]) for e in resolved] == [
+                ("approved", "alice", "send it")
+            ]
+        else:  # the graph's own interrupt, answered: who answered is recorded too
+            resolved = runner.events(thread_id, kinds=["interrupt.resolved"])
+            assert [(e.data["by"], e.data["value"]) for e in resolved] == [
+                ("alice", {"approved": True, "comment": "send it"})
+            ]
     assert [r.turn for r in fake.requests] == [0, 1]

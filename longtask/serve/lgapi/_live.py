@@ -28,9 +28,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from longtask.model import GraphApp
 from longtask.serve.lgapi._chat import KEY, Conversation, messages_json
 from longtask.serve.lgapi._json import plain, sse
+from longtask.serve.lgapi._plain import plain_values
 from longtask.serve.lgapi._state import api_values, decode_values, interrupt_json, step_name
+from longtask.steps import INTERRUPT_KIND
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
@@ -100,6 +103,20 @@ def _interrupts(raw: Any) -> list[dict[str, Any]]:
     return [interrupt_json(i, schema=True) for i in raw or ()]
 
 
+def _graph_interrupts(raw: Any) -> list[dict[str, Any]]:
+    """A graph step's pauses as the graph's own interrupts: the graph's value (a stop
+    before or after a node is no interrupt of LangGraph's, and none here)."""
+    out = []
+    for intr in _interrupts(raw):
+        value = intr["value"]
+        if isinstance(value, dict) and value.get("kind") == INTERRUPT_KIND:
+            if value.get("stop"):
+                continue
+            intr = {**intr, "value": value.get("value")}
+        out.append(intr)
+    return out
+
+
 def _where(config: Any) -> dict[str, Any] | None:
     if not isinstance(config, dict):
         return None
@@ -147,6 +164,10 @@ class LiveParts:
         self._steps: dict[tuple[str, ...], int] = {}
         #: how many longtask events of each (kind, stage, step, attempt) were sent
         self._events_sent: dict[tuple[str, Any, Any, Any], int] = {}
+        #: the graph step of a plain LangGraph graph served as is (its parts are the run's)
+        self.plain = task.graph_step.name if isinstance(task, GraphApp) else None
+        #: messages a node of it wrote without an id, to say once the state names them
+        self._unnamed: list[tuple[str, dict[str, Any]]] = []
         self._handlers: dict[str, Callable[[tuple[str, ...], Any], list[bytes]]] = {
             "values": self._values,
             "updates": self._updates,
@@ -156,8 +177,122 @@ class LiveParts:
         }
 
     def convert(self, ns: tuple[str, ...], mode: str, chunk: Any) -> list[bytes]:
+        if self.plain is not None:
+            return self._plain(ns, mode, chunk)
         handler = self._handlers.get(mode)
         return handler(ns, chunk) if handler is not None else []
+
+    # -- a plain LangGraph graph served as is ------------------------------------------------
+
+    def _named(self, messages: Any) -> list[bytes]:
+        """The messages a node wrote without an id (a tool's), said as the state holds them
+        (with the id its reducer gave them), before the values that hold them."""
+        out: list[bytes] = []
+        if not self._unnamed or not isinstance(messages, list):
+            return out
+
+        def key(m: dict[str, Any]) -> tuple[Any, ...]:
+            return (m.get("type"), str(m.get("content")), m.get("tool_call_id"))
+
+        for node, message in self._unnamed:
+            found = next(
+                (
+                    m
+                    for m in messages
+                    if isinstance(m, dict)
+                    and m.get("id") not in self.sent
+                    and key(m) == key(message)
+                ),
+                None,
+            )
+            if found is not None:
+                out += self._said((node,), node, [found])
+        self._unnamed = []
+        return out
+
+    def _plain(self, ns: tuple[str, ...], mode: str, chunk: Any) -> list[bytes]:
+        """The parts of a ``GraphApp``'s run as the graph's own: its parts (in the graph
+        step's namespace) lifted to the top, the wrapper's own left out but for a pause
+        (its interrupts as the graph's) and longtask's events (``custom``)."""
+        if mode == "custom":
+            return self._custom(ns, chunk)
+        if not ns:
+            if not isinstance(chunk, dict) or _INTERRUPT not in chunk:
+                return []
+            # The graph's own updates part says its interrupts; the values part at a pause
+            # is the top graph's (LangGraph's server adds them to the last values).
+            if mode != "values" or "values" not in self.modes:
+                return []
+            intrs = _graph_interrupts(chunk[_INTERRUPT])
+            return [sse("values", {**(self._last_values or {}), _INTERRUPT: intrs})]
+        if not ns[0].startswith(f"{self.plain}:"):
+            return []
+        inner = ns[1:]
+        if inner and not self.subgraphs:
+            return []
+        event = self._event(mode, inner)
+        if mode == "values" and isinstance(chunk, dict):
+            values = plain_values({k: v for k, v in chunk.items() if k != _INTERRUPT})
+            out = []
+            if not inner:
+                out += self._named(values.get(KEY))
+                if "values" not in self.modes or values == self._last_values:
+                    return out
+                self._last_values = values
+            return [*out, sse(event, values)] if "values" in self.modes else out
+        if mode == "updates" and isinstance(chunk, dict):
+            out = []
+            if not inner:
+                said = [
+                    (node, m)
+                    for node, update in chunk.items()
+                    if isinstance(update, dict)
+                    for m in messages_json(update.get(KEY) or [])
+                ]
+                for node, message in said:
+                    if message.get("id"):
+                        out += self._said((node,), node, [message])
+                    else:  # its id is the one the state's reducer gives it: said with it
+                        self._unnamed.append((node, message))
+            if "updates" in self.modes:
+                updates = {
+                    k: _graph_interrupts(v) if k == _INTERRUPT else plain_values(v)
+                    for k, v in chunk.items()
+                }
+                out.append(sse(event, updates))
+            return out
+        if mode in ("tasks", "checkpoints") and isinstance(chunk, dict):
+            payload = {
+                k: _graph_interrupts(v)
+                if k == "interrupts"
+                else plain_values(v)
+                if k in ("input", "result", "values")
+                else v
+                for k, v in chunk.items()
+            }
+            if mode == "checkpoints":
+                payload["tasks"] = [
+                    {**t, "interrupts": _graph_interrupts(t.get("interrupts")), "state": None}
+                    for t in chunk.get("tasks") or ()
+                    if isinstance(t, dict)
+                ]
+                payload.pop("config", None)
+                payload.pop("parent_config", None)
+            step = (chunk.get("metadata") or {}).get("step")
+            if isinstance(step, int):
+                self._steps[inner] = step
+                self._step = step if not inner else self._step
+            out = []
+            if mode in self.modes:
+                out.append(sse(event, plain(payload)))
+            if "debug" in self.modes:
+                kind = "checkpoint" if mode == "checkpoints" else "task"
+                if mode == "tasks" and "result" in chunk:
+                    kind = "task_result"
+                at = self._steps.get(inner, 0) + (0 if mode == "checkpoints" else 1)
+                out.append(sse(self._event("debug", inner), self._debug(kind, plain(payload), at)))
+            return out
+        return []
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -18,12 +18,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound, TooLateToCancel
+from longtask.model import GraphApp
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._webhooks import check_url, redacted
 from longtask.serve.lgapi._body import mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
 from longtask.serve.lgapi._json import run_json, sse
+from longtask.serve.lgapi._plain import plain_head
 from longtask.serve.lgapi._state import current_state, thread_state
 from longtask.serve.lgapi._stream import MODES, follow, modes_of
 
@@ -102,9 +104,20 @@ def _at_head(api: Api, thread_id: str | None, body: dict[str, Any]) -> dict[str,
     if not given or not isinstance(given, str) or thread_id is None:
         return body
     head = api.runner.db.saver.head(thread_id)
-    if head is not None and head.config["configurable"].get("checkpoint_id") == given:
+    if (head is not None and head.config["configurable"].get("checkpoint_id") == given) or (
+        given == _plain_head(api, thread_id)
+    ):
         return {k: v for k, v in body.items() if k not in ("checkpoint_id", "checkpoint")}
     return body
+
+
+def _plain_head(api: Api, thread_id: str) -> str | None:
+    """The latest checkpoint of a served plain graph's own (what its state shows as the
+    thread's head), for a thread of one."""
+    rec = api.runner.db.store.get_thread(thread_id)
+    entry = api.registry.find(rec.task_name) if rec is not None else None
+    task = entry.for_thread(rec) if entry is not None and rec is not None else None
+    return plain_head(api.runner, task, thread_id) if isinstance(task, GraphApp) else None
 
 
 def refuse_busy(api: Api, thread_id: str) -> int:

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from longtask.errors import TaskRefError
 from longtask.graphs import agent_conversation
+from longtask.model import GraphApp
 from longtask.serve.lgapi._chat import KEY, Conversation, messages_json
 from longtask.serve.lgapi._json import iso, plain
+from longtask.serve.lgapi._plain import plain_history, plain_state
 from longtask.steps import INPUTS_CHANNEL
 
 if TYPE_CHECKING:
@@ -232,6 +234,9 @@ def current_state(
     """The ThreadState, and the checkpoint namespace of the agent step whose conversation
     is its ``values["messages"]`` (None when there is none)."""
     task, graph = graph_of(runner, registry, rec)
+    if isinstance(task, GraphApp):
+        # A plain LangGraph graph served as is: the graph's own state.
+        return plain_state(runner, task, rec, checkpoint_id) or empty_state(rec.thread_id), None
     snapshot = graph.get_state(config_of(rec.thread_id, checkpoint_id))
     if checkpoint_id is not None:
         head = runner.db.saver.head(rec.thread_id)
@@ -275,6 +280,8 @@ def thread_history(
     before: str | None,
 ) -> list[dict[str, Any]]:
     task, graph = graph_of(runner, registry, rec)
+    if isinstance(task, GraphApp):
+        return plain_history(runner, task, rec, limit=limit, before=before)
     chat = Conversation(runner, task, rec.thread_id)
     # The head is shown as the thread's state shows it: of a finished thread, with nothing
     # next and no interrupt (LangGraph keeps the interrupt of a pause that failed it).

@@ -1,0 +1,391 @@
+"""Plain LangGraph apps served as they are (issue 40 item 2): ``lgapps/`` holds two apps laid
+out as LangChain's templates lay them out (a ReAct agent with a tool, ChatOpenAI pointed at
+the scripted OpenAI-compatible server; a graph with its own ``interrupt()``), named by a
+``langgraph.json`` and left unmodified. ``longtask serve --config lgapps/langgraph.json``
+(a real process, both backends) serves them; the official Python SDK drives them and sees
+the graphs' own state, interrupts and history; the thread is a longtask thread (events,
+costs, status); and a ``serve`` killed (SIGKILL) in the middle of a run carries the run on
+after a restart without running a finished node again (each node notes its body's start
+and end in a file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fakes import FakeOpenAI, Reply, Request
+from langgraph_sdk import get_client
+
+HERE = Path(__file__).parent
+APPS = HERE / "lgapps"
+TOKEN = "tok-alice-plain"
+QUESTION = "What is the weather in Paris?"
+
+
+def _script(request: Request) -> Reply:
+    """The agent searches once, then answers."""
+    if request.turn == 0:
+        return Reply.tool_calls([("search", {"query": "weather in Paris"})])
+    return Reply.text("It is sunny in Paris.")
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(_script) as server:
+        yield server
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Serve:
+    """``longtask serve --config lgapps/langgraph.json``, from another directory; restartable."""
+
+    def __init__(self, db: str, env: dict[str, str], cwd: Path, *extra: str) -> None:
+        self.db, self.cwd, self.extra = db, cwd, list(extra)
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "LONGTASK_API_TOKENS": f"alice={TOKEN}", **env}
+        self.env.pop("LONGTASK_API_TOKEN", None)
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        args = ["serve", "--port", str(self.port), "--db", self.db]
+        args += ["--config", str(APPS / "langgraph.json"), *self.extra]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "longtask", *args],
+            env=self.env,
+            cwd=self.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"longtask serve exited with {self.proc.returncode}:\n{self.output()}")
+            try:
+                if httpx.get(f"{self.url}/ok", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "longtask serve did not answer within 60 s"
+            time.sleep(0.1)
+
+    def output(self) -> str:
+        assert self.proc is not None
+        return self.proc.communicate()[0] or ""
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.communicate()
+
+    def stop(self) -> str:
+        if self.proc is None or self.proc.poll() is not None:
+            return ""
+        self.proc.terminate()
+        try:
+            return self.proc.communicate(timeout=15)[0] or ""
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.communicate()[0] or ""
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    return tmp_path / "notes.txt"
+
+
+def _serve(db: str, llm: FakeOpenAI, tmp_path: Path, notes: Path, *extra: str) -> Serve:
+    where = tmp_path / "elsewhere"  # the config's paths are read beside it, not from here
+    where.mkdir(exist_ok=True)
+    env = {
+        "OPENAI_BASE_URL": llm.base_url,
+        "OPENAI_API_KEY": "sk-plain",
+        "LGAPPS_NOTES": str(notes),
+        "LGAPPS_HOLD": str(tmp_path / "hold"),
+    }
+    return Serve(db, env, where, *extra)
+
+
+@pytest.fixture
+def serve(db_url: str, llm: FakeOpenAI, tmp_path: Path, notes: Path) -> Iterator[Serve]:
+    server = _serve(db_url, llm, tmp_path, notes)
+    server.start()
+    try:
+        yield server
+    finally:
+        assert TOKEN not in server.stop(), "the server printed a token"
+
+
+def _counts(notes: Path) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for line in notes.read_text().splitlines() if notes.exists() else []:
+        out[line] = out.get(line, 0) + 1
+    return out
+
+
+async def _until(check: Callable[[], Any], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+def _cli(db: str, *args: str) -> Any:
+    done = subprocess.run(
+        [sys.executable, "-m", "longtask", *args, "--db", db, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        return json.loads(done.stdout)
+    except json.JSONDecodeError:  # one JSON object a line (events)
+        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+
+def test_the_sdk_sees_a_served_react_agent_as_its_own_graph(
+    serve: Serve, llm: FakeOpenAI, notes: Path
+) -> None:
+    async def drive() -> tuple[str, list[Any]]:
+        lg = get_client(url=serve.url, api_key=TOKEN)
+        found = await lg.assistants.search(graph_id="agent")
+        assert [a["graph_id"] for a in found] == ["agent"]
+        tid = (await lg.threads.create())["thread_id"]
+        parts = [
+            (p.event, p.data)
+            async for p in lg.runs.stream(
+                tid,
+                "agent",
+                input={"messages": [{"role": "user", "content": QUESTION}]},
+                stream_mode=["values", "updates", "messages-tuple"],
+            )
+        ]
+        state = await lg.threads.get_state(tid)
+        # The graph's own state: its messages, no step results of longtask's.
+        kinds = [m["type"] for m in state["values"]["messages"]]
+        assert kinds == ["human", "ai", "tool", "ai"], state["values"]
+        assert set(state["values"]) == {"messages"}
+        assert state["values"]["messages"][-1]["content"] == "It is sunny in Paris."
+        assert state["next"] == [] and state["interrupts"] == []
+        history = await lg.threads.get_history(tid, limit=10)
+        assert [h["next"] for h in history] == [
+            [],
+            ["call_model"],
+            ["tools"],
+            ["call_model"],
+            ["__start__"],
+        ]
+        thread = await lg.threads.get(tid)
+        assert thread["status"] == "idle"
+        assert thread["values"]["messages"][-1]["type"] == "ai"
+        return tid, parts
+
+    tid, parts = asyncio.run(drive())
+    updated = [next(iter(d)) for e, d in parts if e == "updates"]
+    assert updated == ["call_model", "tools", "call_model"], parts
+    said = [d[0]["type"] for e, d in parts if e == "messages"]
+    assert said == ["ai", "tool", "ai"], parts
+    assert parts[-1][0] == "values" and len(parts[-1][1]["messages"]) == 4
+    assert len(llm.requests) == 2
+    assert _counts(notes) == {
+        "call_model start": 2,
+        "call_model end": 2,
+        "search start": 1,
+        "search end": 1,
+    }
+    # A longtask thread: its status, events and costs.
+    status = _cli(serve.db, "status", tid)
+    assert status["status"] == "completed" and status["task_name"] == "agent"
+    kinds = [e["kind"] for e in _cli(serve.db, "events", tid)]
+    assert kinds.count("model.call") == 2, kinds
+
+
+def test_the_sdk_pauses_and_resumes_a_served_graphs_own_interrupt(
+    serve: Serve, notes: Path
+) -> None:
+    async def drive() -> None:
+        lg = get_client(url=serve.url, api_key=TOKEN)
+        tid = (await lg.threads.create())["thread_id"]
+        out = await lg.runs.wait(tid, "ask", input={"topic": "rain"})
+        (asked,) = out["__interrupt__"]
+        assert asked["value"] == {"question": "Is the draft good?", "draft": "a note on rain"}
+        state = await lg.threads.get_state(tid)
+        assert state["values"] == {"topic": "rain", "draft": "a note on rain"}
+        assert state["next"] == ["ask"]
+        assert [i["id"] for i in state["interrupts"]] == [asked["id"]]
+        assert [t["name"] for t in state["tasks"]] == ["ask"]
+        assert (await lg.threads.get(tid))["status"] == "interrupted"
+        parts = [
+            (p.event, p.data)
+            async for p in lg.runs.stream(
+                tid, "ask", command={"resume": "fine"}, stream_mode=["values", "updates"]
+            )
+        ]
+        assert [next(iter(d)) for e, d in parts if e == "updates"] == ["ask", "finish"]
+        state = await lg.threads.get_state(tid)
+        assert state["values"]["final"] == "a note on rain (fine)"
+        history = await lg.threads.get_history(tid, limit=10)
+        assert [h["next"] for h in history] == [[], ["finish"], ["ask"], ["draft"], ["__start__"]]
+        # a past checkpoint of the graph, by its id
+        past = await lg.threads.get_state(tid, checkpoint_id=history[2]["checkpoint_id"])
+        assert past["values"] == {"topic": "rain", "draft": "a note on rain"}
+
+    asyncio.run(drive())
+    assert _counts(notes) == {
+        "draft start": 1,
+        "draft end": 1,
+        "ask start": 2,  # LangGraph runs an interrupted node again when it is resumed
+        "ask end": 1,
+        "finish start": 1,
+    }
+
+
+def test_a_run_of_a_served_graph_carries_on_after_serve_is_killed(
+    serve: Serve, llm: FakeOpenAI, notes: Path, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()  # the tool waits while this file exists
+
+    async def start() -> str:
+        lg = get_client(url=serve.url, api_key=TOKEN)
+        tid = (await lg.threads.create())["thread_id"]
+        await lg.runs.create(
+            tid, "agent", input={"messages": [{"role": "user", "content": QUESTION}]}
+        )
+
+        async def searching() -> bool:
+            return _counts(notes).get("search start", 0) == 1
+
+        await _until(searching, "the tool to start")
+        return tid
+
+    tid = asyncio.run(start())
+    serve.kill()  # in the middle of the run: the model's first call done, the tool running
+    assert _counts(notes) == {"call_model start": 1, "call_model end": 1, "search start": 1}
+    hold.unlink()
+    serve.start()
+
+    async def finished() -> None:
+        lg = get_client(url=serve.url, api_key=TOKEN)
+
+        async def idle() -> bool:
+            return bool((await lg.threads.get(tid))["status"] == "idle")
+
+        await _until(idle, "the run to finish after the restart", timeout=120)
+        state = await lg.threads.get_state(tid)
+        assert [m["type"] for m in state["values"]["messages"]] == ["human", "ai", "tool", "ai"]
+        runs = await lg.runs.list(tid)
+        assert runs[0]["status"] == "success"
+
+    asyncio.run(finished())
+    # The finished model call was not made again; the tool killed mid-way ran again.
+    assert _counts(notes) == {
+        "call_model start": 2,
+        "call_model end": 2,
+        "search start": 2,
+        "search end": 1,
+    }
+    assert len(llm.requests) == 2
+
+
+def test_threads_of_served_graphs_are_carried_by_a_worker(
+    pg_url: str, llm: FakeOpenAI, tmp_path: Path, notes: Path
+) -> None:
+    """``serve --workers`` records the runs; a ``longtask worker`` started elsewhere (it
+    reads no langgraph.json) loads each graph by the reference its thread recorded."""
+    server = _serve(pg_url, llm, tmp_path, notes, "--workers")
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "longtask", "worker", "--db", pg_url],
+        env=server.env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        server.start()
+
+        async def drive() -> None:
+            lg = get_client(url=server.url, api_key=TOKEN)
+            tid = (await lg.threads.create())["thread_id"]
+            out = await lg.runs.wait(tid, "ask", input={"topic": "rain"})
+            assert out["__interrupt__"][0]["value"]["draft"] == "a note on rain"
+            out = await lg.runs.wait(tid, "ask", command={"resume": "fine"})
+            assert out["final"] == "a note on rain (fine)"
+            tid = (await lg.threads.create())["thread_id"]
+            out = await lg.runs.wait(
+                tid, "agent", input={"messages": [{"role": "user", "content": QUESTION}]}
+            )
+            assert out["messages"][-1]["content"] == "It is sunny in Paris."
+
+        asyncio.run(drive())
+    finally:
+        server.stop()
+        worker.terminate()
+        try:
+            worker.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.communicate()
+    from longtask import Runner
+
+    with Runner(pg_url) as runner:
+        threads = runner.threads()
+        assert {r.mode for r in threads} == {"worker"}
+        assert sorted(r.task_ref.rpartition("#")[2] for r in threads) == ["agent", "ask"]
+
+
+def _run(db: str, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "longtask", *args, "--db", db],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == code, done.stdout + done.stderr
+    return done
+
+
+def test_the_cli_runs_a_graph_by_reference_and_check_sees_its_changes(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """``run``, ``resume``, ``history --inner`` and ``check`` take a graph's reference as they
+    take a task's; renaming a node of the graph is a change of the definition."""
+    import shutil
+
+    app = tmp_path / "app"
+    shutil.copytree(APPS, app)
+    ref = f"{app / 'src' / 'ask_graph' / 'graph.py'}:graph#ask"
+    _run(sqlite_url, "run", ref, "--thread", "t1", "--input", '{"topic": "rain"}', code=3)
+    (pause,) = json.loads(_run(sqlite_url, "pending", "t1", "--json").stdout)
+    assert pause["kind"] == "interrupt" and pause["request"]["value"]["draft"] == "a note on rain"
+    assert _run(sqlite_url, "check", ref).returncode == 0  # the paused thread is served
+    _run(sqlite_url, "resume", "t1", "--interrupt", pause["interrupt_id"], "--resume", '"ok"')
+    assert _cli(sqlite_url, "status", "t1")["status"] == "completed"
+    inner = _cli(sqlite_url, "history", "t1", "--inner", "ask")
+    assert len(inner) == 5, inner  # one checkpoint per super-step of the graph
+
+    _run(sqlite_url, "run", ref, "--thread", "t2", "--input", '{"topic": "sun"}', code=3)
+    graph = app / "src" / "ask_graph" / "graph.py"
+    graph.write_text(graph.read_text().replace('"finish"', '"wrap_up"'))
+    changed = _run(sqlite_url, "check", ref, code=1)
+    assert "t2" in changed.stdout, changed.stdout
