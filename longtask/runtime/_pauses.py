@@ -174,11 +174,37 @@ class Pauses:
         check_config(config)
         task = task or self._engine.load(self._reads.thread(thread_id))
         item = self.select(thread_id, task, step, "approval")
+        decision = self.decision(
+            item,
+            approved=approved,
+            by=by,
+            comment=comment,
+            plan_hash=plan_hash,
+            edited_args=edited_args,
+            response=response,
+        )
+        value = self.resume_value(thread_id, task, item, decision)
+        with using_config(config):
+            return self._resume_pending(thread_id, task, item, value)
+
+    def decision(
+        self,
+        item: Pending,
+        *,
+        approved: bool,
+        by: str,
+        comment: str | None = None,
+        plan_hash: str | None = None,
+        edited_args: dict[str, Any] | None = None,
+        response: str | None = None,
+    ) -> Decision:
+        """A decision on the pending approval ``item``, made now (InvalidInput if it is not
+        one; whether it may be given is checked by ``resume_value``)."""
         edited_hash = None
         if edited_args is not None:
             edited_hash = hash_plan({"tool": item.request.get("tool"), "args": edited_args})
         try:
-            decision = Decision(
+            return Decision(
                 approved=approved,
                 by=by,
                 plan_hash=plan_hash or item.request["plan_hash"],
@@ -190,9 +216,6 @@ class Pauses:
             )
         except ValidationError as exc:
             raise InvalidInput(f"the decision is not valid: {describe_validation(exc)}") from None
-        value = self.resume_value(thread_id, task, item, decision)
-        with using_config(config):
-            return self._resume_pending(thread_id, task, item, value)
 
     def approve(
         self,

@@ -12,10 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from longtask.errors import InvalidInput, NothingToResume, describe_validation
-from longtask.model import Decision
+from longtask.errors import InvalidInput, NothingToResume
 from longtask.steps._hitl import is_hitl
 
 if TYPE_CHECKING:
@@ -55,18 +52,9 @@ def _check(
             decided = runner.pauses.resume_value(thread_id, task, item, value, by=actor)
         else:
             approved, comment, plan_hash = _decision(value)
-            try:
-                decision = Decision(
-                    approved=approved,
-                    by=actor,
-                    plan_hash=plan_hash or item.request["plan_hash"],
-                    comment=comment,
-                    at=runner.clock(),
-                )
-            except ValidationError as exc:
-                raise InvalidInput(
-                    f"the decision is not valid: {describe_validation(exc)}"
-                ) from None
+            decision = runner.pauses.decision(
+                item, approved=approved, by=actor, comment=comment, plan_hash=plan_hash
+            )
             decided = runner.pauses.resume_value(thread_id, task, item, decision)
         return {
             "kind": "approval",
