@@ -264,7 +264,7 @@ def test_a_process_killed_before_delivery_leaves_it_owed_and_tick_sends_it(
         stderr=subprocess.DEVNULL,
     )
     try:
-        assert receiver.arrived.wait(60), "the process never delivered"
+        assert receiver.arrived.wait(180), "the process never delivered"
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
