@@ -69,6 +69,7 @@ await call("assistants.get", client.assistants.get(assistant));
 let thread = await call("threads.create", client.threads.create({ metadata: tag }));
 let tid = thread.thread_id;
 await call("threads.get new", client.threads.get(tid));
+await call("threads.get_state new", client.threads.getState(tid));
 const parts = await stream(
   "runs.stream all modes, subgraphs",
   client.runs.stream(tid, GRAPH, { input: CHAT, streamMode: ALL_MODES, streamSubgraphs: true }),

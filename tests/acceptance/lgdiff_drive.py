@@ -95,6 +95,7 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     thread = await t.call("threads.create", lg.threads.create(metadata=tag))
     tid = thread["thread_id"]
     await t.call("threads.get new", lg.threads.get(tid))
+    await t.call("threads.get_state new", lg.threads.get_state(tid))
     parts = await t.stream(
         "runs.stream all modes, subgraphs",
         lg.runs.stream(

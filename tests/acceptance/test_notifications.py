@@ -351,7 +351,7 @@ def test_a_hanging_receiver_never_holds_a_thread_back(runner: Runner, receiver: 
     receiver.release.clear()  # answers nothing until the test ends
     runner.notifier.policy = NotifyPolicy(timeout=30.0, poll=0.05, linger=0.1, threads=1)
     runner.start(load("RELEASE"), thread_id="n-hang")
-    assert receiver.arrived.wait(60)
+    assert receiver.arrived.wait(180)
     # The notice is still in flight (its receiver holds it) while the thread goes on.
     runner.approve("n-hang", "release", by="carol")
     assert runner.status("n-hang").status == "completed"

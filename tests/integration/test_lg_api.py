@@ -414,3 +414,20 @@ def test_a_thread_made_of_supersteps_is_refused(runner: Runner, client: TestClie
     )
     assert got.status_code == 422 and "supersteps" in got.json()["detail"], got.text
     assert len(client.post("/threads/search", json={"limit": 1000}).json()) == before
+
+
+def test_a_new_message_on_a_finished_thread_says_to_start_a_new_thread(
+    client: TestClient, runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LT_SLEEPY", "0")
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    body = {"assistant_id": "lg_sleepy", "input": {}}
+    run = client.post(f"/threads/{thread}/runs", json=body, headers=ALICE).json()
+    assert wait_run(client, thread, run["run_id"])["status"] == "success"
+    again = client.post(
+        f"/threads/{thread}/runs", json={**body, "input": {"more": 1}}, headers=ALICE
+    )
+    assert again.status_code == 409
+    assert "runs its task once; start a new thread" in again.json()["error"], again.text
+    assert "answer what it waits for" not in again.json()["error"]
+    assert len(client.get(f"/threads/{thread}/runs").json()) == 1

@@ -286,6 +286,11 @@ def routes(api: Api) -> list[Route]:
             runner.engine.validate_inputs(entry.task, raw_input or {})  # raises, storing nothing
             return new_thread, {"kind": "start", "graph": entry.name, "input": raw_input or {}}
         if raw_input:
+            if rec.status in ("completed", "failed", "cancelled"):
+                raise InvalidInput(
+                    f"thread {thread_id!r} has {rec.status} task {entry.name!r}: a longtask "
+                    "thread runs its task once; start a new thread for a new request"
+                )
             raise InvalidInput(
                 f"thread {thread_id!r} has started task {entry.name!r} already; answer what "
                 'it waits for with command={"resume": ...}, or start a new thread'

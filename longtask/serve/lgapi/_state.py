@@ -154,16 +154,19 @@ def state_json(
 
 
 def empty_state(thread_id: str) -> dict[str, Any]:
-    """The state of a thread no run has started yet."""
+    """The state of a thread no run has started yet: no checkpoint, as LangGraph's server
+    answers it (``checkpoint`` and ``metadata`` null, not an empty config and object)."""
     return {
         "values": {},
         "next": [],
-        "checkpoint": {"thread_id": thread_id, "checkpoint_ns": ""},  # no checkpoint yet
-        "metadata": {},
+        "checkpoint": None,
+        "metadata": None,
         "created_at": None,
         "parent_checkpoint": None,
         "tasks": [],
         "interrupts": [],
+        "checkpoint_id": None,
+        "parent_checkpoint_id": None,
     }
 
 
