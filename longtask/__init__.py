@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         Retry,
         Schedule,
         Stage,
+        SubtaskStep,
         TaskVersions,
         ToolApproval,
         agent_step,
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
         function_step,
         graph_step,
         map_step,
+        subtask_step,
         versions,
         wait_for,
     )
@@ -90,6 +92,7 @@ _MODEL = (
     "Retry",
     "Schedule",
     "Stage",
+    "SubtaskStep",
     "TaskVersions",
     "ToolApproval",
     "agent_step",
@@ -98,6 +101,7 @@ _MODEL = (
     "function_step",
     "graph_step",
     "map_step",
+    "subtask_step",
     "versions",
     "wait_for",
 )
@@ -157,6 +161,7 @@ __all__ = [
     "StepContext",
     "StepFailed",
     "StepTimeout",
+    "SubtaskStep",
     "TaskRefError",
     "TaskVersions",
     "ThreadBusy",
@@ -177,6 +182,7 @@ __all__ = [
     "graph_step",
     "ledgered",
     "map_step",
+    "subtask_step",
     "versions",
     "wait_for",
 ]

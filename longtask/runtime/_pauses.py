@@ -35,6 +35,7 @@ from longtask.steps._effects import RESOLVED_AS_FAILED
 from longtask.steps._hitl import decision_from_hitl, is_hitl
 from longtask.steps._pause import signal_value
 from longtask.store import Effect
+from longtask.store._kinds import SUBTASK_KIND
 from longtask.store._values import to_json_bytes
 
 if TYPE_CHECKING:
@@ -103,6 +104,12 @@ class Pauses:
                 f"step {item.step!r} waits for a person to settle effect {item.request['key']}: "
                 f"use `longtask effects resolve {thread_id} {item.request['key']} "
                 "--succeeded [--result JSON] | --failed | --retry`"
+            )
+        if item.kind == SUBTASK_KIND:
+            raise InvalidInput(
+                f"step {item.step!r} waits for its sub-tasks, which continue it when they "
+                f"end: see them with `longtask status {thread_id} --tree`, and answer their "
+                "own pauses"
             )
         if item.kind == INTERRUPT_KIND:
             # The graph's own interrupt: its answer is whatever the graph expects, as JSON.

@@ -147,8 +147,17 @@ class Pending(BaseModel):
 
     step: str
     #: budget / deadline / permission / fix: a step stopped for a person (a gate)
+    #: subtask: a sub-task step waits for its child threads to end
     kind: Literal[
-        "approval", "wait", "effect", "budget", "deadline", "permission", "fix", "interrupt"
+        "approval",
+        "wait",
+        "effect",
+        "budget",
+        "deadline",
+        "permission",
+        "fix",
+        "interrupt",
+        "subtask",
     ]
     interrupt_id: str
     request: dict[str, Any]
@@ -170,6 +179,8 @@ class Pending(BaseModel):
             "command",
             "item",
             "value",
+            "open",
+            "total",
         ):
             if self.request.get(key) is not None:
                 out[key] = self.request[key]

@@ -101,6 +101,9 @@ class StepEnv:
     #: directly (LangGraph's own ``invoke``/``stream``, no Runner) has its thread record
     adopt: Callable[[str, Mapping[str, Any]], None] | None = None
     _adopted: set[str] = field(default_factory=set)
+    #: the run core's side of sub-task steps (``steps._subtask.ChildThreads``), set by the
+    #: Engine: a sub-task node starts child threads through it
+    children: Any = None
     #: once-per-thread event keys this process has queued (stage.started of each sibling)
     _emitted: dict[str, set[str]] = field(default_factory=dict)
     #: durable attempt counts, read once per thread per run (only failures write them)

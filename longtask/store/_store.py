@@ -31,6 +31,7 @@ from longtask.store._metrics import MetricsTables
 from longtask.store._pooled import on_pooled
 from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
+from longtask.store._subtasks import SubtaskTables
 from longtask.store._usage import THREAD_ORDER, UsageTables
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ _THREAD_READ_T = ", ".join(
 
 class Store(
     MapTables,
+    SubtaskTables,
     EffectTables,
     LimitTables,
     ArtifactTables,
