@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -34,6 +34,15 @@ MARKS = {
     "running": "[yellow]●[/yellow]",
     "failed": "[red]✗[/red]",
     "pending": "[dim]○[/dim]",
+}
+
+#: a thread's status as a mark (the children of a sub-task step)
+THREAD_MARKS = {
+    **MARKS,
+    "waiting_user": MARKS["waiting"],
+    "waiting_external": MARKS["waiting"],
+    "cancelled": "[dim]⊘[/dim]",
+    "cancelling": MARKS["running"],
 }
 
 #: exit code of a command that leaves a thread in this status
@@ -72,9 +81,53 @@ def progress_text(progress: Mapping[str, Any]) -> str:
     return text
 
 
-def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None:
+#: children listed under a sub-task step (the rest are counted)
+CHILDREN_SHOWN = 20
+
+
+def print_children(
+    out: Console,
+    st: ThreadStatus,
+    indent: str = "  ",
+    tree: Callable[[str], ThreadStatus | None] | None = None,
+) -> None:
+    """Each sub-task step's children and their status (the latest attempt of each item);
+    with ``tree`` (reads a child's status) each child's own children too, to full depth."""
+    if st.parent:
+        p = st.parent
+        out.print(
+            f"{indent}sub-task of {escape(p['thread_id'])} (step {escape(p['step'])}, "
+            f"item {p['item']})"
+        )
+    for step, rows in st.subtasks.items():
+        latest = list({r["index"]: r for r in rows}.values())
+        ended = sum(1 for r in latest if r["status"] in ("completed", "failed", "cancelled"))
+        out.print(f"{indent}{escape(step)}: {ended}/{len(latest)} sub-tasks ended")
+        for row in latest[:CHILDREN_SHOWN] if tree is None else latest:
+            mark = THREAD_MARKS.get(row["status"], "·")
+            again = f" (attempt {row['attempt']})" if row["attempt"] > 1 else ""
+            out.print(
+                f"{indent}  {mark} {escape(row['thread_id'])}  {escape(row['status'])}{again}"
+            )
+            child = tree(row["thread_id"]) if tree is not None else None
+            if child is not None:
+                print_children(
+                    out, child.model_copy(update={"parent": None}), indent + "    ", tree
+                )
+        if tree is None and len(latest) > CHILDREN_SHOWN:
+            out.print(f"{indent}  ... and {len(latest) - CHILDREN_SHOWN} more (--tree lists all)")
+
+
+def print_status(
+    out: Console,
+    st: ThreadStatus,
+    *,
+    usage: bool = False,
+    tree: Callable[[str], ThreadStatus | None] | None = None,
+) -> None:
     """The status tree, the error, and what continues the thread; with ``usage`` also what
-    each step used and the totals (``longtask status``)."""
+    each step used and the totals (``longtask status``); with ``tree`` the sub-tasks'
+    own sub-tasks (see ``print_children``)."""
     label = st.status
     if st.status == "running" and not st.active:
         label = "running [yellow](no process is advancing it)[/yellow]"
@@ -105,6 +158,7 @@ def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None
             f"[red]error[/red] in step {escape(str(st.error.get('step')))}{item}: "
             f"{escape(str(st.error.get('type')))}: {escape(str(st.error.get('message')))}"
         )
+    print_children(out, st, tree=tree)
     for step in st.steps:
         for failed in (step.items_failed or [])[:5]:
             out.print(

@@ -148,8 +148,21 @@ class Subtasks:
         if due and not failed:
             for child, task in due:
                 self._drive(child, task)
-            self.continue_parent(thread_id, quiet=False)
+            # Only once a step's children have all ended: a child that could not run (held
+            # by a process that died a moment ago) leaves the parent waiting, not looping.
+            if self._all_ended(thread_id):
+                self.continue_parent(thread_id, quiet=False)
         self.ended(thread_id)
+
+    def _all_ended(self, parent: str) -> bool:
+        """Whether a sub-task step ``parent`` waits at has no child left open."""
+        rec = self._store.get_thread(parent)
+        steps = {w.get("step") for w in (rec.waiting or []) if w.get("kind") == "subtask"}
+        return any(self._step_ended(parent, str(step)) for step in steps) if rec else False
+
+    def _step_ended(self, parent: str, step: str) -> bool:
+        latest: dict[int, SubtaskRow] = {r.index: r for r in self._store.subtask_rows(parent, step)}
+        return all(r.status in ENDED for r in latest.values())
 
     def _drive(self, child: str, task: LongTask) -> None:
         with self._lock:
@@ -174,11 +187,7 @@ class Subtasks:
             if thread_id in self._driving:
                 return  # the parent's own run drives it and continues the parent after
         row = self._store.subtask_of(thread_id)
-        if row is None or row.status not in ENDED:
-            return
-        siblings = self._store.subtask_rows(row.parent, row.step)
-        latest: dict[int, SubtaskRow] = {r.index: r for r in siblings}
-        if any(r.status not in ENDED for r in latest.values()):
+        if row is None or row.status not in ENDED or not self._step_ended(row.parent, row.step):
             return
         self.continue_parent(row.parent, quiet=True)
 

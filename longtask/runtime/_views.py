@@ -132,6 +132,12 @@ class ThreadStatus(BaseModel):
     schedule: dict[str, Any] | None = None
     #: tokens, cost, tool calls and time in all, and what the budget has left
     usage: ThreadUsage | None = None
+    #: the child threads of each sub-task step: [{"index", "attempt", "thread_id",
+    #: "status"}], every attempt, by item
+    subtasks: dict[str, list[dict[str, Any]]] = {}
+    #: the sub-task step that started this thread: {"thread_id", "step", "item",
+    #: "attempt"}, or None for a top-level thread
+    parent: dict[str, Any] | None = None
 
     @property
     def done(self) -> int:
