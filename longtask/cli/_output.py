@@ -285,6 +285,13 @@ def continue_commands(st: ThreadStatus) -> list[str]:
                 cmd(f"longtask effects resolve {t} {w.get('key')} --succeeded --result JSON")
                 + "  (or --failed, or --retry)"
             )
+        elif w["kind"] == "subtask":
+            # Nothing to answer here: the last child's end continues the thread.
+            lines.append(
+                f"step {w['step']} {w.get('reason', 'waits for its sub-tasks')}; they continue "
+                f"it when they end (answer their own pauses): {cmd(f'longtask status {t} --tree')}"
+            )
+            continue
         else:
             lines.append(cmd(f"longtask signal {t} {w['step']} --payload JSON"))
         option = "--result" if w["kind"] == "effect" else "--payload"
@@ -330,6 +337,10 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             else:
                 out.print(f"  asks: {escape(render(req.get('value'), '  '))}")
             out.print(f"  answer: {escape(in_text(str(req.get('command'))))}")
+        elif p.kind == "subtask":
+            out.print(f"  {escape(str(req.get('reason')))}; they continue it when they end")
+            for child in req.get("children") or []:
+                out.print(f"  sub-task: {escape(cmd(f'longtask status {child}'))}")
         elif req.get("command"):
             # a step stopped for a person (permission, budget, deadline, fix) says how
             out.print(f"  reason: {escape(str(req.get('reason')))}")
