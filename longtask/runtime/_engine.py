@@ -609,6 +609,8 @@ class Engine:
                 before()
                 rec = self._reads.thread(thread_id)
             run = store.set_status(thread_id, "running", new_run=True)
+            # A sub-task's steps check its ancestors' budgets and deadlines too.
+            env.set_ancestors(thread_id, tuple(store.ancestors(thread_id)))
             if not first and rec.status == "running":
                 # Running, yet this process got the lock: the run that held it died.
                 recover(store, env, thread_id, run)

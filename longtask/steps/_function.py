@@ -110,6 +110,8 @@ class StepEnv:
     _attempts: dict[str, dict[tuple[str, int], Attempts]] = field(default_factory=dict)
     #: threads a cancel request was seen for (set by the Runner's watcher)
     _cancelled: set[str] = field(default_factory=set)
+    #: each running thread's ancestors (its sub-task parents), set by the Runner per run
+    _ancestors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: when each step last reported progress (monotonic seconds), for the rate limit
     _progress_at: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -311,6 +313,13 @@ class StepEnv:
     def is_cancelled(self, thread_id: str) -> bool:
         return thread_id in self._cancelled
 
+    def set_ancestors(self, thread_id: str, ancestors: tuple[str, ...]) -> None:
+        with self._lock:
+            self._ancestors[thread_id] = ancestors
+
+    def ancestors_of(self, thread_id: str) -> tuple[str, ...]:
+        return self._ancestors.get(thread_id, ())
+
     def first_time(self, thread_id: str, key: str) -> bool:
         """True once per thread and key in this process (until ``forget``)."""
         with self._lock:
@@ -325,6 +334,7 @@ class StepEnv:
             self._emitted.pop(thread_id, None)
             self._attempts.pop(thread_id, None)
             self._cancelled.discard(thread_id)
+            self._ancestors.pop(thread_id, None)
         self.siblings.forget(thread_id)
 
 

@@ -12,6 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from longtask import (
+    Budget,
     DefinitionError,
     LongTask,
     Runner,
@@ -222,6 +223,86 @@ def test_cancelling_the_parent_cancels_each_child_once(runner: Runner) -> None:
     with pytest.raises(Exception, match="cancel"):
         runner.cancel(thread)
     assert [UNDONE[c] for c in children] == [1, 1]
+
+
+@function_step
+def spend(ctx: StepContext) -> int:
+    RAN[ctx.thread_id] += 1
+    ctx.charge(tokens=100, cost=0.5)
+    return 100
+
+
+SPENDER = LongTask("spender", stages=[Stage("one", [spend])], retry=1)
+SPENDER2 = LongTask(
+    "spender2",
+    stages=[Stage("one", [spend]), Stage("two", [function_step(spend.fn, name="spend_more")])],
+    retry=1,
+)
+BOUNDED = LongTask(
+    "bounded",
+    budget=Budget(tokens=250),
+    stages=[Stage("fan", [subtask_step("spenders", SPENDER, over=lambda ctx: [{}] * 5)])],
+)
+DEEP = LongTask(
+    "deep",
+    budget=Budget(tokens=100),
+    stages=[
+        Stage(
+            "fan",
+            [
+                subtask_step(
+                    "middle",
+                    LongTask(
+                        "middle",
+                        stages=[Stage("fan", [subtask_step("leaf", SPENDER2)])],
+                    ),
+                )
+            ],
+        )
+    ],
+)
+
+
+def test_a_parents_budget_bounds_its_children_together(runner: Runner) -> None:
+    thread = runner.start(BOUNDED)
+    children = _children(runner, thread)
+    # Charged to the child and to the parent: three children spent 300 tokens, and the
+    # parent's 250 stopped the others before they ran.
+    budget = runner.budget(thread)
+    assert budget is not None and budget.used["tokens"] == 300
+    assert [RAN[c] for c in children] == [1, 1, 1, 0, 0]
+    for child in children[3:]:
+        status = runner.status(child)
+        assert status.status == "waiting_user"
+        [waiting] = status.waiting
+        assert waiting["kind"] == "budget"
+        assert f"ancestor {thread}" in waiting["reason"]
+        assert f"longtask budget {thread}" in waiting["command"]
+    assert runner.status(thread).status == "waiting_external"
+    # More budget for the parent, then the children go on and the parent completes.
+    runner.raise_budget(thread, tokens=1000, by="alice")
+    for child in children[3:]:
+        runner.resume(child)
+    assert runner.status(thread).status == "completed"
+    assert runner.result(thread, "spenders") == [100] * 5
+    after = runner.budget(thread)
+    assert after is not None and after.used["tokens"] == 500
+
+
+def test_a_grandchild_is_bound_by_its_grandparents_budget(runner: Runner) -> None:
+    thread = runner.start(DEEP)
+    [middle] = _children(runner, thread)
+    [leaf] = _children(runner, middle)
+    # The leaf's first step charged 100 to itself, the middle and the top, using up the
+    # top's 100: its second step does not start.
+    assert runner.budget(thread).used["tokens"] == 100  # type: ignore[union-attr]
+    assert runner.budget(middle).used["tokens"] == 100  # type: ignore[union-attr]
+    assert RAN[leaf] == 1
+    leaf_status = runner.status(leaf)
+    assert leaf_status.status == "waiting_user"
+    assert f"ancestor {thread}" in leaf_status.waiting[0]["reason"]
+    assert runner.status(thread).status == "waiting_external"
+    assert runner.status(middle).status == "waiting_external"
 
 
 def test_definition_problems_are_reported() -> None:
