@@ -218,6 +218,7 @@ RUNNER_INTERNAL = frozenset(
         "enqueue",
         "wake",
         "lease",
+        "subtask_ended",
         "close_queue",
         "start_fired",
         "wait_events",
