@@ -5,11 +5,14 @@ approval is answered on the child; a cancel of the parent cancels its children o
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from starlette.testclient import TestClient
 
 from longtask import (
     Budget,
@@ -24,6 +27,8 @@ from longtask import (
     subtask_step,
 )
 from longtask.model import child_thread_id
+from longtask.serve import create_app
+from longtask.serve._registry import Registered, Registry
 
 #: bodies run, by thread
 RAN: Counter[str] = Counter()
@@ -312,3 +317,47 @@ def test_definition_problems_are_reported() -> None:
         LongTask("p", stages=[Stage("s", [subtask_step("x", SQUARE, output="nope")])])
     with pytest.raises(DefinitionError, match="on_item_error is for the map form"):
         LongTask("p", stages=[Stage("s", [subtask_step("x", SQUARE, on_item_error="skip")])])
+
+
+def test_a_childs_approval_over_http_continues_the_parent(runner: Runner) -> None:
+    """The JSON API (what the page's buttons call) and the LangGraph Server API answer a
+    child's approval; serve's executor runs the child, and its end continues the parent."""
+    registry = Registry([Registered("gated_child", f"{__file__}:GATED", GATED)])
+    alice = {"Authorization": "Bearer tok-alice"}
+    with TestClient(
+        create_app(runner, {"tok-alice": "alice"}, registry=registry, poll=0.02)
+    ) as client:
+        thread = runner.start(WAITS)
+        first, second = _children(runner, thread)
+        shown = client.get(f"/api/threads/{thread}").json()
+        assert [r["thread_id"] for r in shown["subtasks"]["gated"]] == [first, second]
+        assert client.get(f"/api/threads/{first}").json()["parent"]["thread_id"] == thread
+
+        pending = client.get(f"/api/threads/{first}/pending").json()
+        r = client.post(
+            f"/api/threads/{first}/approve",
+            json={"step": "ok", "plan_hash": pending[0]["request"]["plan_hash"]},
+            headers=alice,
+        )
+        assert r.status_code == 202, r.text
+        _until(lambda: runner.status(first).status == "completed")
+        assert runner.status(thread).status == "waiting_external"
+
+        r = client.post(
+            f"/threads/{second}/runs",
+            json={
+                "assistant_id": "gated_child",
+                "command": {"resume": {"decisions": [{"type": "approve"}]}},
+            },
+            headers=alice,
+        )
+        assert r.status_code == 200, r.text
+        _until(lambda: runner.status(thread).status == "completed")
+        assert runner.result(second, "ok")["by"] == "alice"
+
+
+def _until(ok: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
