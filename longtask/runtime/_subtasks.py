@@ -145,6 +145,10 @@ class Subtasks:
         was the last child to end."""
         with self._lock:
             due = self._due.pop(thread_id, [])
+            if not due:
+                # Kept only while this process may continue the thread after its
+                # children: a long-lived process would otherwise hold every task it ran.
+                self._tasks.pop(thread_id, None)
         if due and not failed:
             for child, task in due:
                 self._drive(child, task)
