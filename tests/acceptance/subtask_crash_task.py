@@ -8,7 +8,7 @@ number) and ``total`` (the sum of the children's results). ``child``: ``work`` r
 Environment (none of it is part of the definition): ``LT_SUB_COUNTER_DB``, an SQLite file
 outside the database under test: every ``work`` call inserts ``(thread, n, pid)`` into
 ``calls`` and every ``total`` call ``(pid)`` into ``totals``, first thing, one commit per
-insert, so a row survives a SIGKILL.
+insert, so a row survives a SIGKILL. ``LT_SUB_SLEEP``: how long each ``work`` sleeps.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from pydantic import BaseModel
 from longtask import LongTask, Stage, StepContext, approval, function_step, subtask_step
 
 COUNTER_ENV = "LT_SUB_COUNTER_DB"
+#: seconds each child's work sleeps (default 0.05-0.14)
+SLEEP_ENV = "LT_SUB_SLEEP"
 
 
 def _connect(path: str | Path) -> sqlite3.Connection:
@@ -68,7 +70,7 @@ def work(ctx: StepContext) -> int:
             )
         finally:
             conn.close()
-    time.sleep(0.05 + 0.03 * (ctx.inputs.n % 4))
+    time.sleep(float(os.environ.get(SLEEP_ENV) or 0.05 + 0.03 * (ctx.inputs.n % 4)))
     return int(ctx.inputs.n) ** 2
 
 
