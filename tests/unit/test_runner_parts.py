@@ -17,6 +17,7 @@ from longtask.runtime import (
     Queue,
     Reads,
     Streams,
+    Subtasks,
     TimeTravel,
     Watch,
 )
@@ -32,6 +33,7 @@ PARTS = {
     "watch": Watch,
     "travel": TimeTravel,
     "streams": Streams,
+    "subtasks": Subtasks,
     "reports": Reports,
     "moves": Moves,
     "retention": Retention,
