@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 class TickResult:
     thread_id: str
     step: str
-    outcome: str  # "timed out", "failed", "busy", "not waiting"
+    #: "timed out", "failed", "busy", "not waiting", "sub-tasks ended: continued"
+    outcome: str
 
 
 class Pauses:
@@ -368,13 +369,16 @@ class Pauses:
         return thread_id
 
     def tick(self, limit: int = 100, *, thread_id: str | None = None) -> list[TickResult]:
-        """Act on every due deadline (approval or wait timeouts), across threads (or of one).
+        """Act on every due deadline (approval or wait timeouts), across threads (or of one),
+        and continue any parent whose sub-tasks have all ended but that still waits (its
+        continuation was lost with a process that died).
 
         Safe to run from cron and from several processes at once: a thread another process
         is advancing is left for it (``busy``), and a resolved pause is just forgotten.
         """
         now = self.clock()
         results = []
+        only = thread_id  # the loop below reuses the name
         due = self.db.store.due_timers(now.timestamp(), limit)
         if thread_id is not None:
             due = [d for d in due if d[0] == thread_id]
@@ -398,6 +402,8 @@ class Pauses:
                 results.append(TickResult(thread_id, step, "failed"))
             except LongTaskError as exc:
                 results.append(TickResult(thread_id, step, f"error: {exc}"))
+        for parent, step in self._engine.subtasks.sweep(limit, only):
+            results.append(TickResult(parent, step, "sub-tasks ended: continued"))
         return results
 
 

@@ -216,3 +216,21 @@ class Subtasks:
             if not quiet:
                 raise
             log.info("parent %s stopped: %s", parent, exc)
+
+    def sweep(self, limit: int = 100, thread_id: str | None = None) -> list[tuple[str, str]]:
+        """Continue every parent that still waits at a sub-task step whose children have
+        all ended: a continuation lost with a process killed between a child's end and the
+        parent's resume (``longtask tick`` runs this). Returns (parent, step) of each."""
+        done = []
+        for parent in self._store.subtask_parents_waiting(limit, thread_id):
+            rec = self._store.get_thread(parent)
+            steps = [
+                str(w.get("step"))
+                for w in (rec.waiting or [] if rec else [])
+                if w.get("kind") == "subtask"
+            ]
+            ended = [s for s in steps if self._step_ended(parent, s)]
+            if ended:
+                self.continue_parent(parent, quiet=True)
+                done.append((parent, ended[0]))
+        return done

@@ -81,3 +81,15 @@ class SubtaskTables:
         thread."""
         rows = self._run(f"SELECT {_COLS} WHERE s.child_thread_id = ?", (child,))
         return _row(rows[0]) if rows else None
+
+    def subtask_parents_waiting(self, limit: int, thread_id: str | None = None) -> list[str]:
+        """Threads waiting (``waiting_external``) that have sub-tasks, at most ``limit``
+        (or only ``thread_id``): where a lost continuation would be."""
+        one = " AND t.thread_id = ?" if thread_id is not None else ""
+        rows = self._run(
+            "SELECT DISTINCT t.thread_id FROM longtask_threads t JOIN longtask_subtasks s "
+            f"ON s.thread_id = t.thread_id WHERE t.status = 'waiting_external'{one} "
+            "ORDER BY t.thread_id LIMIT ?",
+            (thread_id, limit) if thread_id is not None else (limit,),
+        )
+        return [str(r[0]) for r in rows]

@@ -108,10 +108,14 @@ def _round(db_url: str, env: dict[str, str], counter: Path, rng: random.Random, 
             args = ["resume", parent]
             continue
         open_children = [c for c, s in children if s in (None, "pending", "running")]
-        # Resume the parent, or now and then a child that has not ended: its end must
-        # continue the parent when it is the last.
-        if open_children and rng.random() < 0.3:
+        # Resume the parent, or now and then a child that has not ended (its end must
+        # continue the parent when it is the last), or run `tick` once every child has
+        # ended (it continues a parent whose continuation died with the process).
+        pick = rng.random()
+        if open_children and pick < 0.3:
             args = ["resume", rng.choice(open_children)]
+        elif not open_children and pick < 0.5:
+            args = ["tick"]
         else:
             args = ["resume", parent]
     _check(db_url, parent, counter, killed)
