@@ -219,6 +219,7 @@ RUNNER_INTERNAL = frozenset(
         "wake",
         "lease",
         "subtask_ended",
+        "subtask_sweep",
         "close_queue",
         "start_fired",
         "wait_events",

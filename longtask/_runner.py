@@ -252,6 +252,7 @@ class Runner:
     wake = via("queue", Queue.wake)
     lease = via("queue", Queue.lease)
     subtask_ended = via("subtasks", Subtasks.ended)
+    subtask_sweep = via("subtasks", Subtasks.sweep)
     close_queue = via("queue", Queue.close)
 
     # -- reports and charts (ops: Reports) ---------------------------------------------------

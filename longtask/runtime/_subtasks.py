@@ -16,6 +16,11 @@ ends, continues the parent if every child of its step has ended:
   parent's step starts the children that have not ended, and a child's end continues the
   parent.
 
+A child's end is committed in one transaction with its status and its ``longtask.*`` end
+event: that row is the outbox entry. Besides the fast paths above, ``sweep`` relays every
+end a waiting parent has not acted on (``longtask tick``, and each worker as often as it
+fires schedules, for the threads served by workers).
+
 A parent's continuation is idempotent: its step reads its children's status again and
 pauses again if one is still open, so a continuation delivered twice does nothing twice.
 """
@@ -217,12 +222,18 @@ class Subtasks:
                 raise
             log.info("parent %s stopped: %s", parent, exc)
 
-    def sweep(self, limit: int = 100, thread_id: str | None = None) -> list[tuple[str, str]]:
+    def sweep(
+        self, limit: int = 100, thread_id: str | None = None, *, workers: bool = False
+    ) -> list[tuple[str, str]]:
         """Continue every parent that still waits at a sub-task step whose children have
         all ended: a continuation lost with a process killed between a child's end and the
-        parent's resume (``longtask tick`` runs this). Returns (parent, step) of each."""
+        parent's resume. A child's end is committed with its status and its
+        ``longtask.completed``/``failed``/``cancelled`` event in one transaction, so this
+        finds every end a parent has not acted on. ``longtask tick`` runs it, and every
+        worker, for the threads served by workers (``workers``), as often as it fires
+        schedules. Returns (parent, step) of each."""
         done = []
-        for parent in self._store.subtask_parents_waiting(limit, thread_id):
+        for parent in self._store.subtask_parents_waiting(limit, thread_id, workers=workers):
             rec = self._store.get_thread(parent)
             steps = [
                 str(w.get("step"))

@@ -82,14 +82,22 @@ class SubtaskTables:
         rows = self._run(f"SELECT {_COLS} WHERE s.child_thread_id = ?", (child,))
         return _row(rows[0]) if rows else None
 
-    def subtask_parents_waiting(self, limit: int, thread_id: str | None = None) -> list[str]:
+    def subtask_parents_waiting(
+        self, limit: int, thread_id: str | None = None, *, workers: bool = False
+    ) -> list[str]:
         """Threads waiting (``waiting_external``) that have sub-tasks, at most ``limit``
-        (or only ``thread_id``): where a lost continuation would be."""
-        one = " AND t.thread_id = ?" if thread_id is not None else ""
+        (only ``thread_id``; with ``workers`` only threads served by workers): where a
+        lost continuation would be."""
+        where = "t.status = 'waiting_external'"
+        params: list[Any] = []
+        if thread_id is not None:
+            where += " AND t.thread_id = ?"
+            params.append(thread_id)
+        if workers:
+            where += " AND t.mode = 'worker'"
         rows = self._run(
             "SELECT DISTINCT t.thread_id FROM longtask_threads t JOIN longtask_subtasks s "
-            f"ON s.thread_id = t.thread_id WHERE t.status = 'waiting_external'{one} "
-            "ORDER BY t.thread_id LIMIT ?",
-            (thread_id, limit) if thread_id is not None else (limit,),
+            f"ON s.thread_id = t.thread_id WHERE {where} ORDER BY t.thread_id LIMIT ?",
+            (*params, limit),
         )
         return [str(r[0]) for r in rows]
