@@ -56,6 +56,7 @@ if TYPE_CHECKING:
         Retry,
         Schedule,
         Stage,
+        SubtaskStep,
         TaskVersions,
         ToolApproval,
         agent_step,
@@ -64,6 +65,7 @@ if TYPE_CHECKING:
         function_step,
         graph_step,
         map_step,
+        subtask_step,
         versions,
         wait_for,
     )
@@ -92,6 +94,7 @@ _MODEL = (
     "Retry",
     "Schedule",
     "Stage",
+    "SubtaskStep",
     "TaskVersions",
     "ToolApproval",
     "agent_step",
@@ -100,6 +103,7 @@ _MODEL = (
     "function_step",
     "graph_step",
     "map_step",
+    "subtask_step",
     "versions",
     "wait_for",
 )
@@ -160,6 +164,7 @@ __all__ = [
     "StepContext",
     "StepFailed",
     "StepTimeout",
+    "SubtaskStep",
     "TaskRefError",
     "TaskVersions",
     "ThreadBusy",
@@ -180,6 +185,7 @@ __all__ = [
     "graph_step",
     "ledgered",
     "map_step",
+    "subtask_step",
     "versions",
     "wait_for",
 ]

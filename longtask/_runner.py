@@ -34,6 +34,7 @@ from longtask.runtime._pauses import Pauses
 from longtask.runtime._queue import Queue, apply_command, worker_name
 from longtask.runtime._reading import Reads
 from longtask.runtime._streams import Streams
+from longtask.runtime._subtasks import Subtasks
 from longtask.runtime._watch import Watch
 from longtask.runtime._who import check_by
 from longtask.store import DEFAULT_INLINE_LIMIT, ValueCodec
@@ -156,6 +157,7 @@ class Runner:
             on_update=on_update,
             notifier=self.notifier,
         )
+        self.subtasks = self.engine.subtasks
         self.pauses = Pauses(self.db, self.clock, self.reads, self.engine)
         self.control = Control(self.db, self.codec, self.clock, self.reads, self.engine, self.queue)
         self.watch = Watch(self.db, self.reads)
@@ -257,6 +259,8 @@ class Runner:
     enqueue = via("queue", Queue.enqueue)
     wake = via("queue", Queue.wake)
     lease = via("queue", Queue.lease)
+    subtask_ended = via("subtasks", Subtasks.ended)
+    subtask_sweep = via("subtasks", Subtasks.sweep)
     close_queue = via("queue", Queue.close)
 
     # -- reports and charts (ops: Reports) ---------------------------------------------------

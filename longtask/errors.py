@@ -300,6 +300,12 @@ class LimitReached(LongTaskError):
     retryable = False
 
 
+class SubtaskFailed(LongTaskError):
+    """A child thread of a sub-task step failed (or was cancelled) with no attempt left."""
+
+    retryable = False
+
+
 class Cancelled(LongTaskError):
     """The thread was cancelled: raised where a step would have started, so that the run
     stops at the next step boundary and the Runner runs the compensations."""

@@ -444,19 +444,40 @@ def resume(
 @app.command()
 def status(
     thread_id: Annotated[str, typer.Argument(metavar="THREAD", help="The thread.")],
+    tree: Annotated[
+        bool,
+        typer.Option("--tree", help="Each sub-task's own sub-tasks too, to full depth."),
+    ] = False,
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
     """Status, progress, the state of every step and what it cost.
 
     Each step's tokens, cost, model and tool calls, wall time and attempts; the totals; and
-    what the budget has left (--json: ``usage`` of the thread and of each step)."""
+    what the budget has left (--json: ``usage`` of the thread and of each step). A sub-task
+    step lists its child threads and their status; --tree lists theirs in turn (--json:
+    ``subtasks`` by step, and with --tree each child's status under ``tree``)."""
     with _reader(db) as runner:
         st = runner.status(thread_id)
-    if json_:
-        print(st.model_dump_json(indent=2))
-    else:
-        print_status(out, st, usage=True)
+        if not tree:
+            if json_:
+                print(st.model_dump_json(indent=2))
+            else:
+                print_status(out, st, usage=True)
+            return
+        if json_:
+            print(json.dumps(_status_tree(runner, st), indent=2, default=str))
+            return
+        print_status(out, st, usage=True, tree=lambda t: runner.status(t))
+
+
+def _status_tree(runner: Any, st: Any) -> dict[str, Any]:
+    """``st`` as JSON with each child's status, recursively, under its step's rows."""
+    data: dict[str, Any] = json.loads(st.model_dump_json())
+    for rows in data["subtasks"].values():
+        for row in rows:
+            row["tree"] = _status_tree(runner, runner.status(row["thread_id"]))
+    return data
 
 
 @app.command()
@@ -520,6 +541,9 @@ def list_threads(
     task: Annotated[
         str | None, typer.Option("--task", metavar="NAME", help="Only threads of this task.")
     ] = None,
+    top: Annotated[
+        bool, typer.Option("--top", help="Only top-level threads (no sub-tasks).")
+    ] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Also the tokens and last update.")] = False,
     sort: Annotated[
         str,
@@ -536,7 +560,8 @@ def list_threads(
     """List threads: status, cost and age.
 
     Most recently updated first; --sort cost puts the most expensive first, --sort age the
-    oldest. Thread ids are never cut; --wide adds the tokens and last update.
+    oldest. Thread ids are never cut; --wide adds the tokens and last update; --top leaves
+    out the child threads of sub-task steps.
     --json adds cost, tokens, tool_calls and age (seconds) to each thread."""
     from longtask.store import THREAD_SORTS, THREAD_STATUSES
 
@@ -547,7 +572,9 @@ def list_threads(
     if sort not in THREAD_SORTS:
         raise typer.BadParameter(f"must be one of {', '.join(THREAD_SORTS)}", param_hint="--sort")
     with _reader(db) as runner:
-        threads = runner.threads_with_cost(limit=limit, status=status_filter, sort=sort, task=task)
+        threads = runner.threads_with_cost(
+            limit=limit, status=status_filter, sort=sort, task=task, top=top
+        )
     if json_:
         print(json.dumps([t.to_json() for t in threads], indent=2))
     else:

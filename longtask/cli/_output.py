@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -35,6 +35,15 @@ MARKS = {
     "running": "[yellow]●[/yellow]",
     "failed": "[red]✗[/red]",
     "pending": "[dim]○[/dim]",
+}
+
+#: a thread's status as a mark (the children of a sub-task step)
+THREAD_MARKS = {
+    **MARKS,
+    "waiting_user": MARKS["waiting"],
+    "waiting_external": MARKS["waiting"],
+    "cancelled": "[dim]⊘[/dim]",
+    "cancelling": MARKS["running"],
 }
 
 #: exit code of a command that leaves a thread in this status
@@ -73,9 +82,53 @@ def progress_text(progress: Mapping[str, Any]) -> str:
     return text
 
 
-def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None:
+#: children listed under a sub-task step (the rest are counted)
+CHILDREN_SHOWN = 20
+
+
+def print_children(
+    out: Console,
+    st: ThreadStatus,
+    indent: str = "  ",
+    tree: Callable[[str], ThreadStatus | None] | None = None,
+) -> None:
+    """Each sub-task step's children and their status (the latest attempt of each item);
+    with ``tree`` (reads a child's status) each child's own children too, to full depth."""
+    if st.parent:
+        p = st.parent
+        out.print(
+            f"{indent}sub-task of {escape(p['thread_id'])} (step {escape(p['step'])}, "
+            f"item {p['item']})"
+        )
+    for step, rows in st.subtasks.items():
+        latest = list({r["index"]: r for r in rows}.values())
+        ended = sum(1 for r in latest if r["status"] in ("completed", "failed", "cancelled"))
+        out.print(f"{indent}{escape(step)}: {ended}/{len(latest)} sub-tasks ended")
+        for row in latest[:CHILDREN_SHOWN] if tree is None else latest:
+            mark = THREAD_MARKS.get(row["status"], "·")
+            again = f" (attempt {row['attempt']})" if row["attempt"] > 1 else ""
+            out.print(
+                f"{indent}  {mark} {escape(row['thread_id'])}  {escape(row['status'])}{again}"
+            )
+            child = tree(row["thread_id"]) if tree is not None else None
+            if child is not None:
+                print_children(
+                    out, child.model_copy(update={"parent": None}), indent + "    ", tree
+                )
+        if tree is None and len(latest) > CHILDREN_SHOWN:
+            out.print(f"{indent}  ... and {len(latest) - CHILDREN_SHOWN} more (--tree lists all)")
+
+
+def print_status(
+    out: Console,
+    st: ThreadStatus,
+    *,
+    usage: bool = False,
+    tree: Callable[[str], ThreadStatus | None] | None = None,
+) -> None:
     """The status tree, the error, and what continues the thread; with ``usage`` also what
-    each step used and the totals (``longtask status``)."""
+    each step used and the totals (``longtask status``); with ``tree`` the sub-tasks'
+    own sub-tasks (see ``print_children``)."""
     label = st.status
     if st.status == "running" and not st.active:
         label = "running [yellow](no process is advancing it)[/yellow]"
@@ -106,6 +159,7 @@ def print_status(out: Console, st: ThreadStatus, *, usage: bool = False) -> None
             f"[red]error[/red] in step {escape(str(st.error.get('step')))}{item}: "
             f"{escape(str(st.error.get('type')))}: {escape(str(st.error.get('message')))}"
         )
+    print_children(out, st, tree=tree)
     for step in st.steps:
         for failed in (step.items_failed or [])[:5]:
             out.print(
@@ -205,6 +259,13 @@ def continue_commands(st: ThreadStatus) -> list[str]:
                 cmd(f"longtask effects resolve {t} {w.get('key')} --succeeded --result JSON")
                 + "  (or --failed, or --retry)"
             )
+        elif w["kind"] == "subtask":
+            # Nothing to answer here: the last child's end continues the thread.
+            lines.append(
+                f"step {w['step']} {w.get('reason', 'waits for its sub-tasks')}; they continue "
+                f"it when they end (answer their own pauses): {cmd(f'longtask status {t} --tree')}"
+            )
+            continue
         else:
             lines.append(cmd(f"longtask signal {t} {w['step']} --payload JSON"))
         option = "--result" if w["kind"] == "effect" else "--payload"
@@ -250,6 +311,10 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             else:
                 out.print(f"  asks: {escape(render(req.get('value'), '  '))}")
             out.print(f"  answer: {escape(in_text(str(req.get('command'))))}")
+        elif p.kind == "subtask":
+            out.print(f"  {escape(str(req.get('reason')))}; they continue it when they end")
+            for child in req.get("children") or []:
+                out.print(f"  sub-task: {escape(cmd(f'longtask status {child}'))}")
         elif req.get("command"):
             # a step stopped for a person (permission, budget, deadline, fix) says how
             out.print(f"  reason: {escape(str(req.get('reason')))}")

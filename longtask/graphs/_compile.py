@@ -30,6 +30,7 @@ from longtask.model import (
     MapStep,
     PauseStep,
     StepInfo,
+    SubtaskStep,
 )
 from longtask.steps import (
     INPUTS_CHANNEL,
@@ -45,6 +46,7 @@ from longtask.steps import (
     request_channel,
     request_node_name,
     result_channel,
+    subtask_node,
 )
 
 
@@ -135,6 +137,10 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
         elif isinstance(step, MapStep):
             # One node whatever the number of items; see longtask.steps._map.
             add(step.name, NodeFn(map_node(step, info, env), env, info), meta)
+        elif isinstance(step, SubtaskStep):
+            # One node whatever the number of children; it waits for them at an
+            # interrupt (see longtask.steps._subtask).
+            add(step.name, NodeFn(subtask_node(step, info, env), env, info), meta)
         elif isinstance(step, PauseStep):
             # Record the request, pause on it, then the step itself (which dependents wait
             # for, so they run only after a real answer); see longtask.steps._pause.

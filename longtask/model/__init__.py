@@ -25,6 +25,7 @@ from longtask.model._steps import (
     map_step,
     wait_for,
 )
+from longtask.model._subtask import SubtaskStep, child_thread_id, subtask_step
 from longtask.model._task import LongTask, StepInfo, name_problem
 from longtask.model._versions import TaskVersions, version_key, versions
 
@@ -49,12 +50,14 @@ __all__ = [
     "Stage",
     "Step",
     "StepInfo",
+    "SubtaskStep",
     "TaskVersions",
     "ToolApproval",
     "WaitRequest",
     "WaitStep",
     "agent_step",
     "approval",
+    "child_thread_id",
     "fix_with",
     "function_step",
     "graph_app",
@@ -62,6 +65,7 @@ __all__ = [
     "graph_step",
     "map_step",
     "name_problem",
+    "subtask_step",
     "version_key",
     "versions",
     "wait_for",

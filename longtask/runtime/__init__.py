@@ -7,7 +7,8 @@ resume, the run itself), :class:`Reads` (status, results, events, pending, histo
 retry, skip, budget), :class:`Watch` (live events, artifacts), :class:`TimeTravel` (the
 state at a checkpoint, diffs, branches, forks), :class:`Streams` (stream and the asyncio
 calls), :class:`Queue` (workers' jobs and leases), with :class:`Gotos` and
-:class:`Compensator`; :class:`Worker` is the ``longtask worker`` process and
+:class:`Compensator`, and :class:`Subtasks` (the child threads of sub-task steps);
+:class:`Worker` is the ``longtask worker`` process and
 :class:`Reader` the reads alone, for processes that never run a graph.
 
 It may import graphs, steps, checkpointers, store, model and errors; never the operations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from longtask.runtime._reader import Reader
     from longtask.runtime._reading import Reads
     from longtask.runtime._streams import Streams
+    from longtask.runtime._subtasks import Subtasks
     from longtask.runtime._taskref import find_ref, load_task, load_versions
     from longtask.runtime._usage import StepUsage, ThreadUsage
     from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
@@ -55,6 +57,7 @@ _LAZY = {
     "StepState": "longtask.runtime._views",
     "StepUsage": "longtask.runtime._usage",
     "Streams": "longtask.runtime._streams",
+    "Subtasks": "longtask.runtime._subtasks",
     "ThreadCost": "longtask.runtime._costs",
     "ThreadStatus": "longtask.runtime._views",
     "ThreadUsage": "longtask.runtime._usage",
@@ -87,6 +90,7 @@ __all__ = [
     "StepState",
     "StepUsage",
     "Streams",
+    "Subtasks",
     "ThreadCost",
     "ThreadStatus",
     "ThreadUsage",

@@ -15,6 +15,7 @@ from langgraph.types import Command, StateUpdate
 
 from longtask.errors import (
     InvalidInput,
+    LongTaskError,
     NothingToResume,
     ThreadBusy,
     TooLateToCancel,
@@ -27,6 +28,7 @@ from longtask.steps import (
     result_channel,
 )
 from longtask.store import BudgetState, ThreadRecord
+from longtask.store._subtasks import ENDED
 
 if TYPE_CHECKING:
     from langchain_core.runnables import RunnableConfig
@@ -91,7 +93,28 @@ class Control:
         Returns True when the cancel is done (status ``cancelled``), False when another
         process is advancing the thread: it stops at its next step boundary and compensates.
         Running it again after a crash or a failed compensation continues where it stopped.
+
+        The thread's sub-tasks that have not ended are cancelled after it (each once: a
+        cancelled child is not cancelled again), and theirs in turn.
         """
+        done = self._cancel(thread_id, reason=reason, by=by, task=task)
+        for row in self.db.store.subtask_rows(thread_id):
+            if row.status is None or row.status in ENDED:
+                continue
+            try:
+                self.cancel(row.child, reason=f"its parent {thread_id} was cancelled", by=by)
+            except LongTaskError as exc:  # ended meanwhile: nothing left to cancel
+                log.info("sub-task %s not cancelled: %s", row.child, exc)
+        return done
+
+    def _cancel(
+        self,
+        thread_id: str,
+        *,
+        reason: str | None,
+        by: str | None,
+        task: LongTask | None,
+    ) -> bool:
         rec = self.record_cancel(thread_id, reason=reason, by=by)
         task = task or self._engine.load(rec)
         if self._queue.served_by_workers(rec):

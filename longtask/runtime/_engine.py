@@ -51,6 +51,7 @@ from longtask.runtime._interrupts import USER_KINDS, interrupted, open_interrupt
 from longtask.runtime._queue import DEFAULT_QUEUE, encode_command, make_app, worker_name
 from longtask.runtime._reading import _config
 from longtask.runtime._recovery import recover
+from longtask.runtime._subtasks import Subtasks
 from longtask.runtime._taskref import find_ref, load_versions
 from longtask.runtime._threadid import check_thread_id
 from longtask.runtime._tracking import CancelWatch, StageTracker, concurrency, finishes_step
@@ -73,7 +74,7 @@ from longtask.store import (
     ValueCodec,
 )
 from longtask.store._fence import lease_lost
-from longtask.store._kinds import GATE_KINDS
+from longtask.store._kinds import GATE_KINDS, SUBTASK_KIND
 from longtask.store._limits import settle_statement
 
 if TYPE_CHECKING:
@@ -140,6 +141,16 @@ class Engine:
         self.notifier = notifier
         #: every outside write of a thread's state passes it (see runtime._gate)
         self.gate = Gate(db, codec, events, queue, validate_inputs, whoami)
+        #: child threads of sub-task steps (see runtime._subtasks)
+        self.subtasks = Subtasks(
+            db,
+            codec,
+            queue,
+            reads,
+            validate=self.validate_inputs,
+            create=self._create_record,
+            resume=self.resume,
+        )
         self._graphs: dict[
             int, tuple[LongTask, StepEnv, CompiledStateGraph[Any, Any, Any, Any]]
         ] = {}
@@ -174,6 +185,7 @@ class Engine:
             compiled = compile_graph(task, env, self.db.saver)
             env.snapshot = compiled.get_state
             env.adopt = lambda thread_id, state: self._adopt(task, thread_id, state)
+            env.children = self.subtasks
             self.gate.install(task, compiled)
             cached = (task, env, compiled)
             self._graphs[id(task)] = cached
@@ -483,12 +495,15 @@ class Engine:
 
     def _answer_gates(self, rec: ThreadRecord, task: LongTask) -> Command[Any] | None:
         """A plain resume of a thread paused at gates (a budget reached, a permission
-        missing) answers their interrupts, so the steps look again: without an answer LangGraph
-        would only ask the same again. A stale id (answered meanwhile) is ignored by LangGraph."""
+        missing) or at its sub-tasks answers their interrupts, so the steps look again:
+        without an answer LangGraph would only ask the same again. A stale id (answered
+        meanwhile) is ignored by LangGraph."""
         if rec.status in ("completed", "cancelled"):
             return None
         gates = [
-            p for p in open_interrupts(self.db.saver.head(rec.thread_id)) if p.kind in GATE_KINDS
+            p
+            for p in open_interrupts(self.db.saver.head(rec.thread_id))
+            if p.kind in GATE_KINDS or p.kind == SUBTASK_KIND
         ]
         if not gates:
             return None
@@ -537,6 +552,43 @@ class Engine:
         config: Mapping[str, Any] | None = None,
         before: Callable[[], None] | None = None,
     ) -> Iterator[Any]:
+        """``_held_run``, then what the run leaves to do once the thread is let go: the
+        sub-tasks its steps started here, and the parent of a sub-task that ended."""
+        thread_id = rec.thread_id
+        self.subtasks.running(thread_id, task)
+        try:
+            yield from self._held_run(
+                rec,
+                task,
+                graph_input,
+                first=first,
+                check=check,
+                spec=spec,
+                config=config,
+                before=before,
+            )
+        except (GeneratorExit, KeyboardInterrupt):
+            raise
+        except BaseException:
+            # The run's own error is what the caller must see; a parent continued here
+            # records its own outcome in its thread.
+            with contextlib.suppress(Exception):
+                self.subtasks.after_run(thread_id, failed=True)
+            raise
+        self.subtasks.after_run(thread_id, failed=False)
+
+    def _held_run(
+        self,
+        rec: ThreadRecord,
+        task: LongTask,
+        graph_input: Any,
+        *,
+        first: bool,
+        check: Callable[[ThreadRecord], None] | None = None,
+        spec: StreamSpec | None = None,
+        config: Mapping[str, Any] | None = None,
+        before: Callable[[], None] | None = None,
+    ) -> Iterator[Any]:
         """One run of the thread, under its lock (or lease); yields the stream parts
         ``spec`` asks for (none for start and resume, which read it to the end). ``before``
         runs first, holding the thread (a command's state update)."""
@@ -564,6 +616,8 @@ class Engine:
             # Before any event of the run: its pauses and its end make notices only if
             # this records that someone is to be told.
             notifying = self.notifier is not None and self.notifier.thread_runs(thread_id, task)
+            # A sub-task's steps check its ancestors' budgets and deadlines too.
+            env.set_ancestors(thread_id, tuple(store.ancestors(thread_id)))
             if not first and rec.status == "running":
                 # Running, yet this process got the lock: the run that held it died.
                 recover(store, env, thread_id, run)

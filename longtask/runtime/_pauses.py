@@ -36,6 +36,7 @@ from longtask.steps._effects import RESOLVED_AS_FAILED
 from longtask.steps._hitl import decision_from_hitl, is_hitl, is_tool_approval
 from longtask.steps._pause import signal_value
 from longtask.store import Effect
+from longtask.store._kinds import SUBTASK_KIND
 from longtask.store._values import to_json_bytes
 
 if TYPE_CHECKING:
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
 class TickResult:
     thread_id: str
     step: str
-    outcome: str  # "timed out", "failed", "busy", "not waiting"
+    #: "timed out", "failed", "busy", "not waiting", "sub-tasks ended: continued"
+    outcome: str
 
 
 class Pauses:
@@ -104,6 +106,12 @@ class Pauses:
                 f"step {item.step!r} waits for a person to settle effect {item.request['key']}: "
                 f"use `longtask effects resolve {thread_id} {item.request['key']} "
                 "--succeeded [--result JSON] | --failed | --retry`"
+            )
+        if item.kind == SUBTASK_KIND:
+            raise InvalidInput(
+                f"step {item.step!r} waits for its sub-tasks, which continue it when they "
+                f"end: see them with `longtask status {thread_id} --tree`, and answer their "
+                "own pauses"
             )
         if item.kind == INTERRUPT_KIND:
             # The graph's own interrupt: its answer is whatever the graph expects, as JSON.
@@ -405,13 +413,16 @@ class Pauses:
         return thread_id
 
     def tick(self, limit: int = 100, *, thread_id: str | None = None) -> list[TickResult]:
-        """Act on every due deadline (approval or wait timeouts), across threads (or of one).
+        """Act on every due deadline (approval or wait timeouts), across threads (or of one),
+        and continue any parent whose sub-tasks have all ended but that still waits (its
+        continuation was lost with a process that died).
 
         Safe to run from cron and from several processes at once: a thread another process
         is advancing is left for it (``busy``), and a resolved pause is just forgotten.
         """
         now = self.clock()
         results = []
+        only = thread_id  # the loop below reuses the name
         due = self.db.store.due_timers(now.timestamp(), limit)
         if thread_id is not None:
             due = [d for d in due if d[0] == thread_id]
@@ -435,6 +446,8 @@ class Pauses:
                 results.append(TickResult(thread_id, step, "failed"))
             except LongTaskError as exc:
                 results.append(TickResult(thread_id, step, f"error: {exc}"))
+        for parent, step in self._engine.subtasks.sweep(limit, only):
+            results.append(TickResult(parent, step, "sub-tasks ended: continued"))
         return results
 
 

@@ -187,6 +187,8 @@ class ThreadServer(Protocol):
 
     def wake(self, thread_id: str, *, at: float | None = ..., queue: str = ...) -> None: ...
 
+    def subtask_ended(self, thread_id: str) -> None: ...
+
 
 def apply_command(runner: ThreadServer, thread_id: str, command: Mapping[str, Any]) -> None:
     """Carry out a continuation a caller queued for a worker thread (worker side)."""
@@ -216,6 +218,10 @@ def serve_thread(runner: ThreadServer, thread_id: str) -> str:
     rec = store.get_thread(thread_id)
     if rec is None:
         return "unknown thread"
+    if rec.status in ("completed", "failed", "cancelled"):
+        # A child's end wakes its parent, again if this job is run again because the
+        # worker that ran it died after the end committed (see runtime._subtasks).
+        runner.subtask_ended(thread_id)
     runner.tick(thread_id=thread_id)  # deadlines that are due (they resume the thread)
     entries = store.inbox_peek(thread_id)
     if not entries and rec.status in ("completed", "cancelled"):

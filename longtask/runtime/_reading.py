@@ -268,7 +268,30 @@ class Reads:
             **self._silence(holder[0] if holder and rec.status == "running" else None),
             schedule=schedule_of(self.db.store, thread_id),
             usage=totals,
+            subtasks=self._children(thread_id),
+            parent=self._parent(thread_id),
         )
+
+    def _children(self, thread_id: str) -> dict[str, list[dict[str, Any]]]:
+        """The thread's child threads, by sub-task step."""
+        children: dict[str, list[dict[str, Any]]] = {}
+        for row in self.db.store.subtask_rows(thread_id):
+            children.setdefault(row.step, []).append(
+                {
+                    "index": row.index,
+                    "attempt": row.attempt,
+                    "thread_id": row.child,
+                    "status": row.status or "pending",
+                }
+            )
+        return children
+
+    def _parent(self, thread_id: str) -> dict[str, Any] | None:
+        """The sub-task step that started the thread, if one did."""
+        up = self.db.store.subtask_of(thread_id)
+        if up is None:
+            return None
+        return {"thread_id": up.parent, "step": up.step, "item": up.index, "attempt": up.attempt}
 
     def _advanced(self, rec: ThreadRecord, holder: tuple[str, int] | None) -> bool:
         """Whether a process advances the thread now. A worker holds a lease; a single
@@ -433,12 +456,15 @@ class Reads:
         status: str | None = None,
         sort: str = "updated",
         task: str | None = None,
+        top: bool = False,
     ) -> list[ThreadCost]:
         """Threads (with ``status``, of the task named ``task``) with what they cost and
         their age: ``sort`` is ``updated`` (most recently updated first), ``cost`` (most
-        expensive first) or ``age`` (oldest first). Two queries, whatever the number of
-        threads."""
-        records = self.db.store.list_threads(limit=limit, status=status, sort=sort, task=task)
+        expensive first) or ``age`` (oldest first); with ``top`` only threads no sub-task
+        step started. Two queries, whatever the number of threads."""
+        records = self.db.store.list_threads(
+            limit=limit, status=status, sort=sort, task=task, top=top
+        )
         listed = with_costs(records, self.db.store.costs_of([r.thread_id for r in records]))
         # A running thread that no process advances (its process died or was stopped) says
         # so, as status does: a lock or lease check per running thread, none for the rest.

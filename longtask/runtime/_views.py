@@ -132,6 +132,12 @@ class ThreadStatus(BaseModel):
     schedule: dict[str, Any] | None = None
     #: tokens, cost, tool calls and time in all, and what the budget has left
     usage: ThreadUsage | None = None
+    #: the child threads of each sub-task step: [{"index", "attempt", "thread_id",
+    #: "status"}], every attempt, by item
+    subtasks: dict[str, list[dict[str, Any]]] = {}
+    #: the sub-task step that started this thread: {"thread_id", "step", "item",
+    #: "attempt"}, or None for a top-level thread
+    parent: dict[str, Any] | None = None
 
     @property
     def done(self) -> int:
@@ -147,8 +153,17 @@ class Pending(BaseModel):
 
     step: str
     #: budget / deadline / permission / fix: a step stopped for a person (a gate)
+    #: subtask: a sub-task step waits for its child threads to end
     kind: Literal[
-        "approval", "wait", "effect", "budget", "deadline", "permission", "fix", "interrupt"
+        "approval",
+        "wait",
+        "effect",
+        "budget",
+        "deadline",
+        "permission",
+        "fix",
+        "interrupt",
+        "subtask",
     ]
     interrupt_id: str
     request: dict[str, Any]
@@ -170,6 +185,8 @@ class Pending(BaseModel):
             "command",
             "item",
             "value",
+            "open",
+            "total",
         ):
             if self.request.get(key) is not None:
                 out[key] = self.request[key]

@@ -65,6 +65,10 @@ class WorkerRunner(ThreadServer, Protocol):
         self, now: datetime | None = ..., *, launch: Any = ..., limit: int = ...
     ) -> Any: ...
 
+    def subtask_sweep(
+        self, limit: int = ..., thread_id: str | None = ..., *, workers: bool = ...
+    ) -> Any: ...
+
     def close(self) -> None: ...
 
 
@@ -250,13 +254,19 @@ class Worker:
             )
 
     async def _scheduling(self) -> None:
-        """Fire due schedules, apart from the heartbeat and the takeovers (a task module
-        slow to import must not hold them up); as often as the housekeeping runs."""
+        """Fire due schedules, and wake parents whose sub-tasks have all ended but whose
+        wake-up was lost (see runtime._subtasks), apart from the heartbeat and the
+        takeovers (a task module slow to import must not hold them up); as often as the
+        housekeeping runs."""
         while not self.runner.stopping.is_set():
             try:
                 await asyncio.to_thread(self.runner.fire_due, launch="queue")
             except Exception:  # the next round tries again; a tick stays due until fired
                 log.exception("could not fire due schedules")
+            try:
+                await asyncio.to_thread(self.runner.subtask_sweep, workers=True)
+            except Exception:  # the next round tries again
+                log.exception("could not look for parents whose sub-tasks ended")
             await asyncio.sleep(max(0.2, self.stalled_after / 4))
 
     async def _housekeeping(self) -> None:

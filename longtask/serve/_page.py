@@ -256,7 +256,7 @@ function stageState(steps) {
   for (const s of ["failed", "waiting", "running"]) if (states.includes(s)) return s;
   return "pending";
 }
-function stepLine(s) {
+function stepLine(s, children) {
   const li = el("li", "step st-" + s.state);
   li.dataset.step = s.name;
   li.append(mark(s.state), s.name + " ", el("span", "kind", s.kind));
@@ -272,6 +272,20 @@ function stepLine(s) {
       (p.message ? " " + p.message : ""));
   }
   if (extra.length) li.append(" ", el("span", "extra", "· " + extra.join(" · ")));
+  // A sub-task step's children (the latest attempt of each item), each a link to its page.
+  const latest = new Map();
+  for (const c of children || []) latest.set(c.index, c);
+  if (latest.size) {
+    const sub = el("ul", "children");
+    for (const c of latest.values()) {
+      const link = el("a", null, c.thread_id);
+      link.href = "/threads/" + encodeURIComponent(c.thread_id);
+      const item = el("li", "step");
+      item.append(link, " ", el("span", "badge s-" + c.status, c.status));
+      sub.append(item);
+    }
+    li.append(sub);
+  }
   return li;
 }
 function renderStatus(st) {
@@ -297,9 +311,17 @@ function renderStatus(st) {
     const li = el("li", "stage st-" + state);
     li.append(mark(state), el("strong", null, name));
     const ul = el("ul");
-    for (const s of steps) ul.append(stepLine(s));
+    for (const s of steps) ul.append(stepLine(s, (st.subtasks || {})[s.name]));
     li.append(ul);
     tree.append(li);
+  }
+  if (st.parent) {
+    // A sub-task links back to the thread whose step started it.
+    const up = el("li", "stage");
+    const link = el("a", null, st.parent.thread_id);
+    link.href = "/threads/" + encodeURIComponent(st.parent.thread_id);
+    up.append("sub-task of ", link, " (step " + st.parent.step + ", item " + st.parent.item + ")");
+    tree.prepend(up);
   }
   const err = $("error");
   err.hidden = !st.error;

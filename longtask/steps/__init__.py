@@ -1,5 +1,5 @@
-"""What a graph node runs for each step kind (function, map, agent, graph, approval, wait), what
-they share (the compiled task's StepEnv, attempts and retries, effects, tracing) and the
+"""What a graph node runs for each step kind (function, map, agent, graph, sub-task, approval,
+wait), what they share (the compiled task's StepEnv, attempts and retries, effects, tracing) and the
 StepContext handed to step functions. Beside ``checkpointers``, above ``model`` and
 ``store``: it imports only ``longtask.model``, ``longtask.store``, ``longtask.errors`` and
 third-party libraries (LangGraph, LangChain, OpenTelemetry); it neither opens databases nor
@@ -31,6 +31,7 @@ from longtask.steps._pause import (
     request_node_name,
 )
 from longtask.steps._siblings import settled
+from longtask.steps._subtask import ChildThreads, subtask_node
 
 __all__ = [
     "INPUTS_CHANNEL",
@@ -38,6 +39,7 @@ __all__ = [
     "RUN_KEY",
     "STEP_ATTR",
     "TIMEOUT",
+    "ChildThreads",
     "Classified",
     "ItemContext",
     "NodeCall",
@@ -62,4 +64,5 @@ __all__ = [
     "resolve_graph",
     "result_channel",
     "settled",
+    "subtask_node",
 ]

@@ -76,6 +76,8 @@ class AttemptEnv(Protocol):
     def default_retry(self) -> Retry | None: ...
     @property
     def has_limits(self) -> bool: ...
+
+    def ancestors_of(self, thread_id: str) -> tuple[str, ...]: ...
     @property
     def on_limit(self) -> str: ...
     @property
@@ -178,16 +180,21 @@ def check_limits(
         raise _tagged(Cancelled(f"thread {call.thread_id!r} was cancelled"), info)
     if env.stopping.is_set():
         raise _tagged(Stopping("the worker is shutting down"), info)
-    if not env.has_limits:
+    # A sub-task is bound by its ancestors' budgets and deadlines too.
+    ancestors = env.ancestors_of(call.thread_id)
+    if not env.has_limits and not ancestors:
         return
-    budget = env.store.budget(call.thread_id)
-    if budget is None:
-        return
-    exceeded = budget.exceeded(env.clock().timestamp())
-    if not exceeded:
+    now = env.clock().timestamp()
+    for owner in (call.thread_id, *ancestors):
+        budget = env.store.budget(owner)
+        exceeded = budget.exceeded(now) if budget is not None else []
+        if budget is not None and exceeded:
+            break
+    else:
         return
     kind = "deadline" if exceeded == ["deadline passed"] else "budget"
-    reason = f"{kind} exceeded: {', '.join(exceeded)}"
+    whose = "" if owner == call.thread_id else f" of ancestor {owner}"
+    reason = f"{kind}{whose} exceeded: {', '.join(exceeded)}"
     env.emit(
         call,
         "budget.exceeded",
@@ -202,7 +209,7 @@ def check_limits(
         kind,
         info,
         reason,
-        f"`longtask budget {thread} --add-tokens N` (or --add-cost, --add-tool-calls, "
+        f"`longtask budget {owner} --add-tokens N` (or --add-cost, --add-tool-calls, "
         f"--add-time, --extend-deadline), then `longtask resume {thread}`",
         limits=budget.limits,
         used=budget.used,

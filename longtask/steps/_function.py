@@ -101,12 +101,17 @@ class StepEnv:
     #: directly (LangGraph's own ``invoke``/``stream``, no Runner) has its thread record
     adopt: Callable[[str, Mapping[str, Any]], None] | None = None
     _adopted: set[str] = field(default_factory=set)
+    #: the run core's side of sub-task steps (``steps._subtask.ChildThreads``), set by the
+    #: Engine: a sub-task node starts child threads through it
+    children: Any = None
     #: once-per-thread event keys this process has queued (stage.started of each sibling)
     _emitted: dict[str, set[str]] = field(default_factory=dict)
     #: durable attempt counts, read once per thread per run (only failures write them)
     _attempts: dict[str, dict[tuple[str, int], Attempts]] = field(default_factory=dict)
     #: threads a cancel request was seen for (set by the Runner's watcher)
     _cancelled: set[str] = field(default_factory=set)
+    #: each running thread's ancestors (its sub-task parents), set by the Runner per run
+    _ancestors: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: when each step last reported progress (monotonic seconds), for the rate limit
     _progress_at: dict[str, float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -308,6 +313,13 @@ class StepEnv:
     def is_cancelled(self, thread_id: str) -> bool:
         return thread_id in self._cancelled
 
+    def set_ancestors(self, thread_id: str, ancestors: tuple[str, ...]) -> None:
+        with self._lock:
+            self._ancestors[thread_id] = ancestors
+
+    def ancestors_of(self, thread_id: str) -> tuple[str, ...]:
+        return self._ancestors.get(thread_id, ())
+
     def first_time(self, thread_id: str, key: str) -> bool:
         """True once per thread and key in this process (until ``forget``)."""
         with self._lock:
@@ -322,6 +334,7 @@ class StepEnv:
             self._emitted.pop(thread_id, None)
             self._attempts.pop(thread_id, None)
             self._cancelled.discard(thread_id)
+            self._ancestors.pop(thread_id, None)
         self.siblings.forget(thread_id)
 
 

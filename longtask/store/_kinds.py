@@ -22,6 +22,7 @@ EVENT_KINDS: tuple[str, ...] = (
     *(f"approval.{k}" for k in ("required", "resolved", "expired", "refused")),
     *(f"wait.{k}" for k in ("started", "resolved", "expired", "refused")),
     *(f"compensation.{k}" for k in ("started", "completed", "failed")),
+    *(f"subtask.{k}" for k in ("started", "completed", "failed")),
     "budget.exceeded",
     "artifact.created",
     "fix.round",
@@ -56,6 +57,16 @@ LIVE_KINDS: frozenset[str] = frozenset(
 GATE_KINDS: tuple[str, ...] = ("budget", "deadline", "permission", "fix")
 #: every kind of interrupt longtask makes (the ``kind`` of its request); "interrupt" is one
 #: of a graph step's own graph, its value under the request's ``value``
-PAUSE_KINDS: tuple[str, ...] = ("approval", "wait", "effect", "interrupt", *GATE_KINDS)
+PAUSE_KINDS: tuple[str, ...] = (
+    "approval",
+    "wait",
+    "effect",
+    "interrupt",
+    "subtask",
+    *GATE_KINDS,
+)
+#: the pause of a sub-task step until its children end (answered by the last child's end,
+#: or by a plain resume: the step looks at its children again)
+SUBTASK_KIND = "subtask"
 #: kinds a person answers (the others wait for an outside event)
 USER_KINDS: tuple[str, ...] = ("approval", "effect", "interrupt", *GATE_KINDS)

@@ -161,23 +161,42 @@ class LimitTables:
         and, with ``step``, to that step's (in the same transaction: the steps' usage adds up
         to the thread's)."""
         values = [float(used.get(n, 0) or 0) for n in BUDGET_LIMITS]
-        budget = (
-            "INSERT INTO longtask_budgets (thread_id, tokens, cost, tool_calls, wall_time, "
-            "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT (thread_id) DO UPDATE SET "
-            "tokens = longtask_budgets.tokens + excluded.tokens, "
-            "cost = longtask_budgets.cost + excluded.cost, "
-            "tool_calls = longtask_budgets.tool_calls + excluded.tool_calls, "
-            "wall_time = longtask_budgets.wall_time + excluded.wall_time, "
-            "updated_at = excluded.updated_at",
-            (thread_id, *values, time.time()),
-        )
+        now = time.time()
+        # A sub-task's usage is its ancestors' too (their budgets bound the whole tree), in
+        # the same transaction.
+        budgets = [
+            (
+                "INSERT INTO longtask_budgets (thread_id, tokens, cost, tool_calls, wall_time, "
+                "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT (thread_id) DO UPDATE SET "
+                "tokens = longtask_budgets.tokens + excluded.tokens, "
+                "cost = longtask_budgets.cost + excluded.cost, "
+                "tool_calls = longtask_budgets.tool_calls + excluded.tool_calls, "
+                "wall_time = longtask_budgets.wall_time + excluded.wall_time, "
+                "updated_at = excluded.updated_at",
+                (who, *values, now),
+            )
+            for who in (thread_id, *self.ancestors(thread_id))
+        ]
         if step is None:
-            self._run(*budget)
+            self._run_all(budgets)
             return
         tokens, cost, tool_calls, _ = values
         self._run_all(
-            [budget, usage_statement(thread_id, step, tokens, cost, tool_calls, model_calls)]
+            [*budgets, usage_statement(thread_id, step, tokens, cost, tool_calls, model_calls)]
         )
+
+    def ancestors(self, thread_id: str) -> list[str]:
+        """The threads whose sub-task ``thread_id`` is, its parent first (none for a
+        top-level thread)."""
+        rows = self._run(
+            "WITH RECURSIVE up(id, depth) AS ("
+            "SELECT thread_id, 1 FROM longtask_subtasks WHERE child_thread_id = ? "
+            "UNION ALL SELECT s.thread_id, up.depth + 1 FROM longtask_subtasks s "
+            "JOIN up ON s.child_thread_id = up.id WHERE up.depth < 100"
+            ") SELECT id FROM up ORDER BY depth",
+            (thread_id,),
+        )
+        return [str(r[0]) for r in rows]
 
     def budget_raise(
         self, thread_id: str, limits: dict[str, float], deadline_by: float | None

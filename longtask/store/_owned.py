@@ -196,6 +196,11 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
         ),
         "step, digest, idx",
     ),
+    OwnedTable(
+        "longtask_subtasks",
+        ("thread_id", "step", "idx", "attempt", "child_thread_id", "inputs", "created_at"),
+        "step, idx, attempt",
+    ),
     OwnedTable("longtask_timers", ("thread_id", "step", "due_at"), "step"),
     OwnedTable(
         "longtask_inbox",

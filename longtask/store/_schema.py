@@ -685,6 +685,22 @@ MIGRATIONS: list[list[str | Step]] = [
         + "CREATE TRIGGER longtask_notify_outbox AFTER INSERT ON longtask_events "
         + f"FOR EACH ROW WHEN ({_NOTIFY_WHEN}) EXECUTE FUNCTION longtask_notify_outbox()",
     ],
+    # 21: sub-tasks (issue 44): by parent thread (thread_id), the child thread a sub-task
+    # step started for each item and attempt, its id derived from the four (so starting it
+    # is idempotent), and its inputs; written before the child's record, so a parent
+    # entering the step again adopts it.
+    [
+        """CREATE TABLE longtask_subtasks (
+            thread_id TEXT NOT NULL,
+            step TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            attempt INTEGER NOT NULL,
+            child_thread_id TEXT NOT NULL UNIQUE,
+            inputs TEXT,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (thread_id, step, idx, attempt)
+        )""",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -32,6 +32,7 @@ from longtask.store._notify import NotifyTables
 from longtask.store._pooled import on_pooled
 from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
+from longtask.store._subtasks import SubtaskTables
 from longtask.store._usage import THREAD_ORDER, UsageTables
 
 if TYPE_CHECKING:
@@ -169,6 +170,7 @@ _THREAD_READ_T = ", ".join(
 
 class Store(
     MapTables,
+    SubtaskTables,
     EffectTables,
     LimitTables,
     ArtifactTables,
@@ -288,12 +290,18 @@ class Store(
         status: str | None = None,
         sort: str = "updated",
         task: str | None = None,
+        top: bool = False,
     ) -> list[ThreadRecord]:
-        """At most ``limit`` threads (with ``status``, of the task named ``task``), ordered
-        by ``sort`` (THREAD_SORTS)."""
+        """At most ``limit`` threads (with ``status``, of the task named ``task``; with
+        ``top`` only those no sub-task step started), ordered by ``sort`` (THREAD_SORTS)."""
         if sort not in THREAD_ORDER:
             raise ValueError(f"sort must be one of {', '.join(THREAD_ORDER)}")
         conditions = [c for c, v in (("t.status = ?", status), ("t.task_name = ?", task)) if v]
+        if top:
+            conditions.append(
+                "NOT EXISTS (SELECT 1 FROM longtask_subtasks s "
+                "WHERE s.child_thread_id = t.thread_id)"
+            )
         params: list[Any] = [v for v in (status, task) if v]
         where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
         # the budget row (what the thread charged) only when the order needs it

@@ -22,6 +22,7 @@ from longtask import (
     function_step,
     graph_step,
     map_step,
+    subtask_step,
 )
 
 
@@ -90,3 +91,7 @@ _graph.add_edge("hold", END)
 GRAPH = LongTask(
     "num_graph", stages=[Stage("s", [graph_step("work", _graph, input=lambda ctx: {})])]
 )
+
+#: the work of a sub-task step happens in its child thread (here: FUNCTION's), so that is
+#: where its attempts are numbered
+SUBTASK = LongTask("num_subtask", stages=[Stage("s", [subtask_step("work", FUNCTION)])])

@@ -237,3 +237,30 @@ def test_the_page_of_a_failed_thread_stops_listening_and_shows_its_artifacts(
     page.wait_for_timeout(3000)  # a reconnecting page would open the stream again meanwhile
     assert len(opened) == 1, opened
     expect(page.locator("#live")).to_have_text("finished")
+
+
+def test_the_page_links_a_parent_and_its_sub_tasks(
+    sqlite_url: str, server: str, browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    parent = "sub-page"
+    ref = f"{HERE / 'subtask_crash_task.py'}:gated_parent"
+    started = run_cli("run", ref, "--thread", parent, db=sqlite_url)
+    assert started.returncode == 3, started.stdout + started.stderr
+    with Runner(sqlite_url) as runner:
+        children = [r.child for r in runner.db.store.subtask_rows(parent)]
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{server}/threads/{parent}")
+    fan = page.locator('li.step[data-step="fan"]')
+    for child in children:
+        expect(fan.get_by_role("link", name=child)).to_be_visible(timeout=WAIT)
+    expect(fan.locator("ul.children .badge").first).to_have_text("waiting_user")
+    fan.get_by_role("link", name=children[0]).click()
+    page.wait_for_url(f"{server}/threads/{children[0]}")
+    expect(page.locator("#tree")).to_contain_text(f"sub-task of {parent}", timeout=WAIT)
+    page.get_by_role("link", name=parent).click()
+    page.wait_for_url(f"{server}/threads/{parent}")
+    assert not errors, errors

@@ -1,13 +1,13 @@
 """Every kind of step is numbered after an attempt a killed process abandoned (issue 39).
 
-For each kind of step that does work (function, map, agent, graph; the list is read from the
-model, so a new kind must join), a ``longtask`` process runs the task's one step ``work``,
-which holds mid-step; the test waits until the attempt's ``step.started`` is stored, kills
-the process with SIGKILL, and does so twice; a third process completes the step. The log
-must then read: started #1, abandoned #1 (pointing at started #1), started #2, abandoned
-#2 (pointing at started #2), started #3, completed #3. Before the fix, map and agent steps
-started at #1 after every crash, and the second ``step.abandoned`` (#2) pointed at a
-``step.started`` #1.
+For each kind of step that does work (function, map, agent, graph, sub-task, whose work is
+numbered in its child thread; the list is read from the model, so a new kind must join), a
+``longtask`` process runs the task's one step ``work``, which holds mid-step; the test waits
+until the attempt's ``step.started`` is stored, kills the process with SIGKILL, and does so
+twice; a third process completes the step. The log must then read: started #1, abandoned #1
+(pointing at started #1), started #2, abandoned #2 (pointing at started #2), started #3,
+completed #3. Before the fix, map and agent steps started at #1 after every crash, and the
+second ``step.abandoned`` (#2) pointed at a ``step.started`` #1.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from conftest import run_cli
 from fakes import FakeOpenAI, Reply, by_turn
 
 from longtask import Runner
-from longtask.model import PauseStep, Step
+from longtask.model import PauseStep, Step, child_thread_id
 
 HERE = Path(__file__).resolve().parent
 TASKS = {
@@ -32,7 +32,11 @@ TASKS = {
     "MapStep": "MAP",
     "AgentStep": "AGENT",
     "GraphStep": "GRAPH",
+    "SubtaskStep": "SUBTASK",
 }
+#: the thread whose log numbers a kind's attempts, if not the one started: a sub-task
+#: step's work is its child's
+WATCHED = {"SubtaskStep": lambda thread: child_thread_id(thread, "work", 0, 1)}
 CRASHES = 2
 
 
@@ -60,6 +64,7 @@ def _started(db: str, thread: str) -> int:
 @pytest.mark.parametrize("kind", sorted(TASKS))
 def test_a_step_killed_twice_is_numbered_on(db_url: str, tmp_path: Path, kind: str) -> None:
     thread = f"t-{kind.lower()}"
+    watched = WATCHED.get(kind, lambda t: t)(thread)
     go = tmp_path / "go"
     script = [Reply.tool_calls([("wait_for_go", {"reason": "work"})]), Reply.text("worked")]
     with FakeOpenAI(by_turn(script)) as server:
@@ -80,7 +85,7 @@ def test_a_step_killed_twice_is_numbered_on(db_url: str, tmp_path: Path, kind: s
                 text=True,
             )
             deadline = time.monotonic() + 60
-            while not (_exists(db_url, thread) and _started(db_url, thread) >= crash):
+            while not (_exists(db_url, watched) and _started(db_url, watched) >= crash):
                 assert proc.poll() is None, proc.communicate()
                 assert time.monotonic() < deadline, f"attempt {crash} never started"
                 time.sleep(0.1)
@@ -92,9 +97,10 @@ def test_a_step_killed_twice_is_numbered_on(db_url: str, tmp_path: Path, kind: s
 
     with Runner(db_url) as runner:
         assert runner.status(thread).status == "completed"
+        assert runner.status(watched).status == "completed"
         events = [
             e
-            for e in runner.events(thread)
+            for e in runner.events(watched)
             if e.step == "work" and e.kind.startswith("step.") and e.kind != "step.progress"
         ]
     got = [(e.kind, e.attempt) for e in events]

@@ -11,6 +11,7 @@ block is run with bash; a line ending in ``# exit N`` must exit N, any other mus
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -30,6 +31,7 @@ RUN_PAGES = (
     "docs/tutorial.md",
     "docs/guide/defining-tasks.md",
     "docs/howto/testing.md",
+    "docs/guide/subtasks.md",
 )
 #: languages of the blocks that must run or say why not
 CODE_LANGUAGES = frozenset({"python", "py", "bash", "sh", "shell", "console"})
@@ -170,6 +172,19 @@ def test_tutorial_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_testing_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run_page("docs/howto/testing.md", tmp_path, monkeypatch)
+
+
+def test_subtasks_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_page("docs/guide/subtasks.md", tmp_path, monkeypatch)
+    shown = subprocess.run(
+        ["longtask", "result", "big-move", "each", "--json"],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert json.loads(shown.stdout) == ["billing migrated", "search migrated", "auth migrated"]
 
 
 def test_readme_is_short_and_keeps_the_marked_commands() -> None:

@@ -12,7 +12,7 @@ from longtask.store._kinds import EVENT_KINDS
 SOURCE = Path(longtask.__file__).parent
 FAMILIES = (
     "longtask|stage|step|agent\\.run|model|tool|effect|approval|wait|budget|artifact|fix|"
-    "manual|compensation|definition|notify"
+    "manual|compensation|definition|notify|subtask"
 )
 LITERAL = re.compile(rf'"((?:{FAMILIES})\.[a-z_]+)"')
 #: f"{kind}.expired" and the like, where kind is "approval" or "wait"

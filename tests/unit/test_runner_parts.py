@@ -18,6 +18,7 @@ from longtask.runtime import (
     Queue,
     Reads,
     Streams,
+    Subtasks,
     TimeTravel,
     Watch,
 )
@@ -33,6 +34,7 @@ PARTS = {
     "watch": Watch,
     "travel": TimeTravel,
     "streams": Streams,
+    "subtasks": Subtasks,
     "reports": Reports,
     "moves": Moves,
     "retention": Retention,
