@@ -18,6 +18,7 @@ from longtask.cli._app import (
     _stable_ref,
     _thread_option,
     app,
+    checked_by,
     out,
 )
 from longtask.cli._hints import cmd
@@ -39,6 +40,15 @@ def submit(
         str | None, typer.Option("--input", help="Task inputs as JSON, or @file.json.")
     ] = None,
     db: DbOpt = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            help="Who starts it: the thread's owner [default: you].",
+            callback=checked_by,
+        ),
+    ] = None,
 ) -> None:
     """Queue a task on a new thread for the workers (PostgreSQL).
 
@@ -52,7 +62,7 @@ def submit(
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
     with _runner(db, create=True) as runner:
-        runner.submit(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
+        runner.submit(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref), by=by)
     follow = cmd(f"longtask watch {thread_id}")
     out.print(f"thread {escape(thread_id)} queued; follow it with: {escape(follow)}")
 

@@ -83,6 +83,7 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
             "waiting",
             "cancel",
             "mode",
+            "owner",
         ),
         "thread_id",
     ),
@@ -224,7 +225,9 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
         ),
         "created_at, run_id",
     ),
-    OwnedTable("longtask_api_threads", ("thread_id", "metadata", "created_at"), "thread_id"),
+    OwnedTable(
+        "longtask_api_threads", ("thread_id", "metadata", "created_at", "owner"), "thread_id"
+    ),
     OwnedTable(
         "longtask_leases",
         ("thread_id", "epoch", "holder", "acquired_at", "released_at"),

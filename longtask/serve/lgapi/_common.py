@@ -16,6 +16,7 @@ from longtask.serve._json_body import read_json_body
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
+    from longtask.serve._access import Access
     from longtask.serve._executor import Executor
     from longtask.serve._registry import Registered, Registry
 
@@ -31,6 +32,8 @@ class Api:
     executor: Executor
     reader: Callable[[Handler], Handler]
     actor: Callable[[ActorHandler], Handler]
+    #: who may see what: lists and searches show only the threads the caller may see
+    access: Access
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)

@@ -251,7 +251,7 @@ def routes(api: Api) -> list[Route]:
             "durability": "sync",  # every step is checkpointed before the next starts
         }
         if new_thread:
-            store.api_thread_put(thread_id, {"graph_id": entry.name})
+            store.api_thread_put(thread_id, {"graph_id": entry.name}, owner=actor)
         return record(
             api,
             thread_id,
