@@ -30,11 +30,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from longtask.errors import InvalidInput
+from longtask.runtime._who import check_by
+from longtask.serve._handlers import HandlerRefused, matches
 from longtask.serve._http import error, unauthorized
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
     from longtask.serve._auth import Tokens
+    from longtask.serve._handlers import Handlers
 
 Handler = Callable[[Request], Awaitable[Response]]
 ActorHandler = Callable[[Request, str], Awaitable[Response]]
@@ -162,12 +166,15 @@ class Access:
         runner: Runner,
         tokens: Tokens,
         roles: dict[str, str] | None = None,
+        handlers: Handlers | None = None,
     ) -> None:
         self.runner = runner
         self.tokens = tokens
         self.roles = dict(roles or {})
+        #: LangGraph's auth handlers (langgraph.json ``auth``): they identify every caller
+        self.handlers = handlers
         #: open mode: no token and no handler configured (serve allows it on loopback only)
-        self.open = not tokens
+        self.open = not tokens and handlers is None
 
     # -- who calls ---------------------------------------------------------------------------
 
@@ -175,6 +182,8 @@ class Access:
         """The caller, or the 401 to answer."""
         if self.open:
             return Caller(None, "open")
+        if self.handlers is not None:
+            return await self._from_handler(request)
         name = self.tokens.from_request(request, query=request.method in ("GET", "HEAD"))
         if name is None:
             given = (
@@ -184,6 +193,35 @@ class Access:
             )
             return unauthorized("invalid bearer token" if given else "a bearer token is needed")
         return Caller(name, self.roles.get(name, "user"))
+
+    async def _from_handler(self, request: Request) -> Caller | Response:
+        assert self.handlers is not None
+        try:
+            identity, user, permissions = await self.handlers.authenticate(request)
+            name = check_by(identity)  # it is who acts: one line of printable text
+        except HandlerRefused as exc:
+            if exc.status == 401:
+                return unauthorized(exc.detail)
+            return error(exc.status, exc.detail)
+        except InvalidInput as exc:
+            return error(401, f"the auth handler's identity cannot name who acts: {exc}")
+        return Caller(name, self.roles.get(name, "user"), user, tuple(permissions))
+
+    async def _handler_filter(
+        self, caller: Caller, action: str, value: dict[str, Any]
+    ) -> dict[str, Any] | Response | None:
+        """The filter the threads handler for ``action`` returns, or its refusal."""
+        assert self.handlers is not None
+        try:
+            return await self.handlers.on(
+                caller.user, list(caller.permissions), "threads", action, value
+            )
+        except HandlerRefused as exc:
+            return error(exc.status, exc.detail)
+
+    def metadata_of(self, thread_id: str) -> dict[str, Any]:
+        found = self.runner.db.store.api_thread(thread_id)
+        return dict(found[0]) if found else {}
 
     # -- what the caller may do with a thread ---------------------------------------------------
 
@@ -215,6 +253,16 @@ class Access:
 
     def visible(self, caller: Caller) -> Callable[[str], bool]:
         """A test of which threads ``caller`` may see, for lists, searches and counts."""
+        if "filter" in caller.extra:
+            # an auth handler's search filter on the threads' metadata
+            wanted = caller.extra["filter"]
+
+            def passes(thread_id: str) -> bool:
+                if matches(self.metadata_of(thread_id), wanted):
+                    return True
+                return caller.name is not None and self.named_by_pause(caller.name, thread_id)
+
+            return passes
         if caller.sees_everything:
             return lambda thread_id: True
         owners = self.runner.db.store.thread_owners()
@@ -251,6 +299,8 @@ class Access:
         needed = _NEEDS.get(rule)
         if needed is None:  # SIGNED_IN
             return None
+        if self.handlers is not None and caller.role == "user":
+            return await self._check_by_handler(rule, request, caller, thread_id)
         if thread_id is None:
             # A list (filtered by its handler) or a new thread.
             if acting and caller.role == "viewer":
@@ -268,6 +318,55 @@ class Access:
             what = "a viewer: reads only" if caller.role == "viewer" else f"not allowed to {needed}"
             return error(403, f"{caller.name!r} is {what} on thread {thread_id!r}")
         return None
+
+    async def _check_by_handler(
+        self, rule: Rule, request: Request, caller: Caller, thread_id: str | None
+    ) -> Response | None:
+        """The gate when LangGraph's auth handlers decide: the threads handler for what the
+        route does, its filter matched against the thread's metadata (LangGraph's 404)."""
+        action = _action(rule, request)
+        value: dict[str, Any] = {"thread_id": thread_id}
+        if thread_id is None and action == "create" and request.url.path == "/threads":
+            body = await _json_object(request)
+            value = {
+                "thread_id": body.get("thread_id"),
+                "metadata": dict(body.get("metadata") or {}),
+                "if_exists": body.get("if_exists"),
+            }
+        elif action == "create_run":
+            body = await _json_object(request)
+            value = {
+                "thread_id": thread_id,
+                "assistant_id": body.get("assistant_id"),
+                "metadata": dict(body.get("metadata") or {}),
+                "kwargs": {k: body.get(k) for k in ("input", "command", "config", "context")},
+            }
+        elif thread_id is None and action == "search":
+            body = await _json_object(request) if request.method == "POST" else {}
+            value = {k: body.get(k) for k in ("metadata", "values", "status", "limit", "offset")}
+        found = await self._handler_filter(caller, action, value)
+        if isinstance(found, Response):
+            return found
+        if thread_id is None:
+            if action == "search":
+                request.state.caller = Caller(
+                    caller.name, caller.role, caller.user, caller.permissions, {"filter": found}
+                )
+            elif action == "create" and "metadata" in value:
+                # What the handler set (an owner) is stored with the new thread.
+                request.state.handler_metadata = value["metadata"]
+            return None
+        exists = await run_in_threadpool(self.runner.db.store.thread_owner, thread_id)
+        if not exists[0]:
+            return None  # the route answers 404 (or creates the thread)
+        metadata = await run_in_threadpool(self.metadata_of, thread_id)
+        if matches(metadata, found):
+            return None
+        if _LEVEL[_NEEDS[rule]] <= _LEVEL["answer"] and caller.name is not None:
+            named = await run_in_threadpool(self.named_by_pause, caller.name, thread_id)
+            if named:
+                return None
+        return error(404, f"no thread {thread_id!r}")
 
     def protect(self, routes: Sequence[BaseRoute]) -> tuple[list[BaseRoute], list[str]]:
         """Every route wrapped in the gate; and the routes that declare no rule (refused)."""
@@ -302,3 +401,30 @@ class Access:
 
         setattr(guarded, _RULE, rule)
         return guarded
+
+
+def _action(rule: Rule, request: Request) -> str:
+    """The threads action LangGraph's server asks its handlers about for this route."""
+    path = request.url.path
+    has_thread = "thread_id" in request.path_params
+    if rule in (Rule.READ, Rule.PAGE):
+        return "read" if has_thread else "search"
+    if rule is Rule.ANSWER or path.endswith(("/runs", "/runs/stream", "/runs/wait")):
+        return "create_run"
+    if not has_thread:
+        return "create"
+    if request.method == "DELETE":
+        return "delete"
+    return "update"
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The body as an object, for the handler's ``value`` ({} if it is none: the route
+    itself answers a malformed body). Starlette keeps the bytes for the route."""
+    import json
+
+    try:
+        data = json.loads(await request.body() or b"{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -52,6 +52,7 @@ from longtask.serve._access import (
 from longtask.serve._auth import Tokens, check_roles
 from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
+from longtask.serve._handlers import Handlers
 from longtask.serve._hints import Hints
 from longtask.serve._http import (
     LoopbackHostOnly,
@@ -128,6 +129,7 @@ def create_app(
     tokens: Mapping[str, str] | None = None,
     *,
     roles: Mapping[str, str] | None = None,
+    auth_handler: Any = None,
     loopback_hosts_only: bool = False,
     poll: float = 0.25,
     heartbeat: float = 10.0,
@@ -145,6 +147,8 @@ def create_app(
     their roles (``admin``, ``viewer``; ``user`` by default). Who may see and do what is
     decided by one gate in front of every route (``longtask.serve._access``); with no
     token configured the app is in open mode: anyone reads everything, nobody acts.
+    ``auth_handler``: a ``langgraph_sdk.Auth`` whose handlers identify every caller and
+    decide as they do on LangGraph's server (``longtask.serve._handlers``).
     ``loopback_hosts_only`` refuses requests whose ``Host`` header is not a loopback name.
     ``registry`` holds the tasks the LangGraph Server API offers as assistants; its runs are
     carried out by an executor of ``run_workers`` threads, which on startup continues runs
@@ -156,7 +160,8 @@ def create_app(
     ``ready_timeout``: seconds ``GET /ready`` waits for the database before it answers 503.
     ``webhooks``: how runs' webhooks are delivered (attempts, backoff, timeout).
     """
-    access = Access(runner, Tokens(tokens or {}), check_roles(roles or {}))
+    handlers = Handlers(auth_handler) if auth_handler is not None else None
+    access = Access(runner, Tokens(tokens or {}), check_roles(roles or {}), handlers)
     open_reads = access.open
     hints = Hints(runner.db.url.raw)
     tasks = registry or Registry()

@@ -55,8 +55,13 @@ def run_server(
         cors_origins = cors_origins_from_env(os.environ)
     if cors_origins is not None:
         cors_origins = check_origins(cors_origins)
+    from longtask.serve._handlers import load_auth
+    from longtask.serve._registry import auth_path
+
+    handler_path = auth_path(config)
+    auth_handler = load_auth(*handler_path) if handler_path is not None else None
     loopback = is_loopback(host)
-    if not loopback and not configured:
+    if not loopback and not configured and auth_handler is None:
         raise InvalidInput(
             f"refusing to serve on {host!r} without an API token: anyone who can reach it "
             f"could read every thread. Set {ENV_TOKEN} (or {ENV_TOKENS}=name=token,...), or "
@@ -84,6 +89,7 @@ def run_server(
             runner,
             configured,
             roles=given_roles,
+            auth_handler=auth_handler,
             loopback_hosts_only=loopback,
             registry=registry,
             run_workers=run_workers,
@@ -92,7 +98,10 @@ def run_server(
         )
         for where in app.state.uncovered:
             print(f"longtask serve: route {where} has no authorization rule: refused")
-        if not configured:
+        if auth_handler is not None:
+            named = handler_path[0] if handler_path else ""
+            print(f"auth handler {named}: it identifies every caller and decides what they see")
+        elif not configured:
             print(
                 "open mode: no API token is set, so anyone on this machine can read every "
                 f"thread and nobody can act; set {ENV_TOKENS}=name=token[:role],... to "

@@ -197,7 +197,11 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
     # -- handlers --------------------------------------------------------------------------
 
     async def create_thread(request: Request, actor: str) -> Response:
-        return JSONResponse(await api.call(make, await api.json_body(request), actor))
+        body = await api.json_body(request)
+        edited = getattr(request.state, "handler_metadata", None)
+        if edited is not None:  # an auth handler's edits (LangGraph's `@auth.on` owner)
+            body["metadata"] = edited
+        return JSONResponse(await api.call(make, body, actor))
 
     async def search_threads(request: Request) -> Response:
         body = await api.json_body(request)
