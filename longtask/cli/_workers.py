@@ -281,7 +281,7 @@ def serve(
             help="An origin whose browser pages may call the API (e.g. "
             "http://localhost:3000), * for any, none for no cross-origin page; repeatable "
             "[env: LONGTASK_CORS_ORIGINS, comma-separated; default: pages on localhost, "
-            "127.0.0.1 and [::1], any port]. Tokens are still required for actions.",
+            "127.0.0.1 and [::1], any port]. Tokens are still required.",
         ),
     ] = None,
 ) -> None:
@@ -292,9 +292,12 @@ def serve(
     longtask.json; their runs are carried out in the background, and continue after a
     restart. Due schedules fire (`longtask schedule`), and the schedules those tasks
     declare are registered at start. GET /metrics (Prometheus), /ok and /ready serve
-    monitoring (docs/howto/metrics.md). Actions need a bearer token (or X-Api-Key):
-    $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...;
-    off 127.0.0.1 a token is required."""
+    monitoring (docs/howto/metrics.md). Tokens (Bearer or X-Api-Key):
+    $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or
+    $LONGTASK_API_TOKENS=name=token[:admin|viewer],...; with any token every request needs
+    one and each user sees their own threads; without one (open mode, 127.0.0.1 only)
+    anyone local reads and nobody acts. An "auth" path in the --config file plugs in
+    LangGraph's Auth handlers (docs/howto/users.md)."""
     from longtask.serve import run_server
 
     run_server(
