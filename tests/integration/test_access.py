@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from starlette.routing import Route
@@ -348,3 +349,21 @@ def test_roles_are_read_from_the_token_variable() -> None:
     assert roles_from_env(env) == {"alice": "admin", "vera": "viewer"}
     with pytest.raises(InvalidInput, match="a role is one of admin, viewer, user"):
         check_roles({"alice": "root"})
+
+
+def test_the_cli_records_who_started_a_thread(db_url: str) -> None:
+    from conftest import run_cli
+
+    from longtask.runtime._who import whoami
+
+    task = f"{Path(__file__)}:TASK"
+    named = run_cli("run", task, "--thread", "cli-named", "--by", "carol", db=db_url)
+    assert named.returncode == 3, named.stdout + named.stderr
+    plain = run_cli("run", task, "--thread", "cli-plain", db=db_url)
+    assert plain.returncode == 3, plain.stdout + plain.stderr
+    bad = run_cli("run", task, "--thread", "cli-bad", "--by", "a\nb", db=db_url)
+    assert bad.returncode == 2 and "--by" in bad.stderr
+    with Runner(db_url) as runner:
+        assert runner.db.store.get_thread("cli-named").owner == "carol"  # type: ignore[union-attr]
+        assert runner.db.store.get_thread("cli-plain").owner == whoami()  # type: ignore[union-attr]
+        assert runner.db.store.get_thread("cli-bad") is None
