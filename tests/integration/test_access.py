@@ -367,3 +367,25 @@ def test_the_cli_records_who_started_a_thread(db_url: str) -> None:
         assert runner.db.store.get_thread("cli-named").owner == "carol"  # type: ignore[union-attr]
         assert runner.db.store.get_thread("cli-plain").owner == whoami()  # type: ignore[union-attr]
         assert runner.db.store.get_thread("cli-bad") is None
+
+
+def test_a_schedule_s_threads_are_owned_by_who_added_it(runner: Runner) -> None:
+    from datetime import timedelta
+
+    from longtask import Schedule
+    from longtask.runtime._who import whoami
+
+    rec, change = runner.add_schedule(
+        TASK, Schedule(cron="* * * * *", name="acc-every"), task_ref="test_access:TASK"
+    )
+    assert change == "added" and rec.owner == whoami()
+    # another owner than this process's user: the thread must take the schedule's
+    runner.db.store._run(
+        "UPDATE longtask_schedules SET owner = ? WHERE name = ?", ("sched-owner", "acc-every")
+    )
+    later = rec.next_fire_at + timedelta(seconds=1)
+    fired = runner.fire_due(later, launch=lambda thread_id: None)
+    assert [f.schedule for f in fired if f.thread_id] == ["acc-every"]
+    thread = fired[0].thread_id
+    assert thread is not None
+    assert runner.db.store.get_thread(thread).owner == "sched-owner"  # type: ignore[union-attr]
