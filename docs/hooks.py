@@ -158,12 +158,25 @@ def event_reference() -> str:
 # -- HTTP routes ---------------------------------------------------------------------------
 
 
-def _served_routes() -> list[tuple[str, str]]:
-    """(methods, path) of every route ``longtask serve`` answers, from the app itself (built
+#: what each authorization rule of a route (longtask.serve._access) lets through
+RULES = {
+    "public": "anyone",
+    "page": "anyone (the page); else who may read the thread",
+    "signed in": "any caller with a token",
+    "read": "who may see the thread (lists: filtered)",
+    "answer": "the owner, an admin, an approver the pause names",
+    "act": "the owner or an admin (new threads: not a viewer)",
+    "everything": "admins and viewers",
+}
+
+
+def _served_routes() -> list[tuple[str, str, str]]:
+    """(methods, path, rule) of every route ``longtask serve`` answers, from the app itself (built
     over a scratch SQLite file: nothing is served, no lifespan runs)."""
     from starlette.routing import Route
 
     from longtask import Runner
+    from longtask.serve._access import Rule, rule_of
     from longtask.serve._app import create_app
     from longtask.serve.lgapi._unserved import UNSERVED
 
@@ -176,16 +189,17 @@ def _served_routes() -> list[tuple[str, str]]:
         for route in create_app(runner, schedule_poll=None).routes:
             if not isinstance(route, Route):
                 continue
-            if route.path in unserved and route.endpoint.__name__ == "endpoint":
+            rule = rule_of(route)
+            if route.path in unserved and rule is Rule.SIGNED_IN:
                 continue  # answered as unserved: the next table lists it
             methods = sorted((route.methods or set()) - {"HEAD"})
-            found.append((" ".join(methods), route.path))
+            found.append((" ".join(methods), route.path, RULES[rule.value] if rule else "nobody"))
     return found
 
 
 def http_routes() -> str:
-    rows = ["| method | path | API |", "|---|---|---|"]
-    for methods, path in _served_routes():
+    rows = ["| method | path | API | who may |", "|---|---|---|---|"]
+    for methods, path, who in _served_routes():
         if path.startswith("/api/"):
             api = "JSON API"
         elif path in ("/", "/threads/{thread_id}", "/favicon.ico"):
@@ -194,7 +208,7 @@ def http_routes() -> str:
             api = "health / server info"
         else:
             api = "LangGraph Server API"
-        rows.append(f"| {methods} | `{path}` | {api} |")
+        rows.append(f"| {methods} | `{path}` | {api} | {who} |")
     return "\n".join(rows)
 
 

@@ -288,6 +288,15 @@ def run(
         typer.Option("--input", help="Task inputs as JSON, or @file.json."),
     ] = None,
     db: DbOpt = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            help="Who starts it: the thread's owner [default: you].",
+            callback=checked_by,
+        ),
+    ] = None,
 ) -> None:
     """Start a task on a new thread and run it.
 
@@ -299,7 +308,7 @@ def run(
     thread_id = _thread_option(thread)
     header = f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}"
     with _runner(db, thread_id, create=True, on_update=_printer(header)) as runner:
-        runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
+        runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref), by=by)
         raise typer.Exit(_finish(runner, thread_id))
 
 

@@ -18,6 +18,7 @@ from longtask.cli._app import (
     _stable_ref,
     _thread_option,
     app,
+    checked_by,
     out,
 )
 from longtask.cli._hints import cmd
@@ -39,6 +40,15 @@ def submit(
         str | None, typer.Option("--input", help="Task inputs as JSON, or @file.json.")
     ] = None,
     db: DbOpt = None,
+    by: Annotated[
+        str | None,
+        typer.Option(
+            "--by",
+            metavar="NAME",
+            help="Who starts it: the thread's owner [default: you].",
+            callback=checked_by,
+        ),
+    ] = None,
 ) -> None:
     """Queue a task on a new thread for the workers (PostgreSQL).
 
@@ -52,7 +62,7 @@ def submit(
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
     with _runner(db, create=True) as runner:
-        runner.submit(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref))
+        runner.submit(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref), by=by)
     follow = cmd(f"longtask watch {thread_id}")
     out.print(f"thread {escape(thread_id)} queued; follow it with: {escape(follow)}")
 
@@ -271,7 +281,7 @@ def serve(
             help="An origin whose browser pages may call the API (e.g. "
             "http://localhost:3000), * for any, none for no cross-origin page; repeatable "
             "[env: LONGTASK_CORS_ORIGINS, comma-separated; default: pages on localhost, "
-            "127.0.0.1 and [::1], any port]. Tokens are still required for actions.",
+            "127.0.0.1 and [::1], any port]. Tokens are still required.",
         ),
     ] = None,
 ) -> None:
@@ -282,9 +292,12 @@ def serve(
     longtask.json; their runs are carried out in the background, and continue after a
     restart. Due schedules fire (`longtask schedule`), and the schedules those tasks
     declare are registered at start. GET /metrics (Prometheus), /ok and /ready serve
-    monitoring (docs/howto/metrics.md). Actions need a bearer token (or X-Api-Key):
-    $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or $LONGTASK_API_TOKENS=name=token,...;
-    off 127.0.0.1 a token is required."""
+    monitoring (docs/howto/metrics.md). Tokens (Bearer or X-Api-Key):
+    $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or
+    $LONGTASK_API_TOKENS=name=token[:admin|viewer],...; with any token every request needs
+    one and each user sees their own threads; without one (open mode, 127.0.0.1 only)
+    anyone local reads and nobody acts. An "auth" path in the --config file plugs in
+    LangGraph's Auth handlers (docs/howto/users.md)."""
     from longtask.serve import run_server
 
     run_server(

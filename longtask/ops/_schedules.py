@@ -37,6 +37,7 @@ from longtask.model._schedule import (
 )
 from longtask.runtime._reading import schedule_of
 from longtask.runtime._taskref import find_ref, load_task
+from longtask.runtime._who import whoami
 from longtask.store import ScheduleRecord
 from longtask.store._schedules import DueSchedules
 
@@ -227,6 +228,8 @@ class Scheduler:
             origin=origin,
             paused=False,
             next_fire_at=next_fire_at or next_tick(cron, schedule.timezone, self.clock()),
+            # kept on an update (ON CONFLICT leaves it): who first added it owns its threads
+            owner=whoami(),
         )
 
     # -- firing ------------------------------------------------------------------------------
@@ -286,7 +289,9 @@ class Scheduler:
         thread_id = tick_id(rec.name, latest)
         try:
             task = load_task(rec.task_ref)
-            self._engine.new_thread(task, rec.inputs, thread_id, rec.task_ref, mode)
+            self._engine.new_thread(
+                task, rec.inputs, thread_id, rec.task_ref, mode, owner=rec.owner
+            )
             outcome = "fired"
         except ThreadExists:
             outcome = "already fired"

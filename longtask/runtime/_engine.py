@@ -59,7 +59,7 @@ from longtask.runtime._views import (
     definition_changes,
     definition_summary,
 )
-from longtask.runtime._who import whoami
+from longtask.runtime._who import check_by, whoami
 from longtask.steps import (
     INPUTS_CHANNEL,
     STEP_ATTR,
@@ -201,15 +201,19 @@ class Engine:
         *,
         task_ref: str | None = None,
         config: Mapping[str, Any] | None = None,
+        by: str | None = None,
     ) -> str:
         """Start ``task`` on a new thread and run it until it completes, pauses or fails.
 
         Returns the thread id. A failing step raises :class:`StepFailed` (the thread is kept
         and ``resume`` continues it). ``config`` (callbacks, tags, metadata, run_name) goes
-        into the run's LangGraph config, so tracers see the run.
+        into the run's LangGraph config, so tracers see the run. ``by``: who starts it, the
+        thread's owner (default: the OS user).
         """
         check_config(config)
-        thread_id, parts = self.start_run(task, inputs, thread_id, task_ref, StreamSpec(), config)
+        thread_id, parts = self.start_run(
+            task, inputs, thread_id, task_ref, StreamSpec(), config, by=by
+        )
         for _ in parts:
             pass
         return thread_id
@@ -222,9 +226,11 @@ class Engine:
         task_ref: str | None,
         spec: StreamSpec,
         config: Mapping[str, Any] | None,
+        *,
+        by: str | None = None,
     ) -> tuple[str, Iterator[Any]]:
         """Create the thread now; its first run happens as the parts are read."""
-        rec = self.new_thread(task, inputs, thread_id, task_ref, None)
+        rec = self.new_thread(task, inputs, thread_id, task_ref, None, owner=by)
         parts = self._run(
             rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True, spec=spec, config=config
         )
@@ -238,12 +244,14 @@ class Engine:
         *,
         task_ref: str | None = None,
         queue: str = DEFAULT_QUEUE,
+        by: str | None = None,
     ) -> str:
         """Start ``task`` on a new thread served by workers (``longtask worker``): returns
         at once; a worker runs it. The task must be importable by its reference on every
-        worker (a module path, or a file path the workers can read)."""
+        worker (a module path, or a file path the workers can read). ``by``: who starts
+        it, the thread's owner (default: the OS user)."""
         make_app(self.db)  # PostgreSQL only: refuse before anything is stored
-        rec = self.new_thread(task, inputs, thread_id, task_ref, "worker")
+        rec = self.new_thread(task, inputs, thread_id, task_ref, "worker", owner=by)
         if not rec.task_ref:
             raise InvalidInput(
                 f"task {task.name!r} has no importable reference, so workers cannot load it; "
@@ -265,12 +273,16 @@ class Engine:
         thread_id: str | None,
         task_ref: str | None,
         mode: str | None,
+        *,
+        owner: str | None = None,
     ) -> ThreadRecord:
+        """A new thread's record; ``owner``: who starts it (default: the OS user)."""
         if thread_id is None:
             thread_id = f"lt-{uuid.uuid4().hex[:12]}"
         check_thread_id(thread_id)
+        owner = check_by(owner) if owner is not None else whoami()
         encoded = self.codec.encode(self.validate_inputs(task, inputs), "the task inputs")
-        return self._create_record(task, thread_id, encoded, task_ref, "pending", mode)
+        return self._create_record(task, thread_id, encoded, task_ref, "pending", mode, owner)
 
     def _create_record(
         self,
@@ -280,6 +292,7 @@ class Engine:
         task_ref: str | None,
         status: str,
         mode: str | None,
+        owner: str | None,
     ) -> ThreadRecord:
         """Store a new thread's record (``ThreadExists`` if the id is taken) and budget."""
         rec = ThreadRecord(
@@ -292,6 +305,7 @@ class Engine:
             inputs=encoded_inputs,
             status=status,
             mode=mode,
+            owner=owner,
         )
         self.db.store.create_thread(rec)
         if task.budget is not None or task.deadline is not None:
@@ -311,7 +325,8 @@ class Engine:
             check_thread_id(thread_id)
             inputs = state.get(INPUTS_CHANNEL)
             with contextlib.suppress(ThreadExists):  # a parallel node adopted it first
-                self._create_record(task, thread_id, inputs, None, "running", None)
+                # run through LangGraph directly by this process: its user owns it
+                self._create_record(task, thread_id, inputs, None, "running", None, whoami())
             return
         if rec.task_name != task.name:
             raise InvalidInput(

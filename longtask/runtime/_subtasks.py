@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("longtask.runtime")
 
-#: ``create(task, thread_id, encoded_inputs, task_ref, status, mode)``: the Engine's
-#: ``_create_record`` (ThreadExists if the id is taken)
-Create = Callable[[LongTask, str, Any, str | None, str, str | None], "ThreadRecord"]
+#: ``create(task, thread_id, encoded_inputs, task_ref, status, mode, owner)``: the
+#: Engine's ``_create_record`` (ThreadExists if the id is taken)
+Create = Callable[[LongTask, str, Any, str | None, str, str | None, str | None], "ThreadRecord"]
 
 
 class Subtasks:
@@ -98,8 +98,15 @@ class Subtasks:
             inputs = json.loads(row.inputs) if row.inputs else None
             encoded = self._codec.encode(inputs, "the sub-task's inputs")
             with contextlib.suppress(ThreadExists):  # made by an earlier entry: adopted
+                # A child belongs to whoever owns its parent: they see and answer it.
                 self._create(
-                    task, row.child, encoded, None, "pending", parent.mode if parent else None
+                    task,
+                    row.child,
+                    encoded,
+                    None,
+                    "pending",
+                    parent.mode if parent else None,
+                    parent.owner if parent else None,
                 )
         # Idempotent by its key: told once even if a crash came between record and event.
         store.append_event(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -39,9 +39,21 @@ from longtask.runtime._metrics import (
     exposition,
     metrics_registry,
 )
-from longtask.serve._auth import Tokens
+from longtask.serve._access import (
+    Access,
+    actor,
+    answerer,
+    caller_of,
+    everything,
+    page,
+    public,
+    reader,
+    signed_in,
+)
+from longtask.serve._auth import Tokens, check_roles
 from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
+from longtask.serve._handlers import Handlers
 from longtask.serve._hints import Hints
 from longtask.serve._http import (
     LoopbackHostOnly,
@@ -55,7 +67,6 @@ from longtask.serve._http import (
     on_internal_error,
     on_longtask_error,
     page_response,
-    unauthorized,
 )
 from longtask.serve._json_body import read_json_body
 from longtask.serve._manual import final_results, retry_later, skip_later
@@ -120,7 +131,8 @@ def create_app(
     runner: Runner,
     tokens: Mapping[str, str] | None = None,
     *,
-    open_reads: bool = True,
+    roles: Mapping[str, str] | None = None,
+    auth_handler: Any = None,
     loopback_hosts_only: bool = False,
     poll: float = 0.25,
     heartbeat: float = 10.0,
@@ -134,8 +146,12 @@ def create_app(
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
-    ``tokens`` maps bearer tokens to the names that act with them; every action needs one.
-    ``open_reads=False`` makes reads need a token too (``run_server`` does so off loopback).
+    ``tokens`` maps bearer tokens to the names that act with them, ``roles`` names to
+    their roles (``admin``, ``viewer``; ``user`` by default). Who may see and do what is
+    decided by one gate in front of every route (``longtask.serve._access``); with no
+    token configured the app is in open mode: anyone reads everything, nobody acts.
+    ``auth_handler``: a ``langgraph_sdk.Auth`` whose handlers identify every caller and
+    decide as they do on LangGraph's server (``longtask.serve._handlers``).
     ``loopback_hosts_only`` refuses requests whose ``Host`` header is not a loopback name.
     ``registry`` holds the tasks the LangGraph Server API offers as assistants; its runs are
     carried out by an executor of ``run_workers`` threads, which on startup continues runs
@@ -147,35 +163,15 @@ def create_app(
     ``ready_timeout``: seconds ``GET /ready`` waits for the database before it answers 503.
     ``webhooks``: how runs' webhooks are delivered (attempts, backoff, timeout).
     """
-    auth = Tokens(tokens or {})
+    handlers = Handlers(auth_handler) if auth_handler is not None else None
+    access = Access(runner, Tokens(tokens or {}), check_roles(roles or {}), handlers)
+    open_reads = access.open
     hints = Hints(runner.db.url.raw)
     tasks = registry or Registry()
     events = EventStream(runner, poll=poll, heartbeat=heartbeat)
 
     async def call(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)
-
-    def reader(
-        handler: Callable[[Request], Awaitable[Response]],
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def guarded(request: Request) -> Response:
-            if not open_reads and auth.from_request(request, query=True) is None:
-                return unauthorized("reading needs a bearer token")
-            return await handler(request)
-
-        return guarded
-
-    def actor(
-        handler: Callable[[Request, str], Awaitable[Response]],
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def guarded(request: Request) -> Response:
-            name = auth.from_request(request)
-            if name is None:
-                given = "authorization" in request.headers or "x-api-key" in request.headers
-                return unauthorized("invalid bearer token" if given else "a bearer token is needed")
-            return await handler(request, name)
-
-        return guarded
 
     async def body(request: Request, model: type[Model]) -> Model:
         data = await read_json_body(request)
@@ -204,8 +200,11 @@ def create_app(
         sort = request.query_params.get("sort") or "updated"
         if sort not in THREAD_SORTS:
             raise HTTPException(400, f"sort must be one of {', '.join(THREAD_SORTS)}")
-        records = await call(runner.threads_with_cost, limit=limit, status=status, sort=sort)
-        return JSONResponse([r.to_json() for r in records])
+        sees = await call(access.visible, caller_of(request))
+        # Read past the limit when some are hidden from the caller, then cut to it.
+        wide = limit if caller_of(request).sees_everything else 10_000
+        records = await call(runner.threads_with_cost, limit=wide, status=status, sort=sort)
+        return JSONResponse([r.to_json() for r in records if sees(r.thread_id)][:limit])
 
     async def thread_status(request: Request) -> Response:
         return await new_status(request.path_params["thread_id"])
@@ -419,7 +418,7 @@ def create_app(
     executor = Executor(
         runner, tasks, workers=run_workers, to_workers=to_workers, webhooks=webhooks
     )
-    lg = Api(runner, tasks, executor, reader, actor)
+    lg = Api(runner, tasks, executor, reader, actor, access)
     lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
     lg_thread = reader(lg_thread_get)
     lg_run_routes = lg_runs.routes(lg)
@@ -455,18 +454,19 @@ def create_app(
 
     api = "/api/threads/{thread_id}"
     routes = [
-        Route("/", home),
-        Route("/threads/{thread_id}", thread_view, methods=["GET"]),
-        Route("/favicon.ico", favicon),
+        Route("/", public(home)),
+        Route("/threads/{thread_id}", page(thread_view), methods=["GET"]),
+        Route("/favicon.ico", public(favicon)),
         *lg_assistants.routes(lg),
         *lg_thread_routes,
         *lg_run_routes,
-        Route("/mcp", actor(mcp.handle), methods=["GET", "POST", "DELETE"]),
+        Route("/mcp", signed_in(mcp.handle), methods=["GET", "POST", "DELETE"]),
         *kv.routes(),
-        Route("/info", info),
-        Route("/ok", ok),
-        Route("/ready", ready),
-        Route("/metrics", reader(metrics)),
+        Route("/info", public(info)),
+        Route("/ok", public(ok)),
+        Route("/ready", public(ready)),
+        # counts over every thread: for the roles that see every thread
+        Route("/metrics", everything(metrics)),
         Route("/api/threads", reader(list_threads)),
         Route("/api/schedules", reader(schedules_route(runner))),
         Route(api, reader(thread_status)),
@@ -477,23 +477,27 @@ def create_app(
         Route(api + "/events/stream", reader(event_stream)),
         Route(api + "/artifacts", reader(artifacts)),
         Route(api + "/artifacts/{name:path}", reader(artifact)),
-        Route(api + "/approve", actor(approve), methods=["POST"]),
-        Route(api + "/reject", actor(reject), methods=["POST"]),
-        Route(api + "/signal", actor(signal), methods=["POST"]),
-        Route(api + "/answer", actor(answer), methods=["POST"]),
+        Route(api + "/approve", answerer(approve), methods=["POST"]),
+        Route(api + "/reject", answerer(reject), methods=["POST"]),
+        Route(api + "/signal", answerer(signal), methods=["POST"]),
+        Route(api + "/answer", answerer(answer), methods=["POST"]),
         Route(api + "/cancel", actor(cancel), methods=["POST"]),
         Route(api + "/retry", actor(retry), methods=["POST"]),
         Route(api + "/skip", actor(skip), methods=["POST"]),
         # last: a path or method above is never answered as unserved
         *lg_unserved.routes(),
     ]
+    # One gate in front of every route (serve._access); a route without a rule is refused.
+    guarded, uncovered = access.protect(routes)
+    for where in uncovered:
+        log.error("route %s declares no authorization rule: every request to it is refused", where)
     cors = cors_middleware(cors_origins)
     middleware = [cors] if cors is not None else []
     if loopback_hosts_only:
         middleware.append(Middleware(LoopbackHostOnly))
-    middleware.append(Middleware(NoNulBytes, routes=routes))
+    middleware.append(Middleware(NoNulBytes, routes=guarded))
     app = Starlette(
-        routes=routes,
+        routes=guarded,
         middleware=middleware,
         lifespan=lifespan,
         exception_handlers={
@@ -504,4 +508,6 @@ def create_app(
     )
     # The error handlers make the commands they print name this database (see _hints).
     app.state.hints = hints
+    app.state.uncovered = uncovered
+    app.state.access = access
     return app

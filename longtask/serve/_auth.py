@@ -22,25 +22,65 @@ DEFAULT_USER = "api"
 QUERY_TOKEN = "access_token"
 
 
-def tokens_from_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """``{token: name}`` from ``LONGTASK_API_TOKENS="alice=tok1,bob=tok2"`` and/or
-    ``LONGTASK_API_TOKEN=tok`` (named by ``LONGTASK_API_USER``, default ``api``)."""
-    pairs: list[tuple[str, str]] = []
-    for i, entry in enumerate(environ.get(ENV_TOKENS, "").split(",")):
+#: the roles a built-in token may have (``NAME=TOKEN:ROLE``); ``user`` when none is given
+ROLES = ("admin", "viewer", "user")
+
+
+def _entries(environ: Mapping[str, str]) -> list[tuple[str, str, str | None]]:
+    """``(name, token, role)`` of each ``NAME=TOKEN[:ROLE]`` entry of ``LONGTASK_API_TOKENS``
+    and of ``LONGTASK_API_TOKEN=TOKEN[:ROLE]`` (named by ``LONGTASK_API_USER``)."""
+    out: list[tuple[str, str, str | None]] = []
+    raw = [(i, e) for i, e in enumerate(environ.get(ENV_TOKENS, "").split(","))]
+    single = environ.get(ENV_TOKEN, "").strip()
+    if single:
+        raw.append((-1, f"{environ.get(ENV_USER, '').strip() or DEFAULT_USER}={single}"))
+    for i, entry in raw:
         if not entry.strip():
             continue
         name, sep, token = entry.partition("=")
+        role: str | None = None
+        head, colon, tail = token.strip().rpartition(":")
+        # A suffix that names a role is one; any other colon belongs to the token.
+        if colon and tail in ROLES:
+            token, role = head, tail
         if not sep or not name.strip() or not token.strip():
             # The entry's position, not its text: the text holds a token.
+            where = f"{ENV_TOKENS}: entry {i + 1}" if i >= 0 else ENV_TOKEN
             raise InvalidInput(
-                f"{ENV_TOKENS}: entry {i + 1} is not NAME=TOKEN "
-                '(expected e.g. LONGTASK_API_TOKENS="alice=tok1,bob=tok2")'
+                f"{where} is not NAME=TOKEN[:ROLE] "
+                '(expected e.g. LONGTASK_API_TOKENS="alice=tok1:admin,bob=tok2")'
             )
-        pairs.append((name.strip(), token.strip()))
-    single = environ.get(ENV_TOKEN, "").strip()
-    if single:
-        pairs.append((environ.get(ENV_USER, "").strip() or DEFAULT_USER, single))
+        out.append((name.strip(), token.strip(), role))
+    return out
+
+
+def tokens_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``{token: name}`` from ``LONGTASK_API_TOKENS="alice=tok1:admin,bob=tok2"`` and/or
+    ``LONGTASK_API_TOKEN=tok`` (named by ``LONGTASK_API_USER``, default ``api``)."""
+    pairs = [(name, token) for name, token, _role in _entries(environ)]
     return check_tokens({token: name for name, token in _unique(pairs)})
+
+
+def roles_from_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``{name: role}`` of the tokens in the environment that give a role."""
+    out: dict[str, str] = {}
+    for name, _token, role in _entries(environ):
+        if role is not None:
+            if out.get(name, role) != role:
+                raise InvalidInput(f"{name!r} is given two roles: {out[name]!r} and {role!r}")
+            out[name] = role
+    return out
+
+
+def check_roles(roles: Mapping[str, str]) -> dict[str, str]:
+    """``roles`` (``{name: role}``) if each role is one of ``ROLES``."""
+    bad = {n: r for n, r in roles.items() if r not in ROLES}
+    if bad:
+        raise InvalidInput(
+            f"unknown role(s): {', '.join(f'{n}={r!r}' for n, r in bad.items())}; "
+            f"a role is one of {', '.join(ROLES)}"
+        )
+    return dict(roles)
 
 
 def _unique(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -125,9 +165,12 @@ class Tokens:
         """The name of the request's token: ``Authorization: Bearer``, ``X-Api-Key`` (the
         LangGraph SDK's ``api_key``), or (when ``query``) the ``access_token`` query
         parameter."""
-        scheme, _, value = conn.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return self.name_for(value.strip())
+        if "authorization" in conn.headers:
+            # Given, it alone decides: a wrong one is not rescued by another header.
+            scheme, _, value = conn.headers["authorization"].partition(" ")
+            if scheme.lower() == "bearer" and value.strip():
+                return self.name_for(value.strip())
+            return None
         # The LangGraph SDK sends its api_key (or $LANGGRAPH_API_KEY) as X-Api-Key.
         key = conn.headers.get("x-api-key", "").strip()
         if key:

@@ -6,8 +6,9 @@ default pages on a loopback origin may (``localhost``, ``127.0.0.1``, ``[::1]``,
 what ``longtask serve`` on a laptop is for. ``--cors-origin`` (repeatable) or
 ``$LONGTASK_CORS_ORIGINS`` (comma-separated) replace that list: exact origins
 (``https://chat.example.com``), ``*`` for any origin, or ``none`` for no cross-origin page
-at all. CORS decides which pages may read; it never replaces a token: every action still
-needs one, and reads need one off loopback.
+at all. CORS decides which pages may read; it never replaces a token (with any token
+configured, every request but the public ones needs one: ``serve._access``). Credentials
+(cookies) are never allowed, for ``*`` or any origin: tokens travel in a header.
 """
 
 from __future__ import annotations

@@ -353,7 +353,15 @@ class Executor:
                 return  # started before the restart, and continued above
             entry = self.registry.get(req["graph"])
             start = runner.submit if self.to_workers else runner.start
-            start(entry.task, req.get("input") or {}, thread_id=run.thread_id, task_ref=entry.ref)
+            # Owned by whoever made the thread through the API, else by who asked for the run.
+            owner = runner.db.store.api_thread_owner(run.thread_id) or run.actor
+            start(
+                entry.task,
+                req.get("input") or {},
+                thread_id=run.thread_id,
+                task_ref=entry.ref,
+                by=owner,
+            )
             return
         assert rec is not None, "a resume run names a thread that exists"
         task = self.task_for(rec)

@@ -155,6 +155,27 @@ def _merge(name: str | None, loaded: list[tuple[str, TaskVersions]]) -> TaskVers
         ) from exc
 
 
+def auth_path(config: str | Path | None = None) -> tuple[str, Path] | None:
+    """The ``auth.path`` of a longtask.json or langgraph.json (``{"auth": {"path":
+    "./auth.py:auth"}}``, LangGraph's auth handlers) and the folder it is relative to;
+    None if it names none. (The file's tasks are read by ``load_registry``.)"""
+    path = Path(config) if config is not None else Path(CONFIG_FILE)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None  # load_registry says what is wrong with it
+    auth = data.get("auth") if isinstance(data, dict) else None
+    if auth is None:
+        return None
+    if not isinstance(auth, dict) or not isinstance(auth.get("path"), str):
+        raise InvalidInput(
+            f'{path}: "auth" must be {{"path": "./auth.py:auth"}}, naming a langgraph_sdk.Auth'
+        )
+    return auth["path"], path.resolve().parent
+
+
 def _config_pairs(path: Path) -> list[tuple[str | None, list[str]]]:
     try:
         data = json.loads(path.read_text())

@@ -76,11 +76,16 @@ class ScheduleLoop:
 
 
 def schedules_route(runner: Runner) -> Callable[[Request], Awaitable[Response]]:
-    """``GET /api/schedules``: every schedule with its next fire time."""
+    """``GET /api/schedules``: every schedule the caller may see (those they added; all of
+    them for the roles that see everything), with its next fire time."""
     from starlette.concurrency import run_in_threadpool
 
+    from longtask.serve._access import caller_of
+
     async def schedules(request: Request) -> Response:
+        caller = caller_of(request)
         rows = await run_in_threadpool(runner.schedules)
-        return JSONResponse([r.to_json() for r in rows])
+        shown = [r for r in rows if caller.sees_everything or r.owner == caller.name]
+        return JSONResponse([r.to_json() for r in shown])
 
     return schedules

@@ -6,7 +6,15 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from longtask.errors import InvalidInput
-from longtask.serve._auth import ENV_TOKEN, ENV_TOKENS, check_tokens, is_loopback, tokens_from_env
+from longtask.serve._auth import (
+    ENV_TOKEN,
+    ENV_TOKENS,
+    check_roles,
+    check_tokens,
+    is_loopback,
+    roles_from_env,
+    tokens_from_env,
+)
 
 
 def run_server(
@@ -14,6 +22,7 @@ def run_server(
     port: int = 8000,
     db: str | None = None,
     tokens: Mapping[str, str] | None = None,
+    roles: Mapping[str, str] | None = None,
     tasks: list[str] | None = None,
     config: str | None = None,
     run_workers: int = 4,
@@ -23,8 +32,11 @@ def run_server(
 ) -> None:
     """Serve the API and the pages on ``host:port`` until interrupted.
 
-    ``tokens`` (``{token: name}``) defaults to ``$LONGTASK_API_TOKENS`` and
-    ``$LONGTASK_API_TOKEN``. Off loopback a token is required, and reads need one too.
+    ``tokens`` (``{token: name}``) and ``roles`` (``{name: role}``) default to
+    ``$LONGTASK_API_TOKENS`` and ``$LONGTASK_API_TOKEN`` (``NAME=TOKEN[:ROLE]``). Off
+    loopback a token is required. With any token every request but the health checks and
+    the page's shell needs one, on loopback too; with none (open mode, loopback only)
+    anyone on this machine reads everything and nobody acts.
     ``tasks`` (references) and ``config`` (a ``longtask.json``; by default the one in the
     working directory, if any) register the tasks the LangGraph Server API offers; with
     ``to_workers`` (PostgreSQL) its runs start threads served by ``longtask worker``.
@@ -36,14 +48,20 @@ def run_server(
     within 10 s and take at most 32 KiB, and an idle keep-alive is closed after 5 s.
     """
     configured = check_tokens(tokens) if tokens is not None else tokens_from_env(os.environ)
+    given_roles = check_roles(roles) if roles is not None else roles_from_env(os.environ)
     from longtask.serve._cors import check_origins, cors_origins_from_env
 
     if cors_origins is None:
         cors_origins = cors_origins_from_env(os.environ)
     if cors_origins is not None:
         cors_origins = check_origins(cors_origins)
+    from longtask.serve._handlers import load_auth
+    from longtask.serve._registry import auth_path
+
+    handler_path = auth_path(config)
+    auth_handler = load_auth(*handler_path) if handler_path is not None else None
     loopback = is_loopback(host)
-    if not loopback and not configured:
+    if not loopback and not configured and auth_handler is None:
         raise InvalidInput(
             f"refusing to serve on {host!r} without an API token: anyone who can reach it "
             f"could read every thread. Set {ENV_TOKEN} (or {ENV_TOKENS}=name=token,...), or "
@@ -70,13 +88,25 @@ def run_server(
         app = create_app(
             runner,
             configured,
-            open_reads=loopback,
+            roles=given_roles,
+            auth_handler=auth_handler,
             loopback_hosts_only=loopback,
             registry=registry,
             run_workers=run_workers,
             to_workers=to_workers,
             cors_origins=cors_origins,
         )
+        for where in app.state.uncovered:
+            print(f"longtask serve: route {where} has no authorization rule: refused")
+        if auth_handler is not None:
+            named = handler_path[0] if handler_path else ""
+            print(f"auth handler {named}: it identifies every caller and decides what they see")
+        elif not configured:
+            print(
+                "open mode: no API token is set, so anyone on this machine can read every "
+                f"thread and nobody can act; set {ENV_TOKENS}=name=token[:role],... to "
+                "require a token for every request"
+            )
         if on_ready is not None:
             on_ready()
         # No access log: a URL may carry an access_token (EventSource cannot send headers).

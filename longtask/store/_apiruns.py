@@ -276,14 +276,41 @@ class ApiTables:
         )
         return (rows[0][0], int(rows[0][1])) if rows else (None, 0)
 
-    def api_thread_put(self, thread_id: str, metadata: dict[str, Any]) -> bool:
-        """Record a thread created through the API; False if the id is taken."""
+    def api_thread_put(
+        self, thread_id: str, metadata: dict[str, Any], owner: str | None = None
+    ) -> bool:
+        """Record a thread created through the API (by ``owner``); False if the id is
+        taken."""
         rows = self._run(
-            "INSERT INTO longtask_api_threads (thread_id, metadata, created_at) VALUES (?,?,?) "
-            "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
-            (thread_id, json.dumps(metadata), time.time()),
+            "INSERT INTO longtask_api_threads (thread_id, metadata, created_at, owner) "
+            "VALUES (?,?,?,?) ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
+            (thread_id, json.dumps(metadata), time.time(), owner),
         )
         return bool(rows)
+
+    def api_thread_owner(self, thread_id: str) -> str | None:
+        """Who created the thread through the API (None: nobody recorded, or no API row)."""
+        rows = self._run("SELECT owner FROM longtask_api_threads WHERE thread_id = ?", (thread_id,))
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
+    def thread_owner(self, thread_id: str) -> tuple[bool, str | None]:
+        """Whether the thread exists (a longtask thread, or one the API created that has
+        not run yet) and who owns it: one read for every request's access check."""
+        rows = self._run("SELECT owner FROM longtask_threads WHERE thread_id = ?", (thread_id,))
+        if rows:
+            return True, rows[0][0]
+        rows = self._run("SELECT owner FROM longtask_api_threads WHERE thread_id = ?", (thread_id,))
+        return (True, rows[0][0]) if rows else (False, None)
+
+    def thread_owners(self) -> dict[str, str | None]:
+        """Every thread's owner by id (longtask's threads and the API's not yet run)."""
+        out: dict[str, str | None] = {
+            str(t): o for t, o in self._run("SELECT thread_id, owner FROM longtask_api_threads")
+        }
+        out.update(
+            {str(t): o for t, o in self._run("SELECT thread_id, owner FROM longtask_threads")}
+        )
+        return out
 
     def api_thread_merge(self, thread_id: str, metadata: dict[str, Any]) -> None:
         """Merge ``metadata`` into the thread's (a row is made for a thread started

@@ -84,6 +84,7 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
             "cancel",
             "mode",
             "notify",
+            "owner",
         ),
         "thread_id",
     ),
@@ -230,7 +231,9 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
         ),
         "created_at, run_id",
     ),
-    OwnedTable("longtask_api_threads", ("thread_id", "metadata", "created_at"), "thread_id"),
+    OwnedTable(
+        "longtask_api_threads", ("thread_id", "metadata", "created_at", "owner"), "thread_id"
+    ),
     # Notifications owed or sent, keyed by the id of the event that made them: per database
     # (a moved thread's events get new ids), so not carried.
     OwnedTable(

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 _COLS = (
     "name, task_ref, task_name, cron, timezone, inputs, catch_up, origin, paused, "
-    "next_fire_at, last_tick_at, last_thread, last_error, created_at, updated_at"
+    "next_fire_at, last_tick_at, last_thread, last_error, created_at, updated_at, owner"
 )
 
 
@@ -49,6 +49,9 @@ class ScheduleRecord:
     last_error: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    #: who added it: the owner of the threads it starts (None: added before owners were
+    #: recorded; its threads are then owned by the user of the process that fires them)
+    owner: str | None = None
 
     def next_fire_local(self) -> datetime:
         return self.next_fire_at.astimezone(ZoneInfo(self.timezone))
@@ -69,6 +72,7 @@ class ScheduleRecord:
             "last_tick_at": self.last_tick_at.isoformat() if self.last_tick_at else None,
             "last_thread": self.last_thread,
             "last_error": self.last_error,
+            "owner": self.owner,
         }
 
 
@@ -89,6 +93,7 @@ def _record(r: Sequence[Any]) -> ScheduleRecord:
         last_error=r[12],
         created_at=_ts(r[13]),
         updated_at=_ts(r[14]),
+        owner=r[15],
     )
 
 
@@ -150,7 +155,7 @@ class ScheduleTables:
         tick and last thread stay)."""
         now = time.time()
         self._run(
-            f"INSERT INTO longtask_schedules ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            f"INSERT INTO longtask_schedules ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (name) DO UPDATE SET task_ref = excluded.task_ref, "
             "task_name = excluded.task_name, cron = excluded.cron, "
             "timezone = excluded.timezone, inputs = excluded.inputs, "
@@ -173,6 +178,7 @@ class ScheduleTables:
                 None,
                 now,
                 now,
+                rec.owner,
             ),
         )
 

@@ -701,6 +701,17 @@ MIGRATIONS: list[list[str | Step]] = [
             PRIMARY KEY (thread_id, step, idx, attempt)
         )""",
     ],
+    # 22 (issue 41): who owns a thread: whoever started it (a token's name over HTTP, --by or
+    # the OS user from the CLI and Python, a schedule's owner for a fired tick). serve's
+    # authorization shows a thread to its owner (serve._access). Threads stored before have
+    # none: only admins and viewers (and everyone in open mode) see them. A thread created
+    # through the Server API has its owner on its API row until its first run; a schedule
+    # records who added it.
+    [
+        "ALTER TABLE longtask_threads ADD COLUMN owner TEXT",
+        "ALTER TABLE longtask_api_threads ADD COLUMN owner TEXT",
+        "ALTER TABLE longtask_schedules ADD COLUMN owner TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -85,6 +85,8 @@ class ThreadRecord:
     waiting: list[dict[str, Any]] | None = None
     #: "worker" for a thread served by workers (``Runner.submit``), else None
     mode: str | None = None
+    #: who started the thread (None: stored before owners were recorded)
+    owner: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +101,7 @@ class ThreadRecord:
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
             "waiting": self.waiting,
+            "owner": self.owner,
         }
 
 
@@ -159,7 +162,7 @@ _EVENT_ONE = f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING"
 
 _THREAD_COLS = (
     "thread_id, task_ref, task_name, task_version, definition_hash, definition, inputs, "
-    "status, error, runs, created_at, updated_at, waiting, mode"
+    "status, error, runs, created_at, updated_at, waiting, mode, owner"
 )
 #: a record without its definition (read once per definition hash, see Store._threads)
 _THREAD_READ = _THREAD_COLS.replace(" definition,", " NULL,")
@@ -253,7 +256,7 @@ class Store(
 
     def create_thread(self, rec: ThreadRecord) -> None:
         rows = self._run(
-            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
             (
                 rec.thread_id,
@@ -270,6 +273,7 @@ class Store(
                 rec.updated_at.timestamp(),
                 json.dumps(rec.waiting) if rec.waiting else None,
                 rec.mode,
+                rec.owner,
             ),
         )
         if not rows:
@@ -555,6 +559,7 @@ def _thread(r: tuple[Any, ...], definition: dict[str, Any]) -> ThreadRecord:
         updated_at=_ts(r[11]) or datetime.now(UTC),
         waiting=json.loads(r[12]) if r[12] else None,
         mode=r[13],
+        owner=r[14],
     )
 
 

@@ -181,14 +181,16 @@ def _quiet_env(llm_url: str) -> dict[str, str]:
     return env
 
 
-def reference_server(llm_url: str) -> Server:
-    """LangGraph's own server with ``lgdiff_graph.py:graph`` as the graph ``chat``."""
+def reference_server(llm_url: str, auth: str | None = None) -> Server:
+    """LangGraph's own server with ``lgdiff_graph.py:graph`` as the graph ``chat`` (and
+    ``auth``, a ``file.py:name`` of a ``langgraph_sdk.Auth``, as its auth handler)."""
     python = ref_venv()
     port = free_port()
+    handler = f"auth={{'path': {auth!r}}}, " if auth else ""
     code = (
         "from langgraph_api.cli import run_server\n"
         f"run_server(host='127.0.0.1', port={port}, reload=False, open_browser=False,\n"
-        f"           graphs={{'chat': {str(HERE / 'lgdiff_graph.py') + ':graph'!r}}},\n"
+        f"           {handler}graphs={{'chat': {str(HERE / 'lgdiff_graph.py') + ':graph'!r}}},\n"
         # run webhooks to the test's receiver on 127.0.0.1 (refused by default, as by longtask)
         "           webhooks={'url': {'disable_loopback': False, 'require_https': False}},\n"
         "           disable_persistence=True)\n"
@@ -251,3 +253,21 @@ def plain_longtask_server(db: str, llm_url: str, token: str) -> Server:
     args = [sys.executable, "-m", "longtask", "serve", "--port", str(port), "--db", db]
     args += ["--config", str(APPS / "langgraph.json")]
     return Server("longtask serve", args, env, port)
+
+
+def longtask_auth_server(db: str, llm_url: str, auth: str, where: Path) -> Server:
+    """``longtask serve`` with the task ``chat`` and ``auth`` as its auth handler, given
+    in a langgraph.json-style file (``{"tasks": ..., "auth": {"path": ...}}``) in
+    ``where``; no token."""
+    import json
+
+    port = free_port()
+    env = _quiet_env(llm_url)
+    for name in ("LONGTASK_API_TOKENS", "LONGTASK_API_TOKEN"):
+        env.pop(name, None)
+    config = where / "longtask.json"
+    tasks = {"chat": f"{HERE / 'lgdiff_task.py'}:task"}
+    config.write_text(json.dumps({"tasks": tasks, "auth": {"path": auth}}))
+    args = [sys.executable, "-m", "longtask", "serve", "--port", str(port), "--db", db]
+    args += ["--config", str(config)]
+    return Server("longtask serve (auth handler)", args, env, port)

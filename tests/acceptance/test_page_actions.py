@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 import page_task  # the task module (tests/acceptance is on sys.path), for its constants
-from test_browser import TOKEN, WAIT, browser, server  # noqa: F401  (fixtures)
+from test_browser import TOKEN, WAIT, browser, new_page, server  # noqa: F401  (fixtures)
 
 from longtask import Runner
 from longtask.runtime import load_task
@@ -79,7 +79,7 @@ def test_the_page_signals_retries_skips_cancels_and_filters(
                 assert "the upstream is down" in str(exc)
             assert runner.status(thread).status == "failed"
 
-    page = browser.new_page(viewport={"width": 1100, "height": 900})
+    page = new_page(browser, viewport={"width": 1100, "height": 900})
     errors: list[str] = []
     missing: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import run_cli
-from test_browser import TOKEN, WAIT, browser, server  # noqa: F401 (fixtures)
+from test_browser import TOKEN, WAIT, browser, new_page, server  # noqa: F401 (fixtures)
 
 HERE = Path(__file__).resolve().parent
 WEB = HERE / "web_task.py"
@@ -24,7 +24,7 @@ def test_retry_on_the_page_says_when_the_step_fails_again(
 
     failed = run_cli("run", f"{WEB}:broken", "--thread", "rb", db=sqlite_url)
     assert failed.returncode == 1, failed.stdout + failed.stderr
-    page = browser.new_page()
+    page = new_page(browser)
     page.goto(f"{server}/threads/rb")
     expect(page.locator("#status")).to_have_text("failed", timeout=WAIT)
     page.fill("#token", TOKEN)
@@ -44,7 +44,7 @@ def test_the_list_says_what_waits_and_the_payload_box_fits_its_example(
 
     paused = run_cli("run", f"{WEB}:task", "--thread", "wk", db=sqlite_url)
     assert paused.returncode == 3, paused.stdout + paused.stderr
-    page = browser.new_page()
+    page = new_page(browser)
     page.goto(server)
     expect(page.locator("#threads tr", has_text="wk").locator(".waits")).to_have_text(
         "for event ci", timeout=WAIT

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from fakes import FakeOpenAI, Reply, by_conversation, by_turn
-from starlette.testclient import TestClient
+from serve_access import AdminClient
 
 from longtask import LongTask, Runner, Stage, agent_step
 from longtask.graphs import agent_messages
@@ -68,7 +68,7 @@ def test_a_paused_agent_steps_conversation_is_in_the_thread_state(runner: Runner
 
     # Through the LangGraph Server API: values.messages as LangChain message dicts.
     registry = Registry([Registered("ship_chat", "test:ship_chat", task)])
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as client:
         state = client.get(f"/threads/{thread}/state", headers=ALICE).json()
         shown = state["values"]["messages"]
         assert [m["type"] for m in shown] == ["human", "ai"]
@@ -170,7 +170,7 @@ def test_the_messages_tuple_stream_yields_the_agents_messages(runner: Runner, ll
     task = ship_task()
     registry = Registry([Registered("ship_chat", "test:ship_chat", task)])
     modes = ["messages-tuple", "updates", "values"]
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as client:
         thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
         body = {"assistant_id": "ship_chat", "input": {}, "stream_mode": modes}
         first = _events(
@@ -219,7 +219,7 @@ def test_agents_that_finish_between_two_reads_are_streamed(runner: Runner, llm: 
         ],
     )
     registry = Registry([Registered("two_chats", "test:two_chats", task)])
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as client:
         thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
         body = {"assistant_id": "two_chats", "input": {}, "stream_mode": ["messages-tuple"]}
         parts = _events(

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from conftest import run_cli
 from fakes import FakeOpenAI, Reply, by_conversation
+from serve_access import AdminClient
 
 from longtask import (
     Budget,
@@ -376,13 +377,12 @@ def test_timeline_and_cost_charts_render(runner: Runner, llm: FakeOpenAI) -> Non
 def test_serve_shows_usage_lists_cost_and_serves_the_report(
     runner: Runner, llm: FakeOpenAI
 ) -> None:
-    from starlette.testclient import TestClient
 
     from longtask.serve import create_app
 
     costly = run_costly(runner)
     runner.start(cheap_task(), thread_id="t-cheap")
-    with TestClient(create_app(runner, {"tok": "alice"}, poll=0.02)) as client:
+    with AdminClient(create_app(runner, {"tok": "alice"}, poll=0.02)) as client:
         body = client.get(f"/api/threads/{costly}").json()
         assert body["usage"]["tokens"] == 448 and body["usage"]["model_calls"] == 3
         assert {s["name"]: s["usage"]["tokens"] for s in body["steps"]}["writer"] == 300

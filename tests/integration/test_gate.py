@@ -35,6 +35,7 @@ import pytest
 from fakes import FakeOpenAI, Reply
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, StateUpdate
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 from typing_extensions import TypedDict
 
@@ -423,7 +424,7 @@ def llm() -> Iterator[FakeOpenAI]:
 def world(db_url: str, llm: FakeOpenAI) -> Iterator[World]:
     runner = Runner(db_url)
     registry = Registry([Registered("gated", f"{__file__}:TASK", TASK)])
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as client:
         yield World(runner, db_url, client)
     runner.close()
 

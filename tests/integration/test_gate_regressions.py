@@ -15,6 +15,7 @@ from io import StringIO
 from typing import Any
 
 import pytest
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import (
@@ -98,7 +99,7 @@ def client(runner: Runner) -> Iterator[TestClient]:
             Registered("reg_mapped", f"{__file__}:MAPPED", MAPPED),
         ]
     )
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as c:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as c:
         yield c
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import Runner
@@ -24,7 +25,9 @@ ALICE = {"X-Api-Key": "tok-alice"}
 @pytest.fixture
 def client(db_url: str) -> Iterator[TestClient]:
     runner = Runner(db_url)
-    with TestClient(create_app(runner, {"tok-alice": "alice"}, registry=load_registry([REF]))) as c:
+    with AdminClient(
+        create_app(runner, {"tok-alice": "alice"}, registry=load_registry([REF]))
+    ) as c:
         c.runner = runner  # type: ignore[attr-defined]
         yield c
     runner.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import InvalidInput, Runner
@@ -39,7 +40,7 @@ def runner(db_url: str) -> Iterator[Runner]:
 @pytest.fixture
 def client(runner: Runner) -> Iterator[TestClient]:
     registry = load_registry([RELEASE_REF, SLEEPY_REF])
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as c:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as c:
         yield c
 
 
@@ -86,7 +87,7 @@ def test_tasks_register_from_options_and_a_config_file(tmp_path: Path) -> None:
 def test_the_sdk_api_key_is_the_token_and_the_actor_never_comes_from_the_body(
     runner: Runner, client: TestClient
 ) -> None:
-    assert client.post("/threads", json={}).status_code == 401
+    assert TestClient(client.app).post("/threads", json={}).status_code == 401
     assert client.post("/threads", json={}, headers={"X-Api-Key": "wrong"}).status_code == 401
     thread = paused(client)
     before = runner.status(thread, usage=False).model_dump()  # usage: wall time runs on
@@ -161,7 +162,7 @@ def test_serve_continues_a_thread_a_dead_process_left_running(
     runner.engine.new_thread(task, {}, "left-running", SLEEPY_REF, None)
     runner.db.store.set_status("left-running", "running")
     registry = load_registry([SLEEPY_REF])
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as client:
         deadline = time.monotonic() + 60
         while runner.status("left-running").status != "completed":
             assert time.monotonic() < deadline, "serve did not continue the thread"
@@ -199,7 +200,7 @@ def test_serve_carries_out_runs_a_dead_serve_left_open(
     assert runner.status("half-started").status == "pending"
 
     registry = load_registry([SLEEPY_REF])
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as client:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as client:
         for thread_id, run_id in (("never-taken", "run-1"), ("half-started", "run-2")):
             assert wait_run(client, thread_id, run_id)["status"] == "success"
             assert runner.status(thread_id).status == "completed"

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from fakes import FakeOpenAI, Reply, by_turn
 from pydantic import BaseModel
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import (
@@ -137,7 +138,7 @@ def client(runner: Runner) -> Iterator[TestClient]:
     registry = Registry(
         [Registered(t.name, f"test:{t.name}", t) for t in (CHAT, GATE, TYPED, SHIP)]
     )
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as c:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as c:
         yield c
 
 

@@ -16,6 +16,7 @@ import pytest
 from fakes import FakeOpenAI, Reply, by_turn
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import LongTask, Retry, Runner, Stage, StepContext, approval, function_step
@@ -136,8 +137,9 @@ def test_metrics_match_the_database(runner: Runner) -> None:
     assert steps[("metrics_broken", "boom", "failed")] == 1
     assert len(calls) == 1
 
-    with TestClient(create_app(runner, TOKENS, open_reads=False)) as client:
-        assert client.get("/metrics").status_code == 401  # the reads' rule: a token
+    with AdminClient(create_app(runner, TOKENS)) as client:
+        plain = TestClient(client.app)  # no token
+        assert plain.get("/metrics").status_code == 401  # the reads' rule: a token
         assert client.get("/ok").json() == {"ok": True}
         ready = client.get("/ready")
         assert ready.status_code == 200, ready.text
@@ -224,7 +226,7 @@ def test_ready_names_the_database_when_it_does_not_answer(
     with TcpProxy(url.hostname or "127.0.0.1", url.port or 5432) as proxy:
         runner = Runner(proxy.url(pg_url))
         try:
-            with TestClient(create_app(runner, TOKENS, ready_timeout=0.5)) as client:
+            with AdminClient(create_app(runner, TOKENS, ready_timeout=0.5)) as client:
                 assert client.get("/ready").status_code == 200
                 proxy.freeze()  # the network path hangs: no answer
                 frozen = client.get("/ready")
@@ -261,7 +263,7 @@ def test_ready_names_an_old_schema(sqlite_url: str) -> None:
     runner = Runner(sqlite_url)
     try:
         runner.db.store._run("UPDATE longtask_schema SET version = 3")
-        with TestClient(create_app(runner, TOKENS)) as client:
+        with AdminClient(create_app(runner, TOKENS)) as client:
             r = client.get("/ready")
         assert r.status_code == 503
         assert r.json()["checks"]["database"] == "ok"
@@ -286,7 +288,7 @@ def test_queue_jobs_waiting_for_a_worker(pg_url: str) -> None:
                 "GROUP BY queue_name"
             ).fetchall()
         assert rows == [("longtask", 2)]
-        with TestClient(create_app(runner, TOKENS)) as client:
+        with AdminClient(create_app(runner, TOKENS)) as client:
             m = scrape(client)
         assert m["longtask_queue_jobs"] == {labels(queue="longtask", state="waiting"): 2}
         oldest = m["longtask_queue_oldest_wait_seconds"][labels(queue="longtask")]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from langgraph.types import Command
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import (
@@ -82,7 +83,7 @@ def runner(db_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
 @pytest.fixture
 def client(runner: Runner) -> Iterator[TestClient]:
     registry = Registry([Registered("doors", f"{__file__}:TASK", TASK)])
-    with TestClient(create_app(runner, TOKENS, registry=registry)) as c:
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as c:
         yield c
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 import pytest
 from pydantic import BaseModel
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import InvalidInput, LongTask, Runner, Stage, StepContext, approval, function_step
@@ -97,7 +98,7 @@ def runner(db_url: str) -> Iterator[Runner]:
 
 @pytest.fixture
 def client(runner: Runner) -> Iterator[TestClient]:
-    with TestClient(create_app(runner, TOKENS, poll=0.02)) as c:
+    with AdminClient(create_app(runner, TOKENS, poll=0.02)) as c:
         yield c
 
 
@@ -322,7 +323,8 @@ def test_every_action_needs_a_valid_token(
 ) -> None:
     thread = paused(runner)
     before = snapshot(runner, thread)
-    r = client.post(f"/api/threads/{thread}/{action}", json=ACTIONS[action], headers=BAD_AUTH[auth])
+    plain = TestClient(client.app)  # without the fixture's default token
+    r = plain.post(f"/api/threads/{thread}/{action}", json=ACTIONS[action], headers=BAD_AUTH[auth])
     assert r.status_code == 401, r.text
     assert r.headers["www-authenticate"].startswith("Bearer")
     assert "token" in r.json()["error"]
@@ -471,7 +473,7 @@ def test_an_idle_stream_sends_heartbeats(runner: Runner) -> None:
     watchdog.start()
     try:
         with (
-            TestClient(app) as client,
+            AdminClient(app) as client,
             client.stream("GET", f"/api/threads/{thread}/events/stream") as r,
         ):
             items: list[dict[str, Any]] = []
@@ -490,7 +492,8 @@ def test_an_idle_stream_sends_heartbeats(runner: Runner) -> None:
 
 def test_closed_reads_need_a_token(runner: Runner) -> None:
     thread = paused(runner)
-    with TestClient(create_app(runner, TOKENS, open_reads=False, poll=0.02)) as client:
+    app = create_app(runner, TOKENS, roles={"alice": "admin"}, poll=0.02)
+    with TestClient(app) as client:
         for path in ("/api/threads", f"/api/threads/{thread}", f"/api/threads/{thread}/pending"):
             assert client.get(path).status_code == 401, path
             assert client.get(path, headers=ALICE).status_code == 200, path
@@ -515,7 +518,7 @@ def test_closed_reads_need_a_token(runner: Runner) -> None:
 
 def test_loopback_server_refuses_other_host_names(runner: Runner) -> None:
     app = create_app(runner, TOKENS, loopback_hosts_only=True)
-    with TestClient(app, base_url="http://127.0.0.1:8765") as client:
+    with AdminClient(app, base_url="http://127.0.0.1:8765") as client:
         assert client.get("/api/threads").status_code == 200
         assert client.get("/api/threads", headers={"Host": "localhost:8765"}).status_code == 200
         assert client.get("/api/threads", headers={"Host": "[::1]:8765"}).status_code == 200
@@ -527,7 +530,7 @@ def test_loopback_server_refuses_other_host_names(runner: Runner) -> None:
 
 
 def test_the_page_escapes_the_thread_id_and_sets_a_nonce_policy(runner: Runner) -> None:
-    with TestClient(create_app(runner, TOKENS)) as client:
+    with TestClient(create_app(runner, {})) as client:  # open mode: the page says what exists
         page = client.get("/threads/%3Cscript%3Ealert(1)%3C", headers=BROWSER)
         assert page.status_code == 404
         assert "<script>alert(1)" not in page.text
@@ -539,14 +542,14 @@ def test_the_page_escapes_the_thread_id_and_sets_a_nonce_policy(runner: Runner) 
 
 def test_the_page_of_a_missing_thread_says_so(runner: Runner) -> None:
     runner.start(CI, {}, thread_id="ci-here")
-    with TestClient(create_app(runner, TOKENS)) as client:
+    with TestClient(create_app(runner, {})) as client:  # open mode
         assert client.get("/threads/ci-here", headers=BROWSER).status_code == 200
         page = client.get("/threads/nope", headers=BROWSER)
         assert page.status_code == 404
         assert "no such thread" in page.text
     # With closed reads the page does not tell, without a token, which threads exist: it
     # asks the API with the token it is given.
-    with TestClient(create_app(runner, TOKENS, open_reads=False)) as client:
+    with TestClient(create_app(runner, TOKENS)) as client:
         assert client.get("/threads/nope", headers=BROWSER).status_code == 200
 
 
@@ -600,7 +603,7 @@ def test_an_answer_to_a_thread_served_by_workers_is_queued_for_them(pg_url: str)
         thread = caller.submit(RELEASE, {}, thread_id="rel-w", task_ref="test_serve:RELEASE")
         serve_thread(worker, thread)
         assert caller.status(thread).status == "waiting_user"
-        with TestClient(create_app(caller, TOKENS)) as client:
+        with AdminClient(create_app(caller, TOKENS)) as client:
             r = client.post(f"/api/threads/{thread}/approve", headers=ALICE)
             assert r.status_code == 202, r.text
             assert r.json()["run_id"] is None  # not serve's to carry out

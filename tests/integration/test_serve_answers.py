@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import LongTask, Runner, Stage, StepContext, approval, function_step, wait_for
@@ -44,7 +45,7 @@ HELD = LongTask(
 
 @pytest.fixture
 def client(runner: Runner) -> Iterator[TestClient]:
-    with TestClient(create_app(runner, TOKENS, poll=0.02)) as c:
+    with AdminClient(create_app(runner, TOKENS, poll=0.02)) as c:
         yield c
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from serve_access import AdminClient
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
@@ -50,7 +51,7 @@ def client(runner: Runner) -> Iterator[TestClient]:
     typed = Registered("lg_typed", f"{__file__}:TYPED", TYPED)
     registry = Registry([*load_registry([RELEASE_REF]).by_name.values(), typed])
     app = create_app(runner, {"tok-alice": "alice"}, registry=registry)
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with AdminClient(app, raise_server_exceptions=False) as c:
         yield c
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import LongTask, Retry, Runner, Stage, StepContext, function_step, wait_for
@@ -56,7 +57,7 @@ def runner(db_url: str) -> Iterator[Runner]:
 
 @pytest.fixture
 def client(runner: Runner) -> Iterator[TestClient]:
-    with TestClient(create_app(runner, TOKENS, poll=0.02)) as c:
+    with AdminClient(create_app(runner, TOKENS, poll=0.02)) as c:
         yield c
 
 
@@ -91,7 +92,9 @@ def test_retry_runs_the_failed_step_again_as_the_tokens_name(
     thread = failed(runner)
     before = snapshot(runner, thread)
     for headers in ({}, {"Authorization": "Bearer nope"}):
-        refused = client.post(f"/api/threads/{thread}/retry", json={}, headers=headers)
+        refused = TestClient(client.app).post(
+            f"/api/threads/{thread}/retry", json={}, headers=headers
+        )
         assert refused.status_code == 401
     by = client.post(f"/api/threads/{thread}/retry", json={"by": "mallory"}, headers=ALICE)
     assert by.status_code == 400 and "bearer token" in by.json()["error"]
@@ -125,7 +128,7 @@ def test_retry_runs_the_failed_step_again_as_the_tokens_name(
 def test_skip_marks_the_step_done_with_the_given_result(runner: Runner, client: TestClient) -> None:
     thread = failed(runner)
     before = snapshot(runner, thread)
-    no_token = client.post(f"/api/threads/{thread}/skip", json={"step": "flaky"})
+    no_token = TestClient(client.app).post(f"/api/threads/{thread}/skip", json={"step": "flaky"})
     assert no_token.status_code == 401
     for body, status, text in (
         ({"step": "nope", "result": 1}, 409, "has no step 'nope'"),
@@ -199,7 +202,7 @@ def test_a_retry_of_a_thread_served_by_workers_is_queued_for_them(pg_url: str) -
             serve_thread(worker, thread)
         assert caller.status(thread).status == "failed"
         FLAKY["fail"] = False
-        with TestClient(create_app(caller, TOKENS)) as client:
+        with AdminClient(create_app(caller, TOKENS)) as client:
             r = client.post(f"/api/threads/{thread}/retry", json={}, headers=ALICE)
             assert r.status_code == 202, r.text
             assert r.json()["run_id"] is None  # not serve's to carry out

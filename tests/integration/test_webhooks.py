@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from langgraph_sdk.client import SyncLangGraphClient
+from serve_access import AdminClient
 from starlette.testclient import TestClient
 
 from longtask import Runner
@@ -102,7 +103,7 @@ def runner(db_url: str) -> Iterator[Runner]:
 
 
 def app_client(runner: Runner, policy: WebhookPolicy = FAST) -> TestClient:
-    return TestClient(create_app(runner, TOKENS, registry=load_registry(TASKS), webhooks=policy))
+    return AdminClient(create_app(runner, TOKENS, registry=load_registry(TASKS), webhooks=policy))
 
 
 def sdk(client: TestClient) -> SyncLangGraphClient:

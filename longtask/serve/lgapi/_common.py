@@ -16,6 +16,7 @@ from longtask.serve._json_body import read_json_body
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
+    from longtask.serve._access import Access
     from longtask.serve._executor import Executor
     from longtask.serve._registry import Registered, Registry
     from longtask.store._apiruns import ApiRun
@@ -32,6 +33,8 @@ class Api:
     executor: Executor
     reader: Callable[[Handler], Handler]
     actor: Callable[[ActorHandler], Handler]
+    #: who may see what: lists and searches show only the threads the caller may see
+    access: Access
     #: checks and records a run request (thread id or None, assistant, body, actor): set
     #: by the runs' routes, used by other doors that start runs (MCP)
     prepare: Callable[[str | None, Registered, dict[str, Any], str], ApiRun] | None = None

@@ -11,6 +11,12 @@ thread stands once the run has ended or ``wait`` seconds have passed (a long tas
 ``longtask_answer`` (answers a pause through the same checks as every other door, in the
 token's name) and ``longtask_threads`` (recent threads). Errors a person can fix are tool
 results with ``isError`` and the message, as LangGraph's server answers them.
+
+Who may do what is serve's one authorization layer (``serve._access``): ``/mcp`` is open to
+any caller who is signed in, and each tool asks the same ``Access`` what the route it
+stands for would: starting a task is acting (not for viewers), a thread's status needs
+seeing it (a thread the caller may not see is "no thread", as a 404), answering needs
+answering it, and the list shows only the threads the caller sees.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from longtask._version import __version__
-from longtask.errors import LongTaskError
+from longtask.errors import LongTaskError, ThreadNotFound
+from longtask.serve._access import Caller, caller_of
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._json import plain
 
@@ -39,8 +46,8 @@ if TYPE_CHECKING:
 #: what a tool call waits for its run by default, and at most (an MCP client times out)
 WAIT = 10.0
 MAX_WAIT = 60.0
-#: where the caller's name (from the token guard) rides in the ASGI scope to the tools
-ACTOR_KEY = "longtask_actor"
+#: where the caller (from serve's authorization layer) rides in the ASGI scope to the tools
+CALLER_KEY = "longtask_caller"
 _BAD_NAME = re.compile(r"[^a-zA-Z0-9_\-.]")
 _FINAL = frozenset({"success", "error", "interrupted", "timeout"})
 
@@ -79,8 +86,8 @@ class McpEndpoint:
         async with self.manager.run():
             yield
 
-    async def handle(self, request: Request, actor: str) -> Response:
-        return _Delegated(self.manager, actor)
+    async def handle(self, request: Request) -> Response:
+        return _Delegated(self.manager, caller_of(request))
 
     # -- tools ---------------------------------------------------------------------------
 
@@ -158,25 +165,40 @@ class McpEndpoint:
     async def _call_tool(self, ctx: Any, params: Any) -> Any:
         name = params.name
         args = dict(params.arguments or {})
-        actor = _actor_of(ctx)
+        caller = _caller_of(ctx)
         try:
             if name == STATUS_TOOL:
-                return _result(await self.api.call(self._status, _thread_arg(args)))
+                thread_id = _thread_arg(args)
+                await self._may(caller, thread_id, "read")
+                return _result(await self.api.call(self._status, thread_id))
             if name == ANSWER_TOOL:
-                return _result(await self._answer(args, actor))
+                await self._may(caller, _thread_arg(args), "answer")
+                return _result(await self._answer(args, _name(caller)))
             if name == THREADS_TOOL:
-                return _result(await self.api.call(self._threads, args.get("limit", 20)))
+                return _result(await self.api.call(self._threads, args.get("limit", 20), caller))
             entry = self._tasks().get(name)
             if entry is None:
                 from mcp.shared.exceptions import MCPError
                 from mcp.types import INVALID_PARAMS
 
                 raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
-            return _result(await self._start(entry, args, actor))
+            if caller.role == "viewer":
+                raise _Refused(f"{caller.name!r} is a viewer: reads only")
+            return _result(await self._start(entry, args, _name(caller)))
         except LongTaskError as exc:
             return _result({"error": str(exc)}, error=True)
         except _Refused as exc:
             return _result({"error": str(exc)}, error=True)
+
+    async def _may(self, caller: Caller, thread_id: str, needed: str) -> None:
+        """As the route the tool stands for would be checked: a thread the caller may not
+        see does not exist for them; one they see but may not ``needed`` is refused."""
+        level = await self.api.call(self.api.access.level, caller, thread_id)
+        if level is None or level == "none":
+            raise ThreadNotFound(thread_id, self.api.runner.db.url.redacted)
+        order = ("none", "read", "answer", "act")
+        if order.index(level) < order.index(needed):
+            raise _Refused(f"{caller.name!r} may not {needed} on thread {thread_id!r}")
 
     async def _start(self, entry: Registered, args: dict[str, Any], actor: str) -> dict[str, Any]:
         prepare = self.api.prepare
@@ -271,12 +293,19 @@ def _thread_arg(args: dict[str, Any]) -> str:
     return thread_id
 
 
-def _actor_of(ctx: Any) -> str:
+def _caller_of(ctx: Any) -> Caller:
     request = getattr(ctx, "request", None)
     scope = getattr(request, "scope", None) or {}
-    actor = scope.get(ACTOR_KEY)
-    assert isinstance(actor, str), "/mcp is reached only through the token guard"
-    return actor
+    caller = scope.get(CALLER_KEY)
+    assert isinstance(caller, Caller), "/mcp is reached only through the authorization layer"
+    return caller
+
+
+def _name(caller: Caller) -> str:
+    """Who acts: a signed-in caller's name (open mode lets nobody act)."""
+    if caller.name is None:
+        raise _Refused("acting needs a bearer token: open mode only reads")
+    return caller.name
 
 
 def _result(value: dict[str, Any], *, error: bool = False) -> Any:
@@ -294,10 +323,10 @@ class _Delegated(Response):
     """Hands the request to the MCP session manager, with the caller's name in its scope
     (the manager answers on ``send`` itself)."""
 
-    def __init__(self, manager: Any, actor: str) -> None:
+    def __init__(self, manager: Any, caller: Caller) -> None:
         super().__init__()
         self.manager = manager
-        self.actor = actor
+        self.caller = caller
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.manager.handle_request({**scope, ACTOR_KEY: self.actor}, receive, send)
+        await self.manager.handle_request({**scope, CALLER_KEY: self.caller}, receive, send)

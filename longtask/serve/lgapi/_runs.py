@@ -350,7 +350,7 @@ def routes(api: Api) -> list[Route]:
             )
         new_thread, request = plan(thread_id, entry, body, actor, new_thread)
         if new_thread:
-            store.api_thread_put(thread_id, {"graph_id": entry.name})
+            store.api_thread_put(thread_id, {"graph_id": entry.name}, owner=actor)
         return record(
             api,
             thread_id,

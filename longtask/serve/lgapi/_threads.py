@@ -17,6 +17,7 @@ from starlette.routing import Route
 from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.runtime._gate import through
 from longtask.runtime._threadid import check_thread_id
+from longtask.serve._access import Caller, caller_of
 from longtask.serve.lgapi._body import (
     id_text,
     integer_field,
@@ -56,7 +57,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             raise ThreadNotFound(thread_id, runner.db.url.redacted)
         return found
 
-    def make(body: dict[str, Any]) -> dict[str, Any]:
+    def make(body: dict[str, Any], actor: str) -> dict[str, Any]:
         if body.get("supersteps"):
             raise HTTPException(
                 422,
@@ -73,13 +74,13 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         if graph_id is not None and api.registry.find(str(graph_id)) is None:
             raise HTTPException(404, f"no assistant {graph_id!r}")
         exists = store.get_thread(thread_id) is not None
-        if exists or not store.api_thread_put(thread_id, metadata):
+        if exists or not store.api_thread_put(thread_id, metadata, owner=actor):
             if body.get("if_exists") == "do_nothing":
                 return get_json(thread_id)
             raise HTTPException(409, f"thread {thread_id!r} exists already")
         return get_json(thread_id)
 
-    def search(body: dict[str, Any]) -> list[dict[str, Any]]:
+    def search(body: dict[str, Any], caller: Caller) -> list[dict[str, Any]]:
         limit = integer_field(body, "limit", 10, 1, 100_000)
         offset = integer_field(body, "offset", 0, 0, 10**9)
         ids = strings_field(body, "ids")
@@ -87,8 +88,11 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         metadata = mapping_field(body, "metadata")
         names = [r.thread_id for r in store.list_threads(limit=10000)]
         names += [t for t, _m, _c in store.api_threads() if t not in set(names)]
+        sees = api.access.visible(caller)
         out = []
         for thread_id in names:
+            if not sees(thread_id):
+                continue
             if ids and thread_id not in ids:
                 continue
             found = thread_json(runner, api.registry, thread_id, busy=busy(thread_id))
@@ -193,15 +197,20 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
     # -- handlers --------------------------------------------------------------------------
 
     async def create_thread(request: Request, actor: str) -> Response:
-        return JSONResponse(await api.call(make, await api.json_body(request)))
+        body = await api.json_body(request)
+        edited = getattr(request.state, "handler_metadata", None)
+        if edited is not None:  # an auth handler's edits (LangGraph's `@auth.on` owner)
+            body["metadata"] = edited
+        return JSONResponse(await api.call(make, body, actor))
 
     async def search_threads(request: Request) -> Response:
-        return JSONResponse(await api.call(search, await api.json_body(request)))
+        body = await api.json_body(request)
+        return JSONResponse(await api.call(search, body, caller_of(request)))
 
     async def count_threads(request: Request) -> Response:
         body = await api.json_body(request)
         body["limit"], body["offset"] = 100000, 0
-        return JSONResponse(len(await api.call(search, body)))
+        return JSONResponse(len(await api.call(search, body, caller_of(request))))
 
     async def get_thread(request: Request) -> Response:
         return JSONResponse(await api.call(get_json, request.path_params["thread_id"]))

@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from longtask.serve._access import signed_in
 from longtask.serve._http import error, pasteable
 
 _ASSISTANTS = (
@@ -71,6 +72,7 @@ def _answer(status: int, message: str) -> Callable[[Request], Awaitable[Response
 def routes() -> list[Route]:
     """Routes answering each unserved endpoint; listed after the served ones."""
     return [
-        Route(path, _answer(status, message), methods=methods)
+        # signed in: whoever may call the server learns what to use instead
+        Route(path, signed_in(_answer(status, message)), methods=methods)
         for path, methods, status, message in UNSERVED
     ]

@@ -1,0 +1,430 @@
+"""Who may see and do what in ``longtask serve``: one gate in front of every route.
+
+Each route declares its rule where it is defined (``reader``, ``answerer``, ``actor``,
+``everything``, ``public``, ``page``, ``signed_in``); ``Access.protect`` wraps every route
+of the app in the one check below, and a route that declares none is refused (403) and
+listed in ``uncovered`` (``serve`` prints them at start; a test asserts there are none).
+
+The check, in order: who calls (a bearer token, or an auth handler's ``authenticate``;
+401 if neither says), whether the caller may see the thread the path names (404 if not,
+as LangGraph's server answers), whether the caller may do what the route does (403), and
+only then the route. A refused request reaches no handler, so it writes nothing.
+
+Levels on a thread, lowest first: ``read`` (see it), ``answer`` (answer its pauses),
+``act`` (everything else: runs, cancel, retry, skip, state, metadata, delete). The owner
+and ``admin`` act; a ``viewer`` reads every thread; a person a pending approval names as
+an approver answers it (and reads that thread while it waits for them). A thread stored
+before owners were recorded has none: admins and viewers see it. In open mode (no token,
+no auth handler: only on loopback) anyone reads everything and nobody acts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from longtask.errors import InvalidInput
+from longtask.runtime._who import check_by
+from longtask.serve._handlers import HandlerRefused, matches
+from longtask.serve._http import error, unauthorized
+
+if TYPE_CHECKING:
+    from longtask._runner import Runner
+    from longtask.serve._auth import Tokens
+    from longtask.serve._handlers import Handlers
+
+Handler = Callable[[Request], Awaitable[Response]]
+ActorHandler = Callable[[Request, str], Awaitable[Response]]
+
+#: the roles a built-in token may have; ``user`` unless the token says otherwise
+ROLES = ("admin", "viewer", "user")
+#: the attribute a route's endpoint carries its rule in
+_RULE = "__longtask_rule__"
+
+
+class Rule(Enum):
+    #: anyone, no token: health checks, the page's shell (it holds no thread's data)
+    PUBLIC = "public"
+    #: the HTML page for a browser (public), else the thread's JSON (READ)
+    PAGE = "page"
+    #: any caller who is signed in: what is the same for everyone (assistants, info)
+    SIGNED_IN = "signed in"
+    #: see: the thread the path names, or a list the handler filters to what one may see
+    READ = "read"
+    #: answer a pause of the thread the path names
+    ANSWER = "answer"
+    #: act on the thread the path names, or create one
+    ACT = "act"
+    #: what spans every thread (metrics): roles that see everything
+    EVERYTHING = "everything"
+
+
+_LEVEL = {"none": 0, "read": 1, "answer": 2, "act": 3}
+_NEEDS = {Rule.READ: "read", Rule.ANSWER: "answer", Rule.ACT: "act", Rule.PAGE: "read"}
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who makes a request. ``name`` is None in open mode without a token (anyone on this
+    machine: reads everything, acts on nothing)."""
+
+    name: str | None
+    role: str
+    #: what an auth handler's ``authenticate`` returned, as LangGraph's handlers see it
+    user: Any = None
+    permissions: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def sees_everything(self) -> bool:
+        return self.role in ("admin", "viewer", "open")
+
+
+def _declare(rule: Rule) -> Callable[[Handler], Handler]:
+    def mark(handler: Handler) -> Handler:
+        setattr(handler, _RULE, rule)
+        return handler
+
+    return mark
+
+
+def caller_of(request: Request) -> Caller:
+    """The caller the gate identified (every protected route has one)."""
+    found = getattr(request.state, "caller", None)
+    assert isinstance(found, Caller), "a route reached without the gate"
+    return found
+
+
+def by_of(request: Request) -> str:
+    """Who acts: the caller's name (the gate lets no anonymous caller act)."""
+    name = caller_of(request).name
+    assert name is not None, "an action reached without a name"
+    return name
+
+
+def public(handler: Handler) -> Handler:
+    return _declare(Rule.PUBLIC)(handler)
+
+
+def page(handler: Handler) -> Handler:
+    return _declare(Rule.PAGE)(handler)
+
+
+def signed_in(handler: Handler) -> Handler:
+    return _declare(Rule.SIGNED_IN)(handler)
+
+
+def reader(handler: Handler) -> Handler:
+    return _declare(Rule.READ)(handler)
+
+
+def everything(handler: Handler) -> Handler:
+    return _declare(Rule.EVERYTHING)(handler)
+
+
+def _with_by(rule: Rule, handler: ActorHandler) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        return await handler(request, by_of(request))
+
+    return _declare(rule)(endpoint)
+
+
+def actor(handler: ActorHandler) -> Handler:
+    """A route that acts (on the thread its path names, or creates one); the handler gets
+    who acts."""
+    return _with_by(Rule.ACT, handler)
+
+
+def answerer(handler: ActorHandler) -> Handler:
+    """A route that answers a pause of the thread its path names."""
+    return _with_by(Rule.ANSWER, handler)
+
+
+def rule_of(route: BaseRoute) -> Rule | None:
+    endpoint = getattr(route, "endpoint", None)
+    found = getattr(endpoint, _RULE, None)
+    return found if isinstance(found, Rule) else None
+
+
+def describe(route: BaseRoute) -> str:
+    methods = sorted(getattr(route, "methods", None) or [])
+    return f"{','.join(methods) or '*'} {getattr(route, 'path', route)!r}"
+
+
+class Access:
+    """The gate: identifies the caller and applies each route's rule."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        tokens: Tokens,
+        roles: dict[str, str] | None = None,
+        handlers: Handlers | None = None,
+    ) -> None:
+        self.runner = runner
+        self.tokens = tokens
+        self.roles = dict(roles or {})
+        #: LangGraph's auth handlers (langgraph.json ``auth``): they identify every caller
+        self.handlers = handlers
+        #: open mode: no token and no handler configured (serve allows it on loopback only)
+        self.open = not tokens and handlers is None
+
+    # -- who calls ---------------------------------------------------------------------------
+
+    async def identify(self, request: Request) -> Caller | Response:
+        """The caller, or the 401 to answer."""
+        if self.open:
+            return Caller(None, "open")
+        if self.handlers is not None:
+            return await self._from_handler(request)
+        name = self.tokens.from_request(request, query=request.method in ("GET", "HEAD"))
+        if name is None:
+            given = (
+                "authorization" in request.headers
+                or "x-api-key" in request.headers
+                or "access_token" in request.query_params
+            )
+            return unauthorized("invalid bearer token" if given else "a bearer token is needed")
+        return Caller(name, self.roles.get(name, "user"))
+
+    async def _from_handler(self, request: Request) -> Caller | Response:
+        assert self.handlers is not None
+        try:
+            identity, user, permissions = await self.handlers.authenticate(request)
+            name = check_by(identity)  # it is who acts: one line of printable text
+        except HandlerRefused as exc:
+            if exc.status == 401:
+                return unauthorized(exc.detail)
+            return error(exc.status, exc.detail)
+        except InvalidInput as exc:
+            return error(401, f"the auth handler's identity cannot name who acts: {exc}")
+        return Caller(name, self.roles.get(name, "user"), user, tuple(permissions))
+
+    async def _handler_filter(
+        self, caller: Caller, action: str, value: dict[str, Any]
+    ) -> dict[str, Any] | Response | None:
+        """The filter the threads handler for ``action`` returns, or its refusal."""
+        assert self.handlers is not None
+        try:
+            return await self.handlers.on(
+                caller.user, list(caller.permissions), "threads", action, value
+            )
+        except HandlerRefused as exc:
+            return error(exc.status, exc.detail)
+
+    def metadata_of(self, thread_id: str) -> dict[str, Any]:
+        found = self.runner.db.store.api_thread(thread_id)
+        return dict(found[0]) if found else {}
+
+    # -- what the caller may do with a thread ---------------------------------------------------
+
+    def level(self, caller: Caller, thread_id: str) -> str | None:
+        """``none``/``read``/``answer``/``act`` on the thread, None if it does not exist."""
+        exists, owner = self.runner.db.store.thread_owner(thread_id)
+        if not exists:
+            return None
+        if caller.role == "admin":
+            return "act"
+        if caller.name is not None and owner == caller.name and caller.role == "user":
+            return "act"
+        if caller.sees_everything:
+            return "read"
+        if caller.name is not None and self.named_by_pause(caller.name, thread_id):
+            return "answer"
+        return "none"
+
+    def named_by_pause(self, name: str, thread_id: str) -> bool:
+        """Whether a pending approval of the thread names ``name`` among its approvers."""
+        rec = self.runner.db.store.get_thread(thread_id)
+        if rec is None or rec.status != "waiting_user":
+            return False
+        for pending in self.runner.pending(thread_id):
+            approvers = pending.request.get("approvers") or ()
+            if name in approvers:
+                return True
+        return False
+
+    def visible(self, caller: Caller) -> Callable[[str], bool]:
+        """A test of which threads ``caller`` may see, for lists, searches and counts."""
+        if "filter" in caller.extra:
+            # an auth handler's search filter on the threads' metadata
+            wanted = caller.extra["filter"]
+
+            def passes(thread_id: str) -> bool:
+                if matches(self.metadata_of(thread_id), wanted):
+                    return True
+                return caller.name is not None and self.named_by_pause(caller.name, thread_id)
+
+            return passes
+        if caller.sees_everything:
+            return lambda thread_id: True
+        owners = self.runner.db.store.thread_owners()
+
+        def sees(thread_id: str) -> bool:
+            if caller.name is not None and owners.get(thread_id) == caller.name:
+                return True
+            return caller.name is not None and self.named_by_pause(caller.name, thread_id)
+
+        return sees
+
+    # -- the gate ----------------------------------------------------------------------------
+
+    async def check(self, rule: Rule, request: Request) -> Response | None:
+        """None if the request may go on (``request.state.caller`` set), else the answer."""
+        if rule is Rule.PUBLIC or (
+            rule is Rule.PAGE and "text/html" in request.headers.get("accept", "")
+        ):
+            request.state.caller = Caller(None, "open" if self.open else "anonymous")
+            return None
+        found = await self.identify(request)
+        if isinstance(found, Response):
+            return found
+        caller = found
+        request.state.caller = caller
+        acting = rule in (Rule.ACT, Rule.ANSWER)
+        if acting and caller.name is None:
+            return unauthorized("a bearer token is needed")
+        if rule is Rule.EVERYTHING:
+            if caller.sees_everything:
+                return None
+            return error(403, f"{caller.name!r} may not read what spans every thread")
+        thread_id = request.path_params.get("thread_id")
+        needed = _NEEDS.get(rule)
+        if needed is None:  # SIGNED_IN
+            return None
+        if self.handlers is not None and caller.role == "user":
+            return await self._check_by_handler(rule, request, caller, thread_id)
+        if thread_id is None:
+            # A list (filtered by its handler) or a new thread.
+            if acting and caller.role == "viewer":
+                return error(403, f"{caller.name!r} is a viewer: reads only")
+            return None
+        level = await run_in_threadpool(self.level, caller, str(thread_id))
+        if level is None:
+            # No such thread: the route answers (a 404, or a thread it creates).
+            if acting and caller.role == "viewer":
+                return error(403, f"{caller.name!r} is a viewer: reads only")
+            return None
+        if level == "none":
+            return error(404, f"no thread {thread_id!r}")
+        if _LEVEL[level] < _LEVEL[needed]:
+            what = "a viewer: reads only" if caller.role == "viewer" else f"not allowed to {needed}"
+            return error(403, f"{caller.name!r} is {what} on thread {thread_id!r}")
+        return None
+
+    async def _check_by_handler(
+        self, rule: Rule, request: Request, caller: Caller, thread_id: str | None
+    ) -> Response | None:
+        """The gate when LangGraph's auth handlers decide: the threads handler for what the
+        route does, its filter matched against the thread's metadata (LangGraph's 404)."""
+        action = _action(rule, request)
+        value: dict[str, Any] = {"thread_id": thread_id}
+        if thread_id is None and action == "create" and request.url.path == "/threads":
+            body = await _json_object(request)
+            value = {
+                "thread_id": body.get("thread_id"),
+                "metadata": dict(body.get("metadata") or {}),
+                "if_exists": body.get("if_exists"),
+            }
+        elif action == "create_run":
+            body = await _json_object(request)
+            value = {
+                "thread_id": thread_id,
+                "assistant_id": body.get("assistant_id"),
+                "metadata": dict(body.get("metadata") or {}),
+                "kwargs": {k: body.get(k) for k in ("input", "command", "config", "context")},
+            }
+        elif thread_id is None and action == "search":
+            body = await _json_object(request) if request.method == "POST" else {}
+            value = {k: body.get(k) for k in ("metadata", "values", "status", "limit", "offset")}
+        found = await self._handler_filter(caller, action, value)
+        if isinstance(found, Response):
+            return found
+        if thread_id is None:
+            if action == "search":
+                request.state.caller = Caller(
+                    caller.name, caller.role, caller.user, caller.permissions, {"filter": found}
+                )
+            elif action == "create" and "metadata" in value:
+                # What the handler set (an owner) is stored with the new thread.
+                request.state.handler_metadata = value["metadata"]
+            return None
+        exists = await run_in_threadpool(self.runner.db.store.thread_owner, thread_id)
+        if not exists[0]:
+            return None  # the route answers 404 (or creates the thread)
+        metadata = await run_in_threadpool(self.metadata_of, thread_id)
+        if matches(metadata, found):
+            return None
+        if _LEVEL[_NEEDS[rule]] <= _LEVEL["answer"] and caller.name is not None:
+            named = await run_in_threadpool(self.named_by_pause, caller.name, thread_id)
+            if named:
+                return None
+        return error(404, f"no thread {thread_id!r}")
+
+    def protect(self, routes: Sequence[BaseRoute]) -> tuple[list[BaseRoute], list[str]]:
+        """Every route wrapped in the gate; and the routes that declare no rule (refused)."""
+        out: list[BaseRoute] = []
+        uncovered: list[str] = []
+        for route in routes:
+            if not isinstance(route, Route):
+                uncovered.append(describe(route))
+                continue
+            rule = rule_of(route)
+            if rule is None:
+                uncovered.append(describe(route))
+            out.append(
+                Route(
+                    route.path,
+                    self._guard(rule, route.endpoint),
+                    methods=sorted(route.methods) if route.methods else None,
+                    name=route.name,
+                )
+            )
+        return out, uncovered
+
+    def _guard(self, rule: Rule | None, endpoint: Any) -> Handler:
+        async def guarded(request: Request) -> Response:
+            if rule is None:
+                return error(403, "no authorization rule covers this route: refused")
+            refused = await self.check(rule, request)
+            if refused is not None:
+                return refused
+            response: Response = await endpoint(request)
+            return response
+
+        setattr(guarded, _RULE, rule)
+        return guarded
+
+
+def _action(rule: Rule, request: Request) -> str:
+    """The threads action LangGraph's server asks its handlers about for this route."""
+    path = request.url.path
+    has_thread = "thread_id" in request.path_params
+    if rule in (Rule.READ, Rule.PAGE):
+        return "read" if has_thread else "search"
+    if rule is Rule.ANSWER or path.endswith(("/runs", "/runs/stream", "/runs/wait")):
+        return "create_run"
+    if not has_thread:
+        return "create"
+    if request.method == "DELETE":
+        return "delete"
+    return "update"
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The body as an object, for the handler's ``value`` ({} if it is none: the route
+    itself answers a malformed body). Starlette keeps the bytes for the route."""
+    import json
+
+    try:
+        data = json.loads(await request.body() or b"{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,122 @@
+"""The same ``langgraph_sdk.Auth`` handler file on LangGraph's own server and on
+``longtask serve`` (issue 41): two users create, read, search, run, and read the state and
+history of threads, and both servers give the same answers (status codes, and who sees
+which thread); the handlers are called on longtask (they append to a file the test reads).
+
+The handler (``lgdiff_auth.py``) is the owner-only one of LangGraph's docs: authenticate
+from a bearer token, ``@auth.on`` adds ``owner`` metadata and returns ``{"owner": user}``.
+LangGraph's server is installed into a cache on first use (``lgdiff_servers.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import lgdiff_servers
+import pytest
+from fakes import FakeOpenAI, Reply, Request
+from test_lg_differential import _needed
+
+HERE = Path(__file__).parent
+AUTH = f"{HERE / 'lgdiff_auth.py'}:auth"
+USER1 = {"Authorization": "Bearer tok-user1"}
+USER2 = {"Authorization": "Bearer tok-user2"}
+NOBODY = {"Authorization": "Bearer tok-nobody"}
+CHAT = {"messages": [{"role": "user", "content": "What is the weather?"}]}
+
+
+def _script(request: Request) -> Reply:
+    if request.turn == 0:
+        return Reply.tool_calls([("lookup", {"topic": "weather"})])
+    return Reply.text("It is sunny.")
+
+
+@pytest.fixture(scope="module")
+def llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(_script) as server:
+        yield server
+
+
+def drive(url: str) -> list[tuple[str, Any]]:
+    """Two users through one script; each answer kept as what must be the same on both
+    servers: its status, and for threads who owns them and how many one sees."""
+    out: list[tuple[str, Any]] = []
+    with httpx.Client(base_url=url, timeout=120) as c:
+
+        def step(label: str, method: str, path: str, who: dict[str, str], **kw: Any) -> Any:
+            r = c.request(method, path, headers=who, **kw)
+            body = r.json() if r.content else None
+            out.append((label, r.status_code))
+            return body
+
+        one = step("user1 creates", "POST", "/threads", USER1, json={"metadata": {"k": "v"}})
+        out.append(("owner set by the handler", one["metadata"].get("owner")))
+        two = step("user2 creates", "POST", "/threads", USER2, json={})
+        t1, t2 = one["thread_id"], two["thread_id"]
+        step("nobody creates", "POST", "/threads", NOBODY, json={})
+        step("user1 reads own", "GET", f"/threads/{t1}", USER1)
+        step("user2 reads user1's", "GET", f"/threads/{t1}", USER2)
+        step("nobody reads", "GET", f"/threads/{t1}", NOBODY)
+        for who, name in ((USER1, "user1"), (USER2, "user2")):
+            found = step(f"{name} searches", "POST", "/threads/search", who, json={})
+            mine = t1 if name == "user1" else t2
+            out.append(
+                (
+                    f"{name} finds",
+                    sorted("own" if t["thread_id"] == mine else "other" for t in found),
+                )
+            )
+        step("user2 updates user1's", "PATCH", f"/threads/{t1}", USER2, json={"metadata": {}})
+        run = {"assistant_id": "chat", "input": CHAT}
+        step("user2 runs on user1's", "POST", f"/threads/{t1}/runs/wait", USER2, json=run)
+        waited = step("user1 runs", "POST", f"/threads/{t1}/runs/wait", USER1, json=run)
+        out.append(("the run paused", "__interrupt__" in (waited or {})))
+        step("user1 state", "GET", f"/threads/{t1}/state", USER1)
+        step("user2 state", "GET", f"/threads/{t1}/state", USER2)
+        history = step("user1 history", "POST", f"/threads/{t1}/history", USER1, json={})
+        out.append(("user1 history has checkpoints", bool(history)))
+        step("user2 history", "POST", f"/threads/{t1}/history", USER2, json={})
+        step("user2 runs list of user1's", "GET", f"/threads/{t1}/runs", USER2)
+    return out
+
+
+@pytest.fixture  # a fresh one per backend: the script's searches count every thread
+def reference(llm: FakeOpenAI) -> Iterator[lgdiff_servers.Server]:
+    server = _needed(
+        "LangGraph's server",
+        lambda: lgdiff_servers.reference_server(llm.base_url, auth=AUTH).start(),
+    )
+    yield server
+    server.stop()
+
+
+def test_one_auth_handler_file_gives_the_same_answers_on_both_servers(
+    reference: lgdiff_servers.Server,
+    llm: FakeOpenAI,
+    db_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    want = drive(reference.url)
+    log = tmp_path / "auth.log"
+    monkeypatch.setenv("LGDIFF_AUTH_LOG", str(log))  # the server inherits it
+    where = Path(tempfile.mkdtemp(prefix="lgdiff-auth-", dir=tmp_path))
+    server = lgdiff_servers.longtask_auth_server(db_url, llm.base_url, AUTH, where).start()
+    try:
+        got = drive(server.url)
+    finally:
+        out = server.stop()
+    assert "auth handler" in out, out
+    assert ("user2 reads user1's", 404) in want  # the script shows what the handler does
+    assert got == want, "\n".join(
+        f"{w!r:60} {g!r}" for w, g in zip(want, got, strict=False) if w != g
+    )
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {"call": "authenticate", "ok": True, "user": "user2"} in seen
+    actions = {c.get("action") for c in seen if c["call"] == "on"}
+    assert {"create", "read", "search", "create_run"} <= actions
