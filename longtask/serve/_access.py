@@ -20,6 +20,7 @@ no auth handler: only on loopback) anyone reads everything and nobody acts.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -89,6 +90,14 @@ class Caller:
 
 def _declare(rule: Rule) -> Callable[[Handler], Handler]:
     def mark(handler: Handler) -> Handler:
+        if inspect.ismethod(handler):
+            # A bound method takes no attribute: the rule goes on a function calling it.
+            bound = handler
+
+            async def handler(request: Request) -> Response:
+                answer: Response = await bound(request)
+                return answer
+
         setattr(handler, _RULE, rule)
         return handler
 

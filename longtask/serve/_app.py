@@ -460,7 +460,7 @@ def create_app(
         *lg_assistants.routes(lg),
         *lg_thread_routes,
         *lg_run_routes,
-        Route("/mcp", signed_in(mcp.handle), methods=["GET", "POST", "DELETE"]),
+        Route("/mcp", signed_in(mcp.handle), methods=["POST"]),
         *kv.routes(),
         Route("/info", public(info)),
         Route("/ok", public(ok)),

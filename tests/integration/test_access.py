@@ -39,7 +39,7 @@ CALLERS = {
 }
 CAROL = {"Authorization": "Bearer tok-carol"}
 #: POST routes that only read (LangGraph's searches, counts and state reads)
-READS_BY_POST = ("/search", "/count", "/history", "/state/checkpoint")
+READS_BY_POST = ("/search", "/count", "/history", "/state/checkpoint", "/store/namespaces")
 
 
 @function_step

@@ -53,7 +53,7 @@ def runner(db_url: str) -> Iterator[Runner]:
 def client(runner: Runner, deployed: Path, llm: FakeOpenAI) -> Iterator[TestClient]:
     registry = load_registry([f"{TASKS}:INBOX"])
     tokens = {"tok-alice": "alice", "tok-bob": "bob"}
-    with TestClient(create_app(runner, tokens, registry=registry)) as c:
+    with TestClient(create_app(runner, tokens, registry=registry), headers=ALICE) as c:
         yield c
 
 
@@ -117,8 +117,8 @@ def test_agent_inbox_edits_a_tool_call_accepts_an_approval_and_edits_a_waits_pay
     assert approval["step"] == "ok" and approval["action_requests"][0]["arguments"]["plan"] == {
         "ship": True
     }
-    # bob is not an approver of this step: refused, as any answer in his name is
-    assert _resume(client, thread, [{"type": "accept", "args": None}], BOB).status_code == 409
+    # bob neither owns the thread nor is named by its pause: it does not exist for him
+    assert _resume(client, thread, [{"type": "accept", "args": None}], BOB).status_code == 404
     assert _resume(client, thread, [{"type": "accept", "args": None}]).status_code == 200
     assert runner.result(thread, "ok")["by"] == "alice"
 

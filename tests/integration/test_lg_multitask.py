@@ -43,7 +43,9 @@ def runner(db_url: str) -> Iterator[Runner]:
 @pytest.fixture
 def client(runner: Runner, gate: Path) -> Iterator[TestClient]:
     registry = load_registry([f"{TASKS}:HELD"])
-    with TestClient(create_app(runner, {"tok-alice": "alice"}, registry=registry)) as c:
+    with TestClient(
+        create_app(runner, {"tok-alice": "alice"}, registry=registry), headers=ALICE
+    ) as c:
         yield c
 
 

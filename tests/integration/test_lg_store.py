@@ -30,7 +30,9 @@ def runner(db_url: str) -> Iterator[Runner]:
 @pytest.fixture
 def client(runner: Runner) -> Iterator[TestClient]:
     registry = load_registry([f"{LG_TASKS}:RELEASE"])
-    with TestClient(create_app(runner, {"tok-alice": "alice"}, registry=registry)) as c:
+    with TestClient(
+        create_app(runner, {"tok-alice": "alice"}, registry=registry), headers=ALICE
+    ) as c:
         yield c
 
 
@@ -117,7 +119,18 @@ def test_bad_items_are_refused_and_store_nothing(
     assert listed == []
 
 
-def test_writing_the_store_needs_a_token(client: TestClient) -> None:
+def test_the_store_needs_a_token_and_a_viewer_only_reads_it(runner: Runner) -> None:
+    registry = load_registry([f"{LG_TASKS}:RELEASE"])
+    tokens = {"tok-alice": "alice", "tok-audit": "audit"}
+    app = create_app(runner, tokens, registry=registry, roles={"audit": "viewer"})
     body = {"namespace": ["a"], "key": "k", "value": {"x": 1}}
-    assert client.put("/store/items", json=body).status_code == 401
-    assert client.get("/store/items", params={"namespace": "a", "key": "k"}).json() is None
+    with TestClient(app) as client:
+        wrong = {"X-Api-Key": "wrong"}
+        assert client.put("/store/items", json=body, headers=wrong).status_code == 401
+        assert client.put("/store/items", json=body).status_code == 401
+        viewer = {"X-Api-Key": "tok-audit"}
+        assert client.put("/store/items", json=body, headers=viewer).status_code == 403
+        query = {"namespace": "a", "key": "k"}
+        assert client.get("/store/items", params=query, headers=viewer).json() is None
+        assert client.put("/store/items", json=body, headers=ALICE).status_code == 204
+        assert client.get("/store/items", params=query, headers=viewer).json()["value"] == {"x": 1}
