@@ -271,13 +271,16 @@ class McpEndpoint:
         )
         return out
 
-    def _threads(self, limit: Any) -> dict[str, Any]:
+    def _threads(self, limit: Any, caller: Caller) -> dict[str, Any]:
         if not isinstance(limit, int) or not 1 <= limit <= 100:
             raise _Refused("limit is a whole number from 1 to 100")
-        found = self.api.runner.db.store.list_threads(limit=limit)
+        sees = self.api.access.visible(caller)
+        wide = limit if caller.sees_everything else 10_000
+        found = [r for r in self.api.runner.db.store.list_threads(limit=wide) if sees(r.thread_id)]
         return {
             "threads": [
-                {"thread_id": r.thread_id, "task": r.task_name, "status": r.status} for r in found
+                {"thread_id": r.thread_id, "task": r.task_name, "status": r.status}
+                for r in found[:limit]
             ]
         }
 
