@@ -325,9 +325,10 @@ def test_a_childs_approval_over_http_continues_the_parent(runner: Runner) -> Non
     registry = Registry([Registered("gated_child", f"{__file__}:GATED", GATED)])
     alice = {"Authorization": "Bearer tok-alice"}
     with TestClient(
-        create_app(runner, {"tok-alice": "alice"}, registry=registry, poll=0.02)
+        create_app(runner, {"tok-alice": "alice"}, registry=registry, poll=0.02), headers=alice
     ) as client:
-        thread = runner.start(WAITS)
+        # alice owns the tree: her children are hers too (she sees and answers them)
+        thread = runner.start(WAITS, by="alice")
         first, second = _children(runner, thread)
         shown = client.get(f"/api/threads/{thread}").json()
         assert [r["thread_id"] for r in shown["subtasks"]["gated"]] == [first, second]

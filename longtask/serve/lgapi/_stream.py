@@ -95,7 +95,12 @@ class _Reader:
         # of what changed.
         talk = len(state["values"].get("messages") or ()) if self.agent else 0
         key = json.dumps(
-            [state["checkpoint"].get("checkpoint_id"), rec.status, len(state["interrupts"]), talk]
+            [
+                (state["checkpoint"] or {}).get("checkpoint_id"),
+                rec.status,
+                len(state["interrupts"]),
+                talk,
+            ]
         )
         for event in events:
             ns = event.data.get("checkpoint_ns") if event.kind.startswith("agent.run.") else None
