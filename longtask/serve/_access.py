@@ -46,6 +46,8 @@ ActorHandler = Callable[[Request, str], Awaitable[Response]]
 
 #: the roles a built-in token may have; ``user`` unless the token says otherwise
 ROLES = ("admin", "viewer", "user")
+#: the paths of the store's routes (its auth handlers are called by the routes themselves)
+STORE_PREFIX = "/store/"
 #: the attribute a route's endpoint carries its rule in
 _RULE = "__longtask_rule__"
 
@@ -309,6 +311,10 @@ class Access:
         if needed is None:  # SIGNED_IN
             return None
         if self.handlers is not None and caller.role == "user":
+            if request.url.path.startswith(STORE_PREFIX):
+                # The store is a resource of its own: its routes call its handlers
+                # (``@auth.on.store``) with the items' namespaces, as LangGraph's server does.
+                return None
             return await self._check_by_handler(rule, request, caller, thread_id)
         if thread_id is None:
             # A list (filtered by its handler) or a new thread.

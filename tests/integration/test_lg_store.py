@@ -134,3 +134,28 @@ def test_the_store_needs_a_token_and_a_viewer_only_reads_it(runner: Runner) -> N
         assert client.get("/store/items", params=query, headers=viewer).json() is None
         assert client.put("/store/items", json=body, headers=ALICE).status_code == 204
         assert client.get("/store/items", params=query, headers=viewer).json()["value"] == {"x": 1}
+
+
+def test_the_stores_auth_handler_keeps_each_user_to_their_namespaces(runner: Runner) -> None:
+    from longtask.serve._handlers import load_auth
+
+    auth = load_auth(f"{Path(__file__).parent / 'store_auth.py'}:auth", Path(__file__).parent)
+    registry = load_registry([f"{LG_TASKS}:RELEASE"])
+    app = create_app(runner, {}, auth_handler=auth, registry=registry)
+    ann = {"Authorization": "Bearer tok-ann"}
+    ben = {"Authorization": "Bearer tok-ben"}
+    body = {"namespace": ["ann", "prefs"], "key": "k", "value": {"x": 1}}
+    with TestClient(app) as client:
+        assert client.put("/store/items", json=body, headers=ann).status_code == 204
+        refused = client.put("/store/items", json=body, headers=ben)
+        assert refused.status_code == 403 and "Not authorized" in refused.text
+        query = {"namespace": "ann.prefs", "key": "k"}
+        assert client.get("/store/items", params=query, headers=ann).json()["value"] == {"x": 1}
+        assert client.get("/store/items", params=query, headers=ben).status_code == 403
+        search = {"namespace_prefix": ["ann"]}
+        assert client.post("/store/items/search", json=search, headers=ben).status_code == 403
+        found = client.post("/store/items/search", json=search, headers=ann).json()["items"]
+        assert [i["key"] for i in found] == ["k"]
+        gone = {"namespace": ["ann", "prefs"], "key": "k"}
+        assert client.request("DELETE", "/store/items", json=gone, headers=ben).status_code == 403
+        assert client.put("/store/items", json=body).status_code == 401

@@ -3,7 +3,11 @@ with TTL, on LangGraph's own ``SqliteStore``/``PostgresStore`` in the thread dat
 (``checkpointers._kvstore``), answered as LangGraph's server answers them.
 
 The store is opened on the first request that needs it (its tables are made then) and
-closed with the app. Reads need what any read needs; writes need a token.
+closed with the app. Reads need what any read needs; writes need a token, and a viewer
+only reads. With LangGraph's auth handlers (langgraph.json ``auth``), a user's request
+calls the ``store`` handler for its action with the same value LangGraph's server gives it
+(``namespace``, ``key``, ...): a handler may refuse, rewrite the namespace (keeping each
+user in their own) or, for a search, return a filter that is added to the request's.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from longtask.serve._access import caller_of
+from longtask.serve._handlers import HandlerRefused
 from longtask.serve.lgapi._body import integer_field
 
 if TYPE_CHECKING:
@@ -50,6 +56,26 @@ def _ttl(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
         raise HTTPException(422, f"ttl is a number of minutes above 0 (or null), not {value!r}")
     return float(value)
+
+
+async def _authorized(
+    api: Api, request: Request, action: str, value: dict[str, Any]
+) -> dict[str, Any] | None:
+    """``value`` as the store's auth handler left it (None: no handler decides), and the
+    filter it returned for a search; HTTPException with its status if it refuses."""
+    handlers = api.access.handlers
+    caller = caller_of(request)
+    if handlers is None or caller.role != "user":
+        return None
+    try:
+        found = await handlers.on(caller.user, list(caller.permissions), "store", action, value)
+    except HandlerRefused as exc:
+        raise HTTPException(exc.status, exc.detail) from None
+    # The handler may have rewritten the namespace: it must still be one.
+    for key in ("namespace", "suffix"):
+        if value.get(key) is not None:
+            value[key] = _namespace(list(value[key]), key)
+    return found
 
 
 class StoreRoutes:
@@ -87,6 +113,15 @@ class StoreRoutes:
         ):
             raise HTTPException(422, "index is false, null or a list of field paths")
         ttl = _ttl(body.get("ttl"))
+        asked: dict[str, Any] = {
+            "namespace": namespace,
+            "key": key,
+            "value": value,
+            "index": index,
+            "ttl": ttl,
+        }
+        await _authorized(self.api, request, "put", asked)
+        namespace = asked["namespace"]
 
         def put() -> None:
             self.store().put(namespace, key, value, index=index, ttl=ttl)
@@ -103,6 +138,13 @@ class StoreRoutes:
             return JSONResponse({"error": "Key is required"}, status_code=400)
         refresh = q.get("refresh_ttl")
         refresh_ttl = refresh.lower() == "true" if refresh is not None else None
+        asked: dict[str, Any] = {
+            "namespace": namespace,
+            "key": _key(key),
+            "refresh_ttl": refresh_ttl,
+        }
+        await _authorized(self.api, request, "get", asked)
+        namespace = asked["namespace"]
 
         def get() -> Any:
             return self.store().get(namespace, _key(key), refresh_ttl=refresh_ttl)
@@ -114,6 +156,9 @@ class StoreRoutes:
         body = await self.api.json_body(request)
         namespace = _namespace(body.get("namespace") or [], "namespace")
         key = _key(body.get("key"))
+        asked: dict[str, Any] = {"namespace": namespace, "key": key}
+        await _authorized(self.api, request, "delete", asked)
+        namespace = asked["namespace"]
         await self.api.call(lambda: self.store().delete(namespace, key))
         return Response(status_code=204)
 
@@ -130,6 +175,22 @@ class StoreRoutes:
         limit = integer_field(body, "limit", 10, 1, 1000)
         offset = integer_field(body, "offset", 0, 0, 10**9)
         refresh_ttl = body.get("refresh_ttl")
+        asked: dict[str, Any] = {
+            "namespace": prefix,
+            "filter": where,
+            "limit": limit,
+            "offset": offset,
+            "query": query,
+            "refresh_ttl": refresh_ttl,
+        }
+        added = await _authorized(self.api, request, "search", asked)
+        prefix = asked["namespace"]
+        if added:
+            given: dict[str, Any] = dict(where or {})
+            clash = {k for k in added if k in given and given[k] != added[k]}
+            if clash:
+                raise HTTPException(403, f"the filter on {sorted(clash)} is not yours to set")
+            where = {**given, **added}
 
         def search() -> list[dict[str, Any]]:
             found = self.store().search(
@@ -155,6 +216,15 @@ class StoreRoutes:
             raise HTTPException(422, f"max_depth is a whole number from 1, not {depth!r}")
         limit = integer_field(body, "limit", 100, 1, 1000)
         offset = integer_field(body, "offset", 0, 0, 10**9)
+        asked: dict[str, Any] = {
+            "namespace": prefix,
+            "suffix": suffix,
+            "max_depth": depth,
+            "limit": limit,
+            "offset": offset,
+        }
+        await _authorized(self.api, request, "list_namespaces", asked)
+        prefix, suffix = asked["namespace"], asked["suffix"]
 
         def listed() -> list[list[str]]:
             found = self.store().list_namespaces(
