@@ -13,7 +13,6 @@ from rich.table import Table
 
 from longtask.cli._hints import cmd, in_text
 from longtask.cli._values import render
-from longtask.model._examples import schema_example
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -224,6 +223,14 @@ def schema_text(schema: dict[str, Any]) -> str:
         return value
 
     return json.dumps(strip(schema))
+
+
+def schema_example(schema: Mapping[str, Any]) -> Any:
+    """An example value of ``schema`` (``longtask.model``'s, imported when needed: the
+    model's package is too heavy for ``--help`` and the reads)."""
+    from longtask.model._examples import schema_example as example
+
+    return example(schema)
 
 
 def _details(w: Mapping[str, Any], option: str) -> list[str]:

@@ -121,7 +121,7 @@ def tick(
     json_: JsonOpt = False,
     db: DbOpt = None,
 ) -> None:
-    """Act on passed deadlines, fire due schedules, and send notifications still owed.
+    """Act on passed deadlines, fire due schedules, send owed notices.
 
     Approvals and waits whose deadline has passed time out. Each due schedule tick starts
     its thread: run here (SQLite) or queued for the workers (PostgreSQL). Safe to run from

@@ -259,7 +259,7 @@ def test_the_page_links_a_parent_and_its_sub_tasks(
     assert started.returncode == 3, started.stdout + started.stderr
     with Runner(sqlite_url) as runner:
         children = [r.child for r in runner.db.store.subtask_rows(parent)]
-    page = browser.new_page()
+    page = new_page(browser)
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(f"{server}/threads/{parent}")

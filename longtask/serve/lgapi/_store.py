@@ -49,13 +49,31 @@ def _key(value: Any) -> str:
     return value
 
 
+#: the longest ttl taken: a hundred years, in minutes (a longer one overflows the clock)
+MAX_TTL = 100 * 366 * 24 * 60
+
+
 def _ttl(value: Any) -> float | None:
     """Minutes an item lives after its last write (or read), or None: for ever."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise HTTPException(422, f"ttl is a number of minutes above 0 (or null), not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TTL:
+        raise HTTPException(
+            422,
+            f"ttl is a number of minutes above 0 and at most {MAX_TTL} (or null), not {value!r}",
+        )
     return float(value)
+
+
+async def _stored(api: Api, fn: Any) -> Any:
+    """``fn`` run on the store; what the store refuses of a value (a filter it cannot apply,
+    text it cannot encode) is a 422 naming it, not a server error."""
+    try:
+        return await api.call(fn)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise HTTPException(
+            422, f"the store cannot take this: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 async def _authorized(
@@ -126,7 +144,7 @@ class StoreRoutes:
         def put() -> None:
             self.store().put(namespace, key, value, index=index, ttl=ttl)
 
-        await self.api.call(put)
+        await _stored(self.api, put)
         return Response(status_code=204)
 
     async def get(self, request: Request) -> Response:
@@ -135,7 +153,7 @@ class StoreRoutes:
         namespace = _namespace(raw.split(".") if raw else [], "namespace")
         key = q.get("key")
         if not key:
-            return JSONResponse({"error": "Key is required"}, status_code=400)
+            raise HTTPException(400, "Key is required")
         refresh = q.get("refresh_ttl")
         refresh_ttl = refresh.lower() == "true" if refresh is not None else None
         asked: dict[str, Any] = {
@@ -149,7 +167,7 @@ class StoreRoutes:
         def get() -> Any:
             return self.store().get(namespace, _key(key), refresh_ttl=refresh_ttl)
 
-        item = await self.api.call(get)
+        item = await _stored(self.api, get)
         return JSONResponse(item.dict() if item is not None else None)
 
     async def delete(self, request: Request, actor: str) -> Response:
@@ -159,7 +177,7 @@ class StoreRoutes:
         asked: dict[str, Any] = {"namespace": namespace, "key": key}
         await _authorized(self.api, request, "delete", asked)
         namespace = asked["namespace"]
-        await self.api.call(lambda: self.store().delete(namespace, key))
+        await _stored(self.api, lambda: self.store().delete(namespace, key))
         return Response(status_code=204)
 
     async def search(self, request: Request) -> Response:
@@ -203,7 +221,7 @@ class StoreRoutes:
             )
             return [item.dict() for item in found]
 
-        return JSONResponse({"items": await self.api.call(search)})
+        return JSONResponse({"items": await _stored(self.api, search)})
 
     async def namespaces(self, request: Request) -> Response:
         body = await self.api.json_body(request)
@@ -232,7 +250,7 @@ class StoreRoutes:
             )
             return [list(ns) for ns in found]
 
-        return JSONResponse({"namespaces": await self.api.call(listed)})
+        return JSONResponse({"namespaces": await _stored(self.api, listed)})
 
     def routes(self) -> list[Route]:
         api = self.api
