@@ -228,7 +228,7 @@ def schema_text(schema: dict[str, Any]) -> str:
 def schema_example(schema: Mapping[str, Any]) -> Any:
     """An example value of ``schema`` (``longtask.model``'s, imported when needed: the
     model's package is too heavy for ``--help`` and the reads)."""
-    from longtask.model._examples import schema_example as example
+    from longtask._schema_example import schema_example as example
 
     return example(schema)
 

@@ -37,9 +37,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from longtask._schema_example import schema_example
 from longtask._version import __version__
 from longtask.model._canonical import canonical_digest
-from longtask.model._examples import schema_example
 from longtask.model._notify import PAUSE_NOTIFY_KINDS, url_problem
 from longtask.runtime._delivery import Failed, backoff_wait, post, redacted, scrub
 

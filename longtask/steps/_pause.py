@@ -32,6 +32,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, ValidationError
 
+from longtask._schema_example import schema_example
 from longtask.errors import InvalidInput, LongTaskError, describe_validation
 from longtask.model import (
     ApprovalRequest,
@@ -43,7 +44,6 @@ from longtask.model import (
     WaitStep,
 )
 from longtask.model._decision import plan_hash
-from longtask.model._examples import schema_example
 from longtask.steps._context import result_channel
 from longtask.steps._function import (
     NodeCall,

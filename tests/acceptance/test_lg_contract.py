@@ -101,9 +101,15 @@ INTENDED: list[Intended] = [
     ),
     Intended(
         r"POST /store/namespaces",
-        r'\{"namespaces":.*\} is not of type "array"',
+        r'\{"namespaces":.* is not of type "array"',
         "The store's namespaces are answered as {\"namespaces\": [...]}, as LangGraph's "
         "server answers (the spec says a bare list).",
+    ),
+    Intended(
+        r"GET /store/items",
+        r'null is not of type "object".*',
+        "A store item that does not exist is answered null, as LangGraph's server answers "
+        "(the spec says an item).",
     ),
     Intended(
         r"(GET|POST|PATCH) /threads.*",

@@ -18,10 +18,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "longtask"
 
 #: the floors, lowest first: a room imports only rooms on floors below its own (and itself).
 #: ``longtask`` is the root package: its ``__init__`` (the public names) and ``_runner`` (the
-#: Runner façade over runtime's and ops' parts); ``errors``, ``_version`` and ``_lazy`` are
-#: modules of the root that every room may import. docs/architecture.md draws the same floors.
+#: Runner façade over runtime's and ops' parts); ``errors``, ``_version``, ``_lazy`` and
+#: ``_schema_example`` are modules of the root that every room may import (light: the CLI's
+#: reads use them). docs/architecture.md draws the same floors.
 FLOORS: list[set[str]] = [
-    {"errors", "_version", "_lazy"},
+    {"errors", "_version", "_lazy", "_schema_example"},
     {"model", "store"},
     {"checkpointers", "steps"},
     {"graphs"},

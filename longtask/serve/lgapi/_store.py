@@ -96,6 +96,17 @@ async def _authorized(
     return found
 
 
+def _item(item: Any) -> dict[str, Any]:
+    """An item as LangGraph's server shows it; times with their zone (SQLite's store gives
+    them without one, in UTC)."""
+    out: dict[str, Any] = item.dict()
+    for key in ("created_at", "updated_at"):
+        when = out.get(key)
+        if isinstance(when, str) and "+" not in when[10:] and not when.endswith("Z"):
+            out[key] = when + "+00:00"
+    return out
+
+
 class StoreRoutes:
     """The store's routes over one lazily opened LangGraph store."""
 
@@ -168,7 +179,7 @@ class StoreRoutes:
             return self.store().get(namespace, _key(key), refresh_ttl=refresh_ttl)
 
         item = await _stored(self.api, get)
-        return JSONResponse(item.dict() if item is not None else None)
+        return JSONResponse(_item(item) if item is not None else None)
 
     async def delete(self, request: Request, actor: str) -> Response:
         body = await self.api.json_body(request)
@@ -219,7 +230,7 @@ class StoreRoutes:
                 offset=offset,
                 refresh_ttl=refresh_ttl if isinstance(refresh_ttl, bool) else None,
             )
-            return [item.dict() for item in found]
+            return [_item(item) for item in found]
 
         return JSONResponse({"items": await _stored(self.api, search)})
 
