@@ -27,6 +27,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -46,10 +47,11 @@ ActorHandler = Callable[[Request, str], Awaitable[Response]]
 
 #: the roles a built-in token may have; ``user`` unless the token says otherwise
 ROLES = ("admin", "viewer", "user")
-#: the paths of the store's routes (its auth handlers are called by the routes themselves)
-STORE_PREFIX = "/store/"
-#: the attribute a route's endpoint carries its rule in
+#: the attributes a route's endpoint carries its rule and its resource in
 _RULE = "__longtask_rule__"
+_RESOURCE = "__longtask_resource__"
+#: the resource a route is about unless it says otherwise (``about``)
+THREADS = "threads"
 
 
 class Rule(Enum):
@@ -156,6 +158,21 @@ def actor(handler: ActorHandler) -> Handler:
 def answerer(handler: ActorHandler) -> Handler:
     """A route that answers a pause of the thread its path names."""
     return _with_by(Rule.ANSWER, handler)
+
+
+def about(resource: str, handler: Handler) -> Handler:
+    """Mark a route (already given its rule) as about ``resource`` (``assistants``,
+    ``crons``, ``store``), not threads. With LangGraph's auth handlers the gate then
+    identifies the caller and leaves the decision to the route, which asks its resource's
+    handlers with the values only it knows (``Access.ask``), as LangGraph's server does.
+    Without handlers the rule applies as for threads' lists: a viewer only reads."""
+    setattr(handler, _RESOURCE, resource)
+    return handler
+
+
+def resource_of(endpoint: Any) -> str:
+    found = getattr(endpoint, _RESOURCE, THREADS)
+    return found if isinstance(found, str) else THREADS
 
 
 def rule_of(route: BaseRoute) -> Rule | None:
@@ -287,7 +304,24 @@ class Access:
 
     # -- the gate ----------------------------------------------------------------------------
 
-    async def check(self, rule: Rule, request: Request) -> Response | None:
+    async def ask(
+        self, request: Request, resource: str, action: str, value: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """What the auth handler for ``resource``/``action`` decides about ``value`` (it may
+        change ``value`` in place, as on LangGraph's server): the filter it returns, None
+        when no handler decides (built-in tokens, an admin or viewer, or no handler for
+        it); HTTPException with the handler's status when it refuses."""
+        caller = caller_of(request)
+        if self.handlers is None or caller.role != "user":
+            return None
+        try:
+            return await self.handlers.on(
+                caller.user, list(caller.permissions), resource, action, value
+            )
+        except HandlerRefused as exc:
+            raise HTTPException(exc.status, exc.detail) from None
+
+    async def check(self, rule: Rule, request: Request, resource: str = THREADS) -> Response | None:
         """None if the request may go on (``request.state.caller`` set), else the answer."""
         if rule is Rule.PUBLIC or (
             rule is Rule.PAGE and "text/html" in request.headers.get("accept", "")
@@ -311,9 +345,9 @@ class Access:
         if needed is None:  # SIGNED_IN
             return None
         if self.handlers is not None and caller.role == "user":
-            if request.url.path.startswith(STORE_PREFIX):
-                # The store is a resource of its own: its routes call its handlers
-                # (``@auth.on.store``) with the items' namespaces, as LangGraph's server does.
+            if resource != THREADS:
+                # A resource of its own (store, assistants, crons): its route asks its
+                # handlers (``Access.ask``) with the values only it knows.
                 return None
             return await self._check_by_handler(rule, request, caller, thread_id)
         if thread_id is None:
@@ -405,10 +439,12 @@ class Access:
         return out, uncovered
 
     def _guard(self, rule: Rule | None, endpoint: Any) -> Handler:
+        resource = resource_of(endpoint)
+
         async def guarded(request: Request) -> Response:
             if rule is None:
                 return error(403, "no authorization rule covers this route: refused")
-            refused = await self.check(rule, request)
+            refused = await self.check(rule, request, resource)
             if refused is not None:
                 return refused
             response: Response = await endpoint(request)

@@ -20,8 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from longtask.serve._access import caller_of
-from longtask.serve._handlers import HandlerRefused
+from longtask.serve._access import about
 from longtask.serve.lgapi._body import integer_field
 
 if TYPE_CHECKING:
@@ -81,14 +80,7 @@ async def _authorized(
 ) -> dict[str, Any] | None:
     """``value`` as the store's auth handler left it (None: no handler decides), and the
     filter it returned for a search; HTTPException with its status if it refuses."""
-    handlers = api.access.handlers
-    caller = caller_of(request)
-    if handlers is None or caller.role != "user":
-        return None
-    try:
-        found = await handlers.on(caller.user, list(caller.permissions), "store", action, value)
-    except HandlerRefused as exc:
-        raise HTTPException(exc.status, exc.detail) from None
+    found = await api.access.ask(request, "store", action, value)
     # The handler may have rewritten the namespace: it must still be one.
     for key in ("namespace", "suffix"):
         if value.get(key) is not None:
@@ -266,9 +258,11 @@ class StoreRoutes:
     def routes(self) -> list[Route]:
         api = self.api
         return [
-            Route("/store/items", api.actor(self.put), methods=["PUT"]),
-            Route("/store/items", api.reader(self.get), methods=["GET"]),
-            Route("/store/items", api.actor(self.delete), methods=["DELETE"]),
-            Route("/store/items/search", api.reader(self.search), methods=["POST"]),
-            Route("/store/namespaces", api.reader(self.namespaces), methods=["POST"]),
+            Route("/store/items", about("store", api.actor(self.put)), methods=["PUT"]),
+            Route("/store/items", about("store", api.reader(self.get)), methods=["GET"]),
+            Route("/store/items", about("store", api.actor(self.delete)), methods=["DELETE"]),
+            Route("/store/items/search", about("store", api.reader(self.search)), methods=["POST"]),
+            Route(
+                "/store/namespaces", about("store", api.reader(self.namespaces)), methods=["POST"]
+            ),
         ]
