@@ -39,7 +39,14 @@ CALLERS = {
 }
 CAROL = {"Authorization": "Bearer tok-carol"}
 #: POST routes that only read (LangGraph's searches, counts and state reads)
-READS_BY_POST = ("/search", "/count", "/history", "/state/checkpoint", "/store/namespaces")
+READS_BY_POST = (
+    "/search",
+    "/count",
+    "/history",
+    "/state/checkpoint",
+    "/store/namespaces",
+    "/versions",
+)
 
 
 @function_step
