@@ -38,8 +38,10 @@ class Brief(BaseModel):
 def research(ctx: StepContext) -> str:
     from langgraph.config import get_config
 
-    tags = get_config().get("tags") or []
-    return f"{ctx.inputs.topic}:{ctx.inputs.depth}:{','.join(sorted(tags))}"
+    config = get_config()
+    tags = ",".join(sorted(config.get("tags") or []))
+    tone = config["configurable"].get("tone")
+    return f"{ctx.inputs.topic}:{ctx.inputs.depth}:{tags}:{tone}"
 
 
 TASK = LongTask("asst_task", inputs=Brief, stages=[Stage("go", [research])])
@@ -257,7 +259,9 @@ def test_a_run_of_a_created_assistant_applies_its_configuration(
     runner: Runner, client: TestClient
 ) -> None:
     made = create(
-        client, context={"depth": 4, "topic": "rain"}, config={"tags": ["from-assistant"]}
+        client,
+        context={"depth": 4, "topic": "rain", "tone": "dry"},
+        config={"tags": ["from-assistant"]},
     )
     aid = made["assistant_id"]
     thread = client.post("/threads", json={}, headers=BOB).json()["thread_id"]
@@ -269,8 +273,9 @@ def test_a_run_of_a_created_assistant_applies_its_configuration(
     assert run.status_code == 200, run.text
     assert run.json()["assistant_id"] == aid
     wait_done(runner, thread)
-    # the run's input over the assistant's context; the run's tags over the assistant's
-    assert runner.results(thread)["research"] == "snow:4:mine"
+    # the run's input over the assistant's context, whose other keys the steps read in
+    # config.configurable; the run's tags over the assistant's
+    assert runner.results(thread)["research"] == "snow:4:mine:dry"
     recorded = runner.db.store.api_run(run.json()["run_id"])
     assert recorded is not None
     assert recorded.request["assistant"] == {"assistant_id": aid, "version": 1}
@@ -281,11 +286,11 @@ def test_a_run_of_a_created_assistant_applies_its_configuration(
         "/runs/wait", json={"assistant_id": aid, "input": {"topic": "fog"}}, headers=BOB
     )
     assert second.status_code == 200, second.text
-    assert runner.results(thread)["research"] == "snow:4:mine"
+    assert runner.results(thread)["research"] == "snow:4:mine:dry"
     threads = [t for t in runner.db.store.list_threads() if t.thread_id != thread]
     (other,) = threads
     wait_done(runner, other.thread_id)
-    assert runner.results(other.thread_id)["research"] == "fog:9:"
+    assert runner.results(other.thread_id)["research"] == "fog:9::None"
 
     # an input the assistant's context makes wrong is refused, nothing recorded
     bad = create(client, context={"depth": "deep"})

@@ -1,12 +1,13 @@
 """What the assistants' routes share with the runs': an assistant as the API shows it,
 the checks of a create or update body, and how a run applies an assistant's configuration.
 
-A created assistant is a versioned configuration of a registered task: its ``context``
-gives the defaults of the task's inputs when a thread starts (the run's own ``context``
-and ``input`` over it), and its ``config`` (``tags``, ``metadata``, ``run_name``,
-``recursion_limit``, ``configurable``) goes into the thread's LangGraph run config, the
-run's over the assistant's, as LangGraph's server merges them. As on LangGraph's server,
-``config.configurable`` and ``context`` are kept equal.
+A created assistant is a versioned configuration of a registered task. Its ``config``
+(``tags``, ``metadata``, ``run_name``, ``recursion_limit``, ``configurable``) goes into
+the LangGraph run config of a thread's first run, the run's over the assistant's, as
+LangGraph's server merges them; its ``context`` is kept equal to ``config.configurable``
+(as on LangGraph's server), so a step reads it with ``langgraph.config.get_config()``,
+and the context keys that name the task's inputs are those inputs' defaults when a
+thread starts (the run's ``context`` and ``input`` over them).
 """
 
 from __future__ import annotations
@@ -173,6 +174,7 @@ def run_settings(
         for k, v in {
             **(base_config.get("configurable") or {}),
             **(config.get("configurable") or {}),
+            **context,
         }.items()
         if k not in RUN_SET and not k.startswith("__") and k != "checkpoint_map"
     }

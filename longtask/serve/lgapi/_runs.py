@@ -294,13 +294,16 @@ def routes(api: Api) -> list[Route]:
                 raise InvalidInput("a run's input is an object of the task's inputs")
             raw_input = chat_input(raw_input, entry.task)
             given = raw_input or {}
+            fields = entry.task.inputs.model_fields if entry.task.inputs is not None else {}
+            # The context (the assistant's, the run's over it) gives the defaults of the
+            # task's inputs it names; all of it is in the run's config.configurable.
+            defaults = {k: v for k, v in (defaults or {}).items() if k in fields}
             if defaults:
-                # The assistant's context (and the run's) gives the inputs' defaults.
                 raw_input = {**defaults, **given}
             try:
                 runner.engine.validate_inputs(entry.task, raw_input or {})  # stores nothing
             except InvalidInput as exc:
-                from_context = sorted(set(defaults or {}) - set(given))
+                from_context = sorted(set(defaults) - set(given))
                 if not from_context:
                     raise
                 raise InvalidInput(
