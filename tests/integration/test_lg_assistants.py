@@ -313,3 +313,28 @@ def test_assistants_are_kept_in_the_database_for_every_serve_on_it(
             assert two.post("/assistants/count", json={}, headers=BOB).json() == 2
     finally:
         other.close()
+
+
+def test_mcp_lists_a_created_assistant_as_a_tool_that_applies_it(
+    runner: Runner, client: TestClient
+) -> None:
+    import json
+
+    create(client, name="rainy research", context={"topic": "rain", "depth": 2})
+    accept = {"Accept": "application/json, text/event-stream", **BOB}
+
+    def rpc(method: str, params: dict[str, Any]) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        got = client.post("/mcp", json=body, headers=accept)
+        assert got.status_code == 200, got.text
+        return got.json()["result"]
+
+    tools = {t["name"]: t for t in rpc("tools/list", {})["tools"]}
+    assert tools["asst_task"]["inputSchema"]["required"] == ["topic"]
+    made = tools["rainy_research"]
+    assert made["title"] == "rainy research" and "asst_task" in made["description"]
+    assert made["inputSchema"].get("required") == []  # the context gives the topic
+    result = rpc("tools/call", {"name": "rainy_research", "arguments": {"depth": 7}})
+    started = json.loads(result["content"][0]["text"])
+    wait_done(runner, started["thread_id"])
+    assert runner.results(started["thread_id"])["research"] == "rain:7::None"
