@@ -18,9 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
 
+from longtask.errors import InvalidInput
 from longtask.serve.lgapi._body import mapping_field, text_field
 
 if TYPE_CHECKING:
+    from longtask._runner import Runner
+    from longtask.model import LongTask
     from longtask.store._assistants import AssistantRow
 
 #: the keys of an assistant's config a longtask run takes (a Runner's run config)
@@ -191,3 +194,27 @@ def run_settings(
     if assistant is not None:
         out["assistant"] = {"assistant_id": assistant.assistant_id, "version": assistant.version}
     return out
+
+
+def inputs_with_context(
+    runner: Runner, task: LongTask, raw_input: dict[str, Any] | None, context: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A new thread's inputs: the context's keys that name the task's inputs are their
+    defaults (all of the context is in the run's config.configurable), checked against the
+    task's inputs (InvalidInput naming the keys the context gave; nothing is stored)."""
+    given = raw_input or {}
+    fields = task.inputs.model_fields if task.inputs is not None else {}
+    defaults = {k: v for k, v in (context or {}).items() if k in fields}
+    if defaults:
+        raw_input = {**defaults, **given}
+    try:
+        runner.engine.validate_inputs(task, raw_input or {})
+    except InvalidInput as exc:
+        from_context = sorted(set(defaults) - set(given))
+        if not from_context:
+            raise
+        raise InvalidInput(
+            f"{exc} (context gives {', '.join(from_context)}: the assistant's, or the "
+            "run's; send them in the input, or update the assistant)"
+        ) from None
+    return raw_input

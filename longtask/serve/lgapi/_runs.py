@@ -22,7 +22,7 @@ from longtask.model import GraphApp
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
-from longtask.serve.lgapi._assistant_body import run_settings
+from longtask.serve.lgapi._assistant_body import inputs_with_context, run_settings
 from longtask.serve.lgapi._body import mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
@@ -293,23 +293,7 @@ def routes(api: Api) -> list[Route]:
             if raw_input is not None and not isinstance(raw_input, dict):
                 raise InvalidInput("a run's input is an object of the task's inputs")
             raw_input = chat_input(raw_input, entry.task)
-            given = raw_input or {}
-            fields = entry.task.inputs.model_fields if entry.task.inputs is not None else {}
-            # The context (the assistant's, the run's over it) gives the defaults of the
-            # task's inputs it names; all of it is in the run's config.configurable.
-            defaults = {k: v for k, v in (defaults or {}).items() if k in fields}
-            if defaults:
-                raw_input = {**defaults, **given}
-            try:
-                runner.engine.validate_inputs(entry.task, raw_input or {})  # stores nothing
-            except InvalidInput as exc:
-                from_context = sorted(set(defaults) - set(given))
-                if not from_context:
-                    raise
-                raise InvalidInput(
-                    f"{exc} (context gives {', '.join(from_context)}: the assistant's, or "
-                    "the run's; send them in the input, or update the assistant)"
-                ) from None
+            raw_input = inputs_with_context(runner, entry.task, raw_input, defaults)
             return new_thread, {"kind": "start", "graph": entry.name, "input": raw_input or {}}
         if raw_input:
             if rec.status in ("completed", "failed", "cancelled"):
