@@ -130,6 +130,12 @@ INTENDED: list[Intended] = [
         "A thread id need not be a UUID: longtask's own are like lt-3f2a9c81d4e0, and a "
         "client may choose any id of letters, digits and ._:@- (up to 200).",
     ),
+    Intended(
+        r"POST /assistants/\{assistant_id\}/versions",
+        r'"updated_at" is a required property \(Schema at /components/schemas/Assistant\)',
+        "An assistant's versions have no updated_at (a version is never changed), as "
+        "LangGraph's server answers them (the spec says each is an Assistant).",
+    ),
 ]
 
 

@@ -13,10 +13,6 @@ from starlette.routing import Route
 from longtask.serve._access import signed_in
 from longtask.serve._http import error, pasteable
 
-_ASSISTANTS = (
-    "assistants are the tasks serve was given (--task REF or longtask.json), one per task "
-    "and version; they cannot be created, changed or versioned through the API"
-)
 _CRONS = (
     "longtask starts tasks on a schedule with its own schedules: declare them on the task "
     "or run `longtask schedule add TASKREF`; `longtask schedule --help` lists the rest"
@@ -55,10 +51,6 @@ UNSERVED: list[tuple[str, list[str], int, str]] = [
     ("/runs/crons/count", ["POST"], 404, _CRONS),
     ("/runs/crons/{cron_id}", ["DELETE", "PATCH"], 404, _CRONS),
     ("/threads/{thread_id}/runs/crons", ["POST"], 404, _CRONS),
-    ("/assistants", ["POST"], 405, _ASSISTANTS),
-    ("/assistants/{assistant_id}", ["PATCH", "DELETE"], 405, _ASSISTANTS),
-    ("/assistants/{assistant_id}/versions", ["POST"], 404, _ASSISTANTS),
-    ("/assistants/{assistant_id}/latest", ["POST"], 404, _ASSISTANTS),
 ]
 
 
