@@ -34,6 +34,7 @@ from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
 from longtask.store._subtasks import SubtaskTables
 from longtask.store._usage import THREAD_ORDER, UsageTables
+from longtask.store._visible import VisibleTables, seen_by
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -183,6 +184,7 @@ class Store(
     ScheduleTables,
     UsageTables,
     MetricsTables,
+    VisibleTables,
     ABC,
 ):
     dialect: Dialect
@@ -295,9 +297,12 @@ class Store(
         sort: str = "updated",
         task: str | None = None,
         top: bool = False,
+        visible_to: str | None = None,
     ) -> list[ThreadRecord]:
         """At most ``limit`` threads (with ``status``, of the task named ``task``; with
-        ``top`` only those no sub-task step started), ordered by ``sort`` (THREAD_SORTS)."""
+        ``top`` only those no sub-task step started; with ``visible_to`` only those that
+        person owns or whose pending approval names them), ordered by ``sort``
+        (THREAD_SORTS)."""
         if sort not in THREAD_ORDER:
             raise ValueError(f"sort must be one of {', '.join(THREAD_ORDER)}")
         conditions = [c for c, v in (("t.status = ?", status), ("t.task_name = ?", task)) if v]
@@ -307,6 +312,10 @@ class Store(
                 "WHERE s.child_thread_id = t.thread_id)"
             )
         params: list[Any] = [v for v in (status, task) if v]
+        if visible_to is not None:
+            sql, given = seen_by(self.dialect, visible_to)
+            conditions.append(sql)
+            params.extend(given)
         where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
         # the budget row (what the thread charged) only when the order needs it
         join = (

@@ -1,0 +1,108 @@
+"""Which threads a person may see, decided in the database: the threads they own, and those
+whose pending approval names them among its approvers (issue 41).
+
+``serve``'s lists, searches and counts page with ``LIMIT``/``OFFSET`` over what the caller
+sees, so the condition is in the query: the server never reads every thread's owner to
+filter them itself. A paused thread's record keeps what it waits for (``waiting``, each
+pause's summary with its ``approvers``), so "names them" is a JSON test of that column.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from longtask.store._schema import POSTGRES, Dialect
+
+#: a thread as the Server API sees it: longtask's threads, and those the API created and
+#: no run has started yet (their owner and creation time on the API's row)
+_ALL_THREADS = (
+    "SELECT t.thread_id, t.owner, t.status, t.waiting, t.created_at, t.updated_at "
+    "FROM longtask_threads t "
+    "UNION ALL "
+    "SELECT a.thread_id, a.owner, NULL, NULL, a.created_at, a.created_at "
+    "FROM longtask_api_threads a WHERE NOT EXISTS "
+    "(SELECT 1 FROM longtask_threads l WHERE l.thread_id = a.thread_id)"
+)
+
+#: what a page of threads may be ordered by (the Server API's ``sort_by``)
+VISIBLE_ORDER = {
+    "thread_id": "v.thread_id",
+    "created_at": "v.created_at",
+    "updated_at": "v.updated_at",
+}
+
+
+def seen_by(dialect: Dialect, name: str, t: str = "t") -> tuple[str, tuple[Any, ...]]:
+    """The SQL condition (and its parameters) that the thread row aliased ``t`` (columns
+    ``owner``, ``status``, ``waiting``) is owned by ``name`` or waits for an approval that
+    names ``name`` among its approvers."""
+    if dialect is POSTGRES:
+        approvers = (
+            f"EXISTS (SELECT 1 FROM jsonb_array_elements(CAST({t}.waiting AS jsonb)) w, "
+            "jsonb_array_elements_text(CASE WHEN jsonb_typeof(w.value -> 'approvers') = "
+            "'array' THEN w.value -> 'approvers' ELSE CAST('[]' AS jsonb) END) a "
+            "WHERE a = ?)"
+        )
+    else:
+        approvers = (
+            f"EXISTS (SELECT 1 FROM json_each({t}.waiting) w, "
+            "json_each(w.value, '$.approvers') a WHERE a.value = ?)"
+        )
+    sql = f"({t}.owner = ? OR ({t}.status = 'waiting_user' AND {approvers}))"
+    return sql, (name, name)
+
+
+class VisibleTables:
+    """The Server API's thread lists, filtered and paged in the query."""
+
+    _run: Any
+    dialect: Dialect
+
+    def _visible_where(self, name: str | None, ids: list[str] | None) -> tuple[str, list[Any]]:
+        conditions: list[str] = []
+        params: list[Any] = []
+        if name is not None:
+            sql, given = seen_by(self.dialect, name, "v")
+            conditions.append(sql)
+            params.extend(given)
+        if ids is not None:
+            if not ids:
+                conditions.append("1 = 0")
+            else:
+                conditions.append(f"v.thread_id IN ({', '.join('?' for _ in ids)})")
+                params.extend(ids)
+        return (f" WHERE {' AND '.join(conditions)}" if conditions else ""), params
+
+    def visible_thread_ids(
+        self,
+        name: str | None,
+        *,
+        sort: str = "created_at",
+        descending: bool = True,
+        limit: int | None = None,
+        offset: int = 0,
+        ids: list[str] | None = None,
+    ) -> list[str]:
+        """The ids of the threads ``name`` sees (None: every thread), among ``ids`` if
+        given, ordered by ``sort`` (``VISIBLE_ORDER``; ties by id), from ``offset``, at most
+        ``limit`` (None: all)."""
+        column = VISIBLE_ORDER[sort]
+        way = "DESC" if descending else "ASC"
+        where, params = self._visible_where(name, ids)
+        order = f"{column} {way}"
+        if column != "v.thread_id":
+            order += f", v.thread_id {way}"  # ties in one order, page after page
+        page = ""
+        if limit is not None or offset:
+            page = " LIMIT ? OFFSET ?"
+            params += [limit if limit is not None else 2**62, offset]
+        rows = self._run(
+            f"SELECT v.thread_id FROM ({_ALL_THREADS}) v{where} ORDER BY {order}{page}", params
+        )
+        return [str(r[0]) for r in rows]
+
+    def count_visible_threads(self, name: str | None, ids: list[str] | None = None) -> int:
+        """How many threads ``name`` sees (None: every thread), among ``ids`` if given."""
+        where, params = self._visible_where(name, ids)
+        rows = self._run(f"SELECT COUNT(*) FROM ({_ALL_THREADS}) v{where}", params)
+        return int(rows[0][0])
