@@ -155,6 +155,14 @@ class Tokens:
     def __repr__(self) -> str:
         return f"Tokens({len(self._tokens)} configured)"
 
+    def names(self) -> list[str]:
+        """The names the tokens give, in the order configured (repeated for each token)."""
+        return [name for _digest, name in self._tokens]
+
+    def add(self, token: str, name: str) -> None:
+        """Accept one more token, for ``name``."""
+        self._tokens += [(_digest(t), n) for t, n in check_tokens({token: name}).items()]
+
     def __bool__(self) -> bool:
         return bool(self._tokens)
 
