@@ -14,12 +14,15 @@ import pytest
 from starlette.testclient import TestClient
 from test_access import CALLERS, OTHER, ROLES, TOKENS, paused_thread, tables
 
-from longtask import Runner
+from longtask import LongTask, Runner, Stage, wait_for
 from longtask.errors import InvalidInput
 from longtask.serve import create_app
 from longtask.serve._handlers import load_auth
 from longtask.serve._registry import load_registry
 from longtask.serve._tokensfile import combine, read_tokens_file
+
+#: a task that waits for the outside event "go"
+WAITS = LongTask("access_waits", stages=[Stage("wait", [wait_for("go")])])
 
 
 def sha(token: str) -> str:
@@ -251,7 +254,7 @@ def handled(runner: Runner, tmp_path: Path) -> Iterator[TestClient]:
         tokens,
         roles={"prom": "viewer"},
         auth_handler=load_auth(f"{path}:auth", tmp_path),
-        registry=load_registry(["test_access:TASK"]),
+        registry=load_registry(["test_access:TASK", "test_access_more:WAITS"]),
         schedule_poll=None,
     )
     with TestClient(app) as c:
@@ -288,3 +291,28 @@ def test_a_handlers_identity_answers_a_pause_as_by(runner: Runner, handled: Test
     assert runner.status(thread).status == "completed"
     resolved = [e for e in runner.events(thread) if e.kind == "approval.resolved"]
     assert resolved[-1].data["by"] == "carol"
+
+
+def test_a_handlers_identity_signals_a_wait_as_by(runner: Runner, handled: TestClient) -> None:
+    alice = {"Authorization": "Bearer tok-alice"}
+    made = handled.post("/threads", json={"thread_id": "h-wait"}, headers=alice)
+    assert made.status_code == 200, made.text
+    run = {"assistant_id": "access_waits", "input": {}}
+    started = handled.post("/threads/h-wait/runs", json=run, headers=alice)
+    assert started.status_code == 200, started.text
+    # joined: the run has ended (at the wait), so a signal starts the next one
+    joined = handled.get(f"/threads/h-wait/runs/{started.json()['run_id']}/join", headers=alice)
+    assert joined.status_code == 200, joined.text
+    assert runner.status("h-wait").status == "waiting_external"
+    assert runner.db.store.get_thread("h-wait").owner == "alice"  # type: ignore[union-attr]
+    carol = {"Authorization": "Bearer tok-carol"}
+    signal = {"name": "go", "payload": {"ok": True}}
+    refused = handled.post("/api/threads/h-wait/signal", json=signal, headers=carol)
+    assert refused.status_code == 404  # not hers, and the wait names nobody
+    r = handled.post("/api/threads/h-wait/signal", json=signal, headers=alice)
+    assert r.status_code == 202, r.text
+    deadline = time.monotonic() + 30
+    while runner.status("h-wait").status != "completed" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (resolved,) = runner.events("h-wait", kinds=["wait.resolved"])
+    assert resolved.data["by"] == "alice"
