@@ -16,6 +16,13 @@ and ``admin`` act; a ``viewer`` reads every thread; a person a pending approval 
 an approver answers it (and reads that thread while it waits for them). A thread stored
 before owners were recorded has none: admins and viewers see it. In open mode (no token,
 no auth handler: only on loopback) anyone reads everything and nobody acts.
+
+Lists, searches and counts choose what the caller sees in the database query
+(``shown_to``, the store's ``visible_to``), so that a page's ``limit``/``offset`` count the
+caller's threads only; an auth handler's metadata filter is matched in Python
+(``handler_filter``). ``/metrics`` (``everything``) is for the roles that see every thread;
+with an auth handler also for a built-in admin/viewer token and a user given
+``metrics:read``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from longtask.errors import InvalidInput
 from longtask.runtime._who import check_by
 from longtask.serve._handlers import HandlerRefused, matches
 from longtask.serve._http import error, unauthorized
+from longtask.store._visible import simple_filter
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
@@ -92,6 +100,16 @@ class Caller:
     @property
     def sees_everything(self) -> bool:
         return self.role in ("admin", "viewer", "open")
+
+
+@dataclass(frozen=True)
+class ListScope:
+    """Which threads a list shows (``Access.scope``): the store's ``visible_to`` name and
+    ``metadata`` filter, and a test of each thread left to Python (None: none)."""
+
+    name: str | None
+    metadata: dict[str, str] | None
+    passes: Callable[[str], bool] | None
 
 
 def _declare(rule: Rule) -> Callable[[Handler], Handler]:
@@ -289,6 +307,16 @@ class Access:
             return None
         assert caller.name is not None, "a list reached without a name"
         return caller.name
+
+    def scope(self, caller: Caller) -> ListScope:
+        """What a search or count shows the caller, for the store's query: the caller's
+        threads, or with an auth handler the threads its filter matches (in the query
+        when it is plain, ``simple_filter``; else in Python, ``passes``)."""
+        wanted = caller.extra.get("filter")
+        simple = simple_filter(wanted) if wanted else None
+        if simple is not None:
+            return ListScope(caller.name, simple, None)
+        return ListScope(self.shown_to(caller), None, self.handler_filter(caller))
 
     def handler_filter(self, caller: Caller) -> Callable[[str], bool] | None:
         """An auth handler's search filter on the threads' metadata as a test of a thread

@@ -316,3 +316,40 @@ def test_a_handlers_identity_signals_a_wait_as_by(runner: Runner, handled: TestC
         time.sleep(0.05)
     (resolved,) = runner.events("h-wait", kinds=["wait.resolved"])
     assert resolved.data["by"] == "alice"
+
+
+def test_a_handlers_plain_filter_pages_in_the_query(runner: Runner, handled: TestClient) -> None:
+    alice = {"Authorization": "Bearer tok-alice"}
+    carol = {"Authorization": "Bearer tok-carol"}
+    carols: list[str] = []
+    for i in range(9):
+        who = carol if i % 3 == 0 else alice
+        thread = f"hp-{i}"
+        made = handled.post("/threads", json={"thread_id": thread}, headers=who)
+        assert made.status_code == 200, made.text
+        if who is carol:
+            carols.append(thread)
+    paused_thread(runner, "alice", "hp-9")  # alice's, its approval names carol
+    carols.append("hp-9")
+    seen: list[str] = []
+    for offset in (0, 2, 4):
+        body = {"limit": 2, "offset": offset, "sort_order": "asc"}
+        page = handled.post("/threads/search", json=body, headers=carol).json()
+        seen += [t["thread_id"] for t in page]
+    assert seen == carols
+    assert handled.post("/threads/count", json={}, headers=carol).json() == len(carols)
+    assert handled.post("/threads/count", json={}, headers=alice).json() == 6
+    store = runner.db.store
+    assert store.visible_thread_ids(None, metadata={"owner": "carol"}) == carols[2::-1]
+    assert store.count_visible_threads("carol", metadata={"owner": "nobody"}) == 1
+
+
+def test_only_a_plain_filter_is_matched_in_the_query() -> None:
+    from longtask.store._visible import simple_filter
+
+    assert simple_filter({"owner": "a", "team": {"$eq": "x"}}) == {"owner": "a", "team": "x"}
+    assert simple_filter({"tags": {"$contains": "x"}}) is None
+    assert simple_filter({"$or": [{"owner": "a"}]}) is None
+    assert simple_filter({"n": 1}) is None
+    assert simple_filter({'we"ird': "a"}) is None
+    assert simple_filter({}) is None

@@ -98,15 +98,21 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         if order not in ("asc", "desc"):
             raise HTTPException(422, f"sort_order must be asc or desc, not {order!r}")
         select = strings_field(body, "select")
-        passes = api.access.handler_filter(caller)
-        name = api.access.shown_to(caller)
+        scope = api.access.scope(caller)
+        name, passes, wanted = scope.name, scope.passes, scope.metadata
         descending = order == "desc"
         by_sql = sort_by if sort_by in VISIBLE_ORDER else "created_at"
         if passes is None and not status and not metadata and sort_by == by_sql:
             if count:
-                return store.count_visible_threads(name, ids)
+                return store.count_visible_threads(name, ids, wanted)
             found_ids = store.visible_thread_ids(
-                name, sort=sort_by, descending=descending, limit=limit, offset=offset, ids=ids
+                name,
+                sort=sort_by,
+                descending=descending,
+                limit=limit,
+                offset=offset,
+                ids=ids,
+                metadata=wanted,
             )
             out = [t for t in (one_json(i) for i in found_ids) if t is not None]
         else:
@@ -114,7 +120,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             # filtered here, then paged.
             out = []
             for thread_id in store.visible_thread_ids(
-                name, sort=by_sql, descending=descending, ids=ids
+                name, sort=by_sql, descending=descending, ids=ids, metadata=wanted
             ):
                 if passes is not None and not passes(thread_id):
                     continue
