@@ -18,11 +18,11 @@ before owners were recorded has none: admins and viewers see it. In open mode (n
 no auth handler: only on loopback) anyone reads everything and nobody acts.
 
 Lists, searches and counts choose what the caller sees in the database query
-(``shown_to``, the store's ``visible_to``), so that a page's ``limit``/``offset`` count the
-caller's threads only; an auth handler's metadata filter is matched in Python
-(``handler_filter``). ``/metrics`` (``everything``) is for the roles that see every thread;
-with an auth handler also for a built-in admin/viewer token and a user given
-``metrics:read``.
+(``shown_to``, ``scope``: the store's ``visible_to``), so that a page's ``limit``/``offset``
+count the caller's threads only; an auth handler's metadata filter is matched in the query
+when it is plain (``{"owner": "alice"}``), else in Python (``handler_filter``).
+``/metrics`` (``everything``) is for the roles that see every thread; with an auth handler
+also for a built-in admin/viewer token and a user given ``metrics:read``.
 """
 
 from __future__ import annotations

@@ -202,15 +202,16 @@ def create_app(
         sort = request.query_params.get("sort") or "updated"
         if sort not in THREAD_SORTS:
             raise HTTPException(400, f"sort must be one of {', '.join(THREAD_SORTS)}")
-        caller = caller_of(request)
         # The caller's threads are chosen in the query: the limit counts what they see.
-        passes = access.handler_filter(caller)
+        scope = access.scope(caller_of(request))
+        passes = scope.passes
         records = await call(
             runner.threads_with_cost,
             limit=limit if passes is None else 10_000,
             status=status,
             sort=sort,
-            visible_to=access.shown_to(caller),
+            visible_to=scope.name,
+            visible_meta=scope.metadata,
         )
         if passes is not None:
             # An auth handler's filter on metadata is matched as LangGraph's server does.

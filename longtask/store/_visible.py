@@ -83,22 +83,41 @@ def seen_by(dialect: Dialect, name: str, t: str = "t") -> tuple[str, tuple[Any, 
     return f"({t}.owner = ? OR {named})", (name, *params)
 
 
-def _metadata_is(dialect: Dialect, filters: Mapping[str, str]) -> tuple[str, list[Any]]:
-    """The SQL condition that ``v.metadata`` (JSON text) has each key with that string."""
+def _metadata_is(
+    dialect: Dialect, filters: Mapping[str, str], column: str = "v.metadata"
+) -> tuple[str, list[Any]]:
+    """The SQL condition that ``column`` (JSON text) has each key with that string."""
     parts: list[str] = []
     params: list[Any] = []
     for key, want in filters.items():
         if dialect is POSTGRES:
             parts.append(
-                "(jsonb_typeof(CAST(v.metadata AS jsonb) -> ?) = 'string' "
-                "AND CAST(v.metadata AS jsonb) ->> ? = ?)"
+                f"(jsonb_typeof(CAST({column} AS jsonb) -> ?) = 'string' "
+                f"AND CAST({column} AS jsonb) ->> ? = ?)"
             )
             params += [key, key, want]
         else:
             path = f'$."{key}"'  # a plain key (_PLAIN_KEY): nothing to escape
-            parts.append("(json_type(v.metadata, ?) = 'text' AND json_extract(v.metadata, ?) = ?)")
+            parts.append(f"(json_type({column}, ?) = 'text' AND json_extract({column}, ?) = ?)")
             params += [path, path, want]
     return "(" + " AND ".join(parts) + ")", params
+
+
+def thread_seen(
+    dialect: Dialect, name: str | None, metadata: Mapping[str, str] | None
+) -> tuple[str, tuple[Any, ...]]:
+    """The condition for a row ``t`` of ``longtask_threads`` to be in a list: owned by
+    ``name`` or waiting for ``name``'s approval; with ``metadata`` (an auth handler's
+    ``simple_filter``) its API metadata matching it, or waiting for ``name``'s approval."""
+    if metadata is None:
+        assert name is not None
+        return seen_by(dialect, name)
+    sql, params = _metadata_is(dialect, metadata, "m.metadata")
+    sql = f"EXISTS (SELECT 1 FROM longtask_api_threads m WHERE m.thread_id = t.thread_id AND {sql})"
+    if name is not None:
+        named, given = named_by_approval(dialect, name)
+        sql, params = f"({sql} OR {named})", [*params, *given]
+    return sql, tuple(params)
 
 
 class VisibleTables:

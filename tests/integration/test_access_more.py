@@ -353,3 +353,27 @@ def test_only_a_plain_filter_is_matched_in_the_query() -> None:
     assert simple_filter({"n": 1}) is None
     assert simple_filter({'we"ird': "a"}) is None
     assert simple_filter({}) is None
+
+
+def test_the_pages_list_takes_a_handlers_plain_filter_in_the_query(
+    runner: Runner, handled: TestClient
+) -> None:
+    alice = {"Authorization": "Bearer tok-alice"}
+    carol = {"Authorization": "Bearer tok-carol"}
+    for thread, who in (("hl-a", alice), ("hl-c", carol)):
+        assert handled.post("/threads", json={"thread_id": thread}, headers=who).status_code == 200
+        run = {"assistant_id": "access_waits", "input": {}}
+        started = handled.post(f"/threads/{thread}/runs", json=run, headers=who).json()
+        joined = handled.get(f"/threads/{thread}/runs/{started['run_id']}/join", headers=who)
+        assert joined.status_code == 200, joined.text
+    paused_thread(runner, "alice", "hl-p")  # no API metadata; its approval names carol
+    listed = handled.get("/api/threads?limit=1&sort=age", headers=carol).json()
+    assert [t["thread_id"] for t in listed] == ["hl-c"]
+    listed = handled.get("/api/threads?sort=age", headers=carol).json()
+    assert [t["thread_id"] for t in listed] == ["hl-c", "hl-p"]
+    listed = handled.get("/api/threads", headers=alice).json()
+    assert [t["thread_id"] for t in listed] == ["hl-a"]
+    store = runner.db.store
+    assert [r.thread_id for r in store.list_threads(visible_meta={"owner": "carol"})] == ["hl-c"]
+    mine = store.list_threads(visible_to="carol", visible_meta={"owner": "carol"}, sort="age")
+    assert [r.thread_id for r in mine] == ["hl-c", "hl-p"]

@@ -274,10 +274,12 @@ class McpEndpoint:
     def _threads(self, limit: Any, caller: Caller) -> dict[str, Any]:
         if not isinstance(limit, int) or not 1 <= limit <= 100:
             raise _Refused("limit is a whole number from 1 to 100")
-        access = self.api.access
-        passes = access.handler_filter(caller)
+        scope = self.api.access.scope(caller)
+        passes = scope.passes
         found = self.api.runner.db.store.list_threads(
-            limit=limit if passes is None else 10_000, visible_to=access.shown_to(caller)
+            limit=limit if passes is None else 10_000,
+            visible_to=scope.name,
+            visible_meta=scope.metadata,
         )
         if passes is not None:
             found = [r for r in found if passes(r.thread_id)]

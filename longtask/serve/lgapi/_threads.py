@@ -83,7 +83,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
 
     def search(body: dict[str, Any], caller: Caller, count: bool = False) -> Any:
         """A page of the threads the caller sees (or, with ``count``, how many match).
-        Who sees what is in the query (``Access.shown_to``), and so is the page when no
+        Who sees what is in the query (``Access.scope``), and so is the page when no
         filter needs a thread's derived status or metadata: ``offset`` and ``limit`` count
         only the caller's threads."""
         limit = integer_field(body, "limit", 10, 1, 100_000)
@@ -237,6 +237,8 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
 
     async def count_threads(request: Request) -> Response:
         body = await api.json_body(request)
+        for paging in ("limit", "offset"):  # a count counts every match
+            body.pop(paging, None)
         return JSONResponse(await api.call(search, body, caller_of(request), True))
 
     async def get_thread(request: Request) -> Response:
