@@ -16,6 +16,13 @@ and ``admin`` act; a ``viewer`` reads every thread; a person a pending approval 
 an approver answers it (and reads that thread while it waits for them). A thread stored
 before owners were recorded has none: admins and viewers see it. In open mode (no token,
 no auth handler: only on loopback) anyone reads everything and nobody acts.
+
+Lists, searches and counts choose what the caller sees in the database query
+(``shown_to``, ``scope``: the store's ``visible_to``), so that a page's ``limit``/``offset``
+count the caller's threads only; an auth handler's metadata filter is matched in the query
+when it is plain (``{"owner": "alice"}``), else in Python (``handler_filter``).
+``/metrics`` (``everything``) is for the roles that see every thread; with an auth handler
+also for a built-in admin/viewer token and a user given ``metrics:read``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from longtask.errors import InvalidInput
 from longtask.runtime._who import check_by
 from longtask.serve._handlers import HandlerRefused, matches
 from longtask.serve._http import error, unauthorized
+from longtask.store._visible import simple_filter
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
@@ -50,6 +58,8 @@ ROLES = ("admin", "viewer", "user")
 #: the attributes a route's endpoint carries its rule and its resource in
 _RULE = "__longtask_rule__"
 _RESOURCE = "__longtask_resource__"
+#: the permission an auth handler's ``authenticate`` gives a user who may read ``/metrics``
+METRICS_PERMISSION = "metrics:read"
 #: the resource a route is about unless it says otherwise (``about``)
 THREADS = "threads"
 
@@ -90,6 +100,16 @@ class Caller:
     @property
     def sees_everything(self) -> bool:
         return self.role in ("admin", "viewer", "open")
+
+
+@dataclass(frozen=True)
+class ListScope:
+    """Which threads a list shows (``Access.scope``): the store's ``visible_to`` name and
+    ``metadata`` filter, and a test of each thread left to Python (None: none)."""
+
+    name: str | None
+    metadata: dict[str, str] | None
+    passes: Callable[[str], bool] | None
 
 
 def _declare(rule: Rule) -> Callable[[Handler], Handler]:
@@ -279,28 +299,39 @@ class Access:
                 return True
         return False
 
-    def visible(self, caller: Caller) -> Callable[[str], bool]:
-        """A test of which threads ``caller`` may see, for lists, searches and counts."""
-        if "filter" in caller.extra:
-            # an auth handler's search filter on the threads' metadata
-            wanted = caller.extra["filter"]
+    def shown_to(self, caller: Caller) -> str | None:
+        """Whose threads a list, search or count shows, for the store's query
+        (``visible_to``): the caller's name, or None for every thread (a role that sees
+        everything; or, with an auth handler, what ``handler_filter`` then passes)."""
+        if caller.sees_everything or "filter" in caller.extra:
+            return None
+        assert caller.name is not None, "a list reached without a name"
+        return caller.name
 
-            def passes(thread_id: str) -> bool:
-                if matches(self.metadata_of(thread_id), wanted):
-                    return True
-                return caller.name is not None and self.named_by_pause(caller.name, thread_id)
+    def scope(self, caller: Caller) -> ListScope:
+        """What a search or count shows the caller, for the store's query: the caller's
+        threads, or with an auth handler the threads its filter matches (in the query
+        when it is plain, ``simple_filter``; else in Python, ``passes``)."""
+        wanted = caller.extra.get("filter")
+        simple = simple_filter(wanted) if wanted else None
+        if simple is not None:
+            return ListScope(caller.name, simple, None)
+        return ListScope(self.shown_to(caller), None, self.handler_filter(caller))
 
-            return passes
-        if caller.sees_everything:
-            return lambda thread_id: True
-        owners = self.runner.db.store.thread_owners()
+    def handler_filter(self, caller: Caller) -> Callable[[str], bool] | None:
+        """An auth handler's search filter on the threads' metadata as a test of a thread
+        (a thread whose pending approval names the caller passes too); None when there is
+        none to apply."""
+        wanted = caller.extra.get("filter")
+        if not wanted:
+            return None
 
-        def sees(thread_id: str) -> bool:
-            if caller.name is not None and owners.get(thread_id) == caller.name:
+        def passes(thread_id: str) -> bool:
+            if matches(self.metadata_of(thread_id), wanted):
                 return True
             return caller.name is not None and self.named_by_pause(caller.name, thread_id)
 
-        return sees
+        return passes
 
     # -- the gate ----------------------------------------------------------------------------
 
@@ -328,6 +359,8 @@ class Access:
         ):
             request.state.caller = Caller(None, "open" if self.open else "anonymous")
             return None
+        if rule is Rule.EVERYTHING:
+            return await self._check_everything(request)
         found = await self.identify(request)
         if isinstance(found, Response):
             return found
@@ -336,10 +369,6 @@ class Access:
         acting = rule in (Rule.ACT, Rule.ANSWER)
         if acting and caller.name is None:
             return unauthorized("a bearer token is needed")
-        if rule is Rule.EVERYTHING:
-            if caller.sees_everything:
-                return None
-            return error(403, f"{caller.name!r} may not read what spans every thread")
         thread_id = request.path_params.get("thread_id")
         needed = _NEEDS.get(rule)
         if needed is None:  # SIGNED_IN
@@ -367,6 +396,28 @@ class Access:
             what = "a viewer: reads only" if caller.role == "viewer" else f"not allowed to {needed}"
             return error(403, f"{caller.name!r} is {what} on thread {thread_id!r}")
         return None
+
+    async def _check_everything(self, request: Request) -> Response | None:
+        """What spans every thread (``/metrics``): a role that sees every thread; with an
+        auth handler, also a built-in ``admin``/``viewer`` token (a Prometheus scrape
+        token the handler need not know) and a user the handler gives ``metrics:read``."""
+        if self.handlers is not None and self.tokens:
+            name = self.tokens.from_request(request)
+            if name is not None and self.roles.get(name) in ("admin", "viewer"):
+                request.state.caller = Caller(name, self.roles[name])
+                return None
+        found = await self.identify(request)
+        if isinstance(found, Response):
+            return found
+        request.state.caller = found
+        if found.sees_everything or (
+            self.handlers is not None and METRICS_PERMISSION in found.permissions
+        ):
+            return None
+        needs = "the role admin or viewer"
+        if self.handlers is not None:
+            needs += f", or the permission {METRICS_PERMISSION!r} from the auth handler"
+        return error(403, f"{found.name!r} may not read what spans every thread: it needs {needs}")
 
     async def _check_by_handler(
         self, rule: Rule, request: Request, caller: Caller, thread_id: str | None

@@ -302,16 +302,6 @@ class ApiTables:
         rows = self._run("SELECT owner FROM longtask_api_threads WHERE thread_id = ?", (thread_id,))
         return (True, rows[0][0]) if rows else (False, None)
 
-    def thread_owners(self) -> dict[str, str | None]:
-        """Every thread's owner by id (longtask's threads and the API's not yet run)."""
-        out: dict[str, str | None] = {
-            str(t): o for t, o in self._run("SELECT thread_id, owner FROM longtask_api_threads")
-        }
-        out.update(
-            {str(t): o for t, o in self._run("SELECT thread_id, owner FROM longtask_threads")}
-        )
-        return out
-
     def api_thread_merge(self, thread_id: str, metadata: dict[str, Any]) -> None:
         """Merge ``metadata`` into the thread's (a row is made for a thread started
         elsewhere: the CLI or Python)."""
