@@ -272,10 +272,12 @@ class Runner:
     # -- moving threads (ops: Moves) ---------------------------------------------------------
     export_thread = via("moves", Moves.export_thread)
     import_thread = via("moves", Moves.import_thread)
+    copy_thread = via("moves", Moves.copy_thread)
 
     # -- retention (ops: Retention) ----------------------------------------------------------
     prune = via("retention", Retention.prune)
     delete = via("retention", Retention.delete)
+    trim = via("retention", Retention.trim)
 
     # -- schedules (ops: Scheduler) ----------------------------------------------------------
     schedules = via("scheduler", Scheduler.schedules)

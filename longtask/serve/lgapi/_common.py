@@ -3,7 +3,7 @@ executor, the token guards and JSON bodies."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -38,6 +38,11 @@ class Api:
     #: checks and records a run request (thread id or None, assistant, body, actor): set
     #: by the runs' routes, used by other doors that start runs (MCP)
     prepare: Callable[[str | None, Registered, dict[str, Any], str], ApiRun] | None = None
+    #: every check ``prepare`` makes, recording nothing (raises): set by the runs' routes
+    check_run: Callable[[str | None, Registered, dict[str, Any], str], None] | None = None
+    #: a run's stream parts to its end (run, stream modes or None for the run's own): set
+    #: by the runs' routes, used by the thread's stream
+    run_parts: Callable[[ApiRun, list[str] | None], AsyncIterator[bytes]] | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)
