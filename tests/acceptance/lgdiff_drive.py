@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx
+import lgdiff_misc
 from langgraph_sdk import get_client
 
 GRAPH = "chat"
@@ -195,6 +196,9 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     await t.call("store.list_namespaces", lg.store.list_namespaces(prefix=ns))
     await t.call("store.delete_item", lg.store.delete_item(ns, "prefs"))
     await t.call("store.get_item deleted", lg.store.get_item(ns, "prefs"))
+
+    # -- copy, prune, a thread's stream, runs.delete, batches, history filters (issue 43)
+    await lgdiff_misc.drive(t, lg, tag)
 
     # -- RemoteGraph
     await _remote(t, url, api_key, tag)

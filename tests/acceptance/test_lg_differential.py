@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import lgdiff_drive
+import lgdiff_misc
 import lgdiff_servers
 import lgdiff_shapes
 import pytest
@@ -126,14 +127,22 @@ def reference_js(reference: lgdiff_servers.Server, js_dir: Path) -> list[tuple[s
 
 
 def _check_reference(trace: list[tuple[str, Any]]) -> None:
-    """The script is ordinary LangGraph use: the reference server refuses none of it."""
+    """The script is ordinary LangGraph use: the reference server refuses none of it, but
+    what it is meant to refuse (``lgdiff_misc.REFUSED``: reads of what was deleted)."""
     refused = [
         (label, answer)
         for label, answer in trace
-        if (isinstance(answer, dict) and "__error__" in answer)
+        if label not in lgdiff_misc.REFUSED
+        and (isinstance(answer, dict) and "__error__" in answer)
         or (lgdiff_shapes.is_stream(answer) and answer and answer[-1][0] == "__error__")
     ]
     assert not refused, f"LangGraph's server refused part of the script: {refused}"
+    answers = dict(trace)
+    missing = [label for label in lgdiff_misc.LABELS if label not in answers]
+    assert not missing, f"the script did not reach {missing}"
+    # the thread's stream was joined, and read to its run's end
+    last = answers["threads.join_stream replay"][-1]
+    assert last[0] == "metadata" and last[1]["status"] == "run_done", last
 
 
 def _judge(

@@ -53,7 +53,10 @@ def routes(api: Api) -> list[Route]:
                 raise HTTPException(409, f"thread {new_id!r} exists already") from None
         found = thread_json(runner, api.registry, new_id)
         assert found is not None
-        return found
+        # What LangGraph's server answers: the new thread's record, without its values,
+        # interrupts or error (threads.get reads them); its status is the copy's own.
+        shown = {k: v for k, v in found.items() if k not in ("values", "interrupts", "error")}
+        return {**shown, "config": {}}
 
     async def copy_thread(request: Request, actor: str) -> Response:
         await api.json_body(request)  # none is needed; one that is not an object is refused
