@@ -132,9 +132,11 @@ def _check_reference(trace: list[tuple[str, Any]]) -> None:
     refused = [
         (label, answer)
         for label, answer in trace
-        if (label not in lgdiff_misc.REFUSED
-        and (isinstance(answer, dict) and "__error__" in answer))
-        or (lgdiff_shapes.is_stream(answer) and answer and answer[-1][0] == "__error__")
+        if label not in lgdiff_misc.REFUSED
+        and (
+            (isinstance(answer, dict) and "__error__" in answer)
+            or (lgdiff_shapes.is_stream(answer) and answer and answer[-1][0] == "__error__")
+        )
     ]
     assert not refused, f"LangGraph's server refused part of the script: {refused}"
     answers = dict(trace)
