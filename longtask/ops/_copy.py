@@ -118,3 +118,34 @@ def _refuse_running_subtasks(
                 f"{child.status}, and a sub-task reports to one parent. Nothing was copied; "
                 f"copy it when its sub-tasks have ended (`longtask status {source}`)"
             )
+
+
+class Copies:
+    """Copying threads in one database: ``copy_thread`` on ``db``."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def copy_thread(
+        self,
+        thread_id: str,
+        new_id: str | None = None,
+        *,
+        owner: str | None = None,
+        by: str | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Copy the thread in this database to a new thread (``new_id``, or a new UUID)
+        with the same state and history, owned by ``owner``; returns its id. See
+        :func:`copy_thread` for what a copy takes and what it refuses."""
+        from longtask.runtime._who import whoami
+
+        who = by or whoami()
+        return copy_thread(
+            self.db,
+            thread_id,
+            new_id or str(uuid.uuid4()),
+            owner=owner if owner is not None else who,
+            by=who,
+            metadata=metadata,
+        )

@@ -618,33 +618,6 @@ class Moves:
         or the thread id is taken."""
         return import_thread(self.db, path, as_id=as_id)
 
-    def copy_thread(
-        self,
-        thread_id: str,
-        new_id: str | None = None,
-        *,
-        owner: str | None = None,
-        by: str | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> str:
-        """Copy the thread in this database to a new thread (``new_id``, or a new UUID)
-        with the same state and history, owned by ``owner``; returns its id. See
-        :func:`longtask.ops._copy.copy_thread` for what a copy takes and what it refuses."""
-        import uuid
-
-        from longtask.ops._copy import copy_thread
-        from longtask.runtime._who import whoami
-
-        who = by or whoami()
-        return copy_thread(
-            self.db,
-            thread_id,
-            new_id or str(uuid.uuid4()),
-            owner=owner if owner is not None else who,
-            by=who,
-            metadata=metadata,
-        )
-
 
 __all__ = [
     "FORMAT",
