@@ -1,8 +1,8 @@
 """Operations on threads that are finished or idle, standing on the run core: reports and
 charts (:class:`Reports`), moving a thread between databases (:class:`Moves`: export,
 import, renaming), copying one in its database (:class:`Copies`), deleting ended threads
-(:class:`Retention`: prune, delete), schedules (:class:`Scheduler`), and deploying a new version of a task
-(:class:`Migrations`, the version report ``_deployed``).
+(:class:`Retention`: prune, delete), schedules (:class:`Scheduler`), and deploying a new
+version of a task (:class:`Migrations`, the version report ``_deployed``).
 
 Each is built with what it needs (a database, a clock, and the run core's parts it uses)
 and is offered by the Runner (``longtask.Runner``) as its own methods. It may import the run
