@@ -4,6 +4,7 @@ history's filters. Each refusal is a 4xx naming the fix, with nothing stored."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -51,13 +52,26 @@ TASK = LongTask(
 )
 
 
+#: what ``held`` waits for (the test sets it once the thread's stream has been joined)
+RELEASE = threading.Event()
+
+
+@function_step
+def held(ctx: StepContext) -> str:
+    RELEASE.wait(60)
+    return "released"
+
+
+HELD = LongTask("misc_held", stages=[Stage("held", [held])])
+
+
 @pytest.fixture
 def client(runner: Runner) -> Iterator[TestClient]:
     app = create_app(
         runner,
         TOKENS,
         roles=ROLES,
-        registry=load_registry(["test_lg_misc:TASK"]),
+        registry=load_registry(["test_lg_misc:TASK", "test_lg_misc:HELD"]),
         schedule_poll=None,
         poll=0.02,
     )
@@ -155,6 +169,15 @@ def test_a_copy_is_refused_with_nothing_written(runner: Runner, client: TestClie
     assert client.post(f"/threads/{source}/copy", json=[], headers=ALICE).status_code == 400
     assert client.post(f"/threads/{source}/copy", headers=BOB).status_code == 404
     assert client.post(f"/threads/{source}/copy", headers=VERA).status_code == 403
+    # a thread being advanced is refused (the record says running: a run is writing it)
+    runner.db.store._run(
+        "UPDATE longtask_threads SET status = 'running' WHERE thread_id = ?", (source,)
+    )
+    busy = client.post(f"/threads/{source}/copy", headers=ALICE)
+    assert busy.status_code == 409 and "being advanced" in busy.json()["detail"], busy.text
+    runner.db.store._run(
+        "UPDATE longtask_threads SET status = 'waiting_user' WHERE thread_id = ?", (source,)
+    )
     missing = client.post("/threads/no-such-thread/copy", headers=ALICE)
     assert missing.status_code == 409 and "no thread" in missing.json()["detail"]
     assert tables(runner) == before
@@ -303,6 +326,26 @@ def test_a_thread_s_stream_joins_its_open_run_and_replays_resumable_ones(
     assert bad.status_code == 422 and "last-event-id" in bad.json()["detail"]
     assert client.get(f"/threads/{thread}/stream", headers=ALICE).text == ""
     assert client.get("/threads/no-such/stream", headers=ALICE).status_code == 404
+
+
+def test_a_thread_s_stream_follows_the_run_in_progress_to_its_end(
+    runner: Runner, client: TestClient
+) -> None:
+    RELEASE.clear()
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    body = {"assistant_id": "misc_held", "input": {}, "stream_mode": ["values", "updates"]}
+    run_id = client.post(f"/threads/{thread}/runs", json=body, headers=ALICE).json()["run_id"]
+    lines = []
+    with client.stream("GET", f"/threads/{thread}/stream", headers=ALICE) as s:
+        for line in s.iter_lines():
+            if line:
+                lines.append(line)
+            RELEASE.set()  # joined (the step waits until then): the run may end now
+    parts = events_of("\n".join(lines))
+    assert parts[0] == "metadata" and {"values", "updates"} <= set(parts), parts
+    assert parts[-1] == "metadata" and f'"run_id":"{run_id}"' in lines[-1]
+    assert '"status":"run_done"' in "\n".join(lines)
+    assert runner.status(thread).status == "completed"
 
 
 # -- history filters --------------------------------------------------------------------------
