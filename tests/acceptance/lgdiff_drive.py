@@ -237,6 +237,7 @@ async def _remote(t: Trace, url: str, api_key: str, tag: dict[str, str]) -> None
         return out
 
     await t.call("RemoteGraph.stream v2 resume", stream_v2())
+    await lgdiff_misc.remote(t, remote, config)
 
 
 async def _snapshot(what: Awaitable[Any]) -> Any:

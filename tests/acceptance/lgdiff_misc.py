@@ -32,6 +32,8 @@ LABELS = (
     "threads.prune delete",
     "runs.create_batch: runs",
 )
+#: what only the Python script calls (RemoteGraph is Python's)
+PY_LABELS = ("RemoteGraph.get_state_history filter",)
 #: seconds a thread's stream is read for before the call counts as failed
 JOIN_LIMIT = 60.0
 
@@ -126,3 +128,16 @@ async def drive(t: Trace, lg: Any, tag: dict[str, str]) -> None:
     )
     if _ok(batch):
         t.items.append(("runs.create_batch: runs", {"status": f"{len(batch)} runs"}))
+
+
+async def remote(t: Trace, graph: Any, config: dict[str, Any]) -> None:
+    """RemoteGraph's filtered history (its ``filter`` is the history's ``metadata``)."""
+    from lgdiff_drive import _plain
+
+    async def history() -> list[Any]:
+        out = []
+        async for snap in graph.aget_state_history(config, filter={"source": "input"}, limit=5):
+            out.append({"values": _plain(snap.values), "next": list(snap.next)})
+        return out
+
+    await t.call("RemoteGraph.get_state_history filter", history())

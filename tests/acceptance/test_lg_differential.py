@@ -145,6 +145,9 @@ def _check_reference(trace: list[tuple[str, Any]]) -> None:
     # the thread's stream was joined, and read to its run's end
     last = answers["threads.join_stream replay"][-1]
     assert last[0] == "metadata" and last[1]["status"] == "run_done", last
+    for label in lgdiff_misc.PY_LABELS:
+        # a filtered history that finds something (an empty one would compare equal to any)
+        assert answers.get(label, [None]), f"{label}: nothing found"
 
 
 def _judge(
