@@ -92,11 +92,15 @@ def routes(api: Api) -> list[Route]:
                     403, f"{caller.name!r} may not act on thread {thread_id!r}; nothing was pruned"
                 )
             rec = store.get_thread(thread_id)
-            busy = store.api_runs_open_of(thread_id)
-            if busy or (rec is not None and rec.status not in FINAL_STATUSES):
-                status = "running a run" if busy else rec.status if rec else "busy"
+            if store.api_runs_open_of(thread_id):
+                state = "has a run in progress"
+            elif rec is not None and rec.status not in FINAL_STATUSES:
+                state = f"is {rec.status}"
+            else:
+                state = ""
+            if state:
                 raise InvalidInput(
-                    f"thread {thread_id!r} is {status}, not ended: longtask prunes only "
+                    f"thread {thread_id!r} {state}, not ended: longtask prunes only "
                     f"completed, failed or cancelled threads. Cancel it first (`longtask "
                     f"cancel {thread_id}`), or leave it out; nothing was pruned"
                 )
