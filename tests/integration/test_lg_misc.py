@@ -247,8 +247,16 @@ def test_a_finished_run_s_record_is_deleted_and_an_open_one_kept(
     busy = client.delete(url, headers=ALICE)
     assert busy.status_code == 409 and "cancel" in busy.json()["detail"]
     assert tables(runner) == before
+    # ended, but its webhook is still owed: kept until it is delivered
     runner.db.store._run(
-        "UPDATE longtask_api_runs SET status = 'success' WHERE run_id = ?", (first["run_id"],)
+        "UPDATE longtask_api_runs SET status = 'success', webhook = 'http://127.0.0.1:9/h' "
+        "WHERE run_id = ?",
+        (first["run_id"],),
+    )
+    owed = client.delete(url, headers=ALICE)
+    assert owed.status_code == 409 and "webhook" in owed.json()["detail"]
+    runner.db.store._run(
+        "UPDATE longtask_api_runs SET webhook = NULL WHERE run_id = ?", (first["run_id"],)
     )
     assert client.delete(url, headers=ALICE).status_code == 204
     assert client.get(url, headers=ALICE).status_code == 404
