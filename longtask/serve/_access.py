@@ -421,14 +421,16 @@ class Access:
                 "metadata": dict(body.get("metadata") or {}),
                 "if_exists": body.get("if_exists"),
             }
+        elif action == "create_run" and request.url.path == "/runs/batch":
+            # A batch: its handler is asked about each run, as LangGraph's server asks it
+            # for each; one refusal refuses the batch (the route records none of it).
+            for item in await _json_items(request):
+                refused = await self._handler_filter(caller, action, _run_value(None, item))
+                if isinstance(refused, Response):
+                    return refused
+            return None
         elif action == "create_run":
-            body = await _json_object(request)
-            value = {
-                "thread_id": thread_id,
-                "assistant_id": body.get("assistant_id"),
-                "metadata": dict(body.get("metadata") or {}),
-                "kwargs": {k: body.get(k) for k in ("input", "command", "config", "context")},
-            }
+            value = _run_value(thread_id, await _json_object(request))
         elif thread_id is None and action == "delete":
             # prune: the threads it names, as LangGraph's server asks its handlers
             body = await _json_object(request)
@@ -512,7 +514,7 @@ def _action(rule: Rule, request: Request) -> str:
         return "delete"
     if rule in (Rule.READ, Rule.PAGE):
         return "read" if has_thread else "search"
-    if rule is Rule.ANSWER or path.endswith(("/runs", "/runs/stream", "/runs/wait")):
+    if rule is Rule.ANSWER or path.endswith(("/runs", "/runs/stream", "/runs/wait", "/runs/batch")):
         return "create_run"
     if not has_thread:
         return "create"
@@ -531,3 +533,26 @@ async def _json_object(request: Request) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+async def _json_items(request: Request) -> list[dict[str, Any]]:
+    """The objects of a body that is a JSON array ([] otherwise: the route answers it)."""
+    import json
+
+    try:
+        data = json.loads(await request.body() or b"[]")
+    except ValueError:
+        return []
+    return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+
+def _run_value(thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    """What LangGraph's server gives a ``create_run`` handler about a run request."""
+    metadata = body.get("metadata")
+    return {
+        "thread_id": thread_id,
+        "assistant_id": body.get("assistant_id"),
+        # not an object: the route refuses it (422); the handler sees none
+        "metadata": dict(metadata) if isinstance(metadata, dict) else {},
+        "kwargs": {k: body.get(k) for k in ("input", "command", "config", "context")},
+    }

@@ -124,3 +124,11 @@ def test_copies_and_prunes_ask_the_handlers_as_langgraphs_server_does(
     assert client.get(f"/threads/{copy}", headers=USER1).status_code == 404
     seen = {(c.get("resource"), c.get("action")) for c in calls(log) if c["call"] == "on"}
     assert {("threads", "read"), ("threads", "create"), ("threads", "delete")} <= seen
+    # a batch asks create_run about each of its runs
+    before = sum(1 for c in calls(log) if c.get("action") == "create_run")
+    batch = [{"assistant_id": "access_task", "input": {}, "metadata": "not an object"}] * 2
+    assert client.post("/runs/batch", json=batch, headers=USER1).status_code == 422
+    batch = [{"assistant_id": "access_task", "input": {}}] * 2
+    made = client.post("/runs/batch", json=batch, headers=USER1)
+    assert made.status_code == 200, made.text
+    assert sum(1 for c in calls(log) if c.get("action") == "create_run") == before + 4

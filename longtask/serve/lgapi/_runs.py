@@ -317,6 +317,7 @@ def routes(api: Api) -> list[Route]:
         body = _at_head(api, thread_id, body)
         refuse_unsupported(body)
         config = _config_of(body)
+        mapping_field(body, "metadata")  # the run's metadata: an object (or none)
         webhook = check_url(body["webhook"]) if body.get("webhook") is not None else None
         command = body.get("command")
         if command is not None and not isinstance(command, dict):
