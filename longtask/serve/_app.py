@@ -21,7 +21,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import longtask.serve.lgapi._assistants as lg_assistants
+import longtask.serve.lgapi._runops as lg_runops
 import longtask.serve.lgapi._runs as lg_runs
+import longtask.serve.lgapi._threadops as lg_threadops
 import longtask.serve.lgapi._threads as lg_threads
 import longtask.serve.lgapi._unserved as lg_unserved
 from longtask._version import __version__
@@ -470,8 +472,10 @@ def create_app(
         Route("/threads/{thread_id}", page(thread_view), methods=["GET"]),
         Route("/favicon.ico", public(favicon)),
         *lg_assistants.routes(lg),
+        *lg_threadops.routes(lg),
         *lg_thread_routes,
         *lg_run_routes,
+        *lg_runops.routes(lg),
         Route("/mcp", signed_in(mcp.handle), methods=["POST"]),
         *kv.routes(),
         Route("/info", public(info)),

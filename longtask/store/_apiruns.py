@@ -188,6 +188,26 @@ class ApiTables:
         )
         return [_run(r) for r in rows]
 
+    def api_run_delete(self, run_id: str, thread_id: str) -> str:
+        """Delete a finished run's record: ``deleted``; ``open`` if it is pending or
+        running (kept), ``missing`` if the thread has no such run. A finished run whose
+        webhook is still owed is kept too (``webhook``): its delivery reads the row."""
+        rows = self._run(
+            "DELETE FROM longtask_api_runs WHERE run_id = ? AND thread_id = ? "
+            "AND status NOT IN (?, ?) AND (webhook IS NULL OR webhook_state IS NOT NULL) "
+            "RETURNING run_id",
+            (run_id, thread_id, *OPEN_RUN_STATUSES),
+        )
+        if rows:
+            return "deleted"
+        rows = self._run(
+            "SELECT status FROM longtask_api_runs WHERE run_id = ? AND thread_id = ?",
+            (run_id, thread_id),
+        )
+        if not rows:
+            return "missing"
+        return "open" if rows[0][0] in OPEN_RUN_STATUSES else "webhook"
+
     def api_runs_open(self) -> list[ApiRun]:
         """Runs not finished, oldest first (to carry out after a restart)."""
         rows = self._run(

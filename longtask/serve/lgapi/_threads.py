@@ -154,11 +154,10 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         return thread_state(runner, api.registry, rec, checkpoint_id, subgraphs=subgraphs)
 
     def history(thread_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-        rec = store.get_thread(thread_id)
-        if rec is None:
-            get_json(thread_id)
-            return []
-        limit = integer_field(body, "limit", 10, 1, 10_000)
+        # As LangGraph's server filters a history: ``limit`` (1 unless given), ``before``
+        # (a checkpoint id or config), ``metadata`` (what the checkpoints' metadata holds),
+        # ``checkpoint`` (that one checkpoint). Checked before the thread is read.
+        limit = integer_field(body, "limit", 1, 1, 10_000)
         before = body.get("before")
         if isinstance(before, dict):
             before = before.get("checkpoint_id") or (before.get("configurable") or {}).get(
@@ -169,7 +168,23 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
                 422, f"before must be a checkpoint id or a checkpoint config, not {before!r}"
             )
         id_text(before, "before")
-        return thread_history(runner, api.registry, rec, limit=limit, before=before)
+        metadata = mapping_field(body, "metadata") or None
+        checkpoint = mapping_field(body, "checkpoint")
+        if checkpoint.get("checkpoint_ns") not in (None, ""):
+            raise HTTPException(
+                422,
+                "a history of a subgraph's namespace (checkpoint.checkpoint_ns) is not "
+                "served: a step's own checkpoints are in get_state(subgraphs=True); send "
+                'checkpoint_ns "" or none',
+            )
+        at = id_text(checkpoint.get("checkpoint_id"), "checkpoint.checkpoint_id")
+        rec = store.get_thread(thread_id)
+        if rec is None:
+            get_json(thread_id)
+            return []
+        return thread_history(
+            runner, api.registry, rec, limit=limit, before=before, metadata=metadata, at=at
+        )
 
     def update_state(thread_id: str, body: dict[str, Any], actor: str) -> dict[str, Any]:
         rec = store.get_thread(thread_id)
