@@ -105,8 +105,12 @@ def test_an_a2a_client_gets_the_card_and_a_chat_task_s_answer(serve: Server) -> 
             assert task.status.state == TaskState.completed
             assert _text(task) == ANSWER
             assert task.id == f"{task.context_id}:{task.id.rsplit(':', 1)[1]}"
-            roles = [(m.role.value, m.parts[0].root.text) for m in task.history or []]
-            assert roles[0] == ("user", QUESTION) and roles[-1] == ("agent", ANSWER)
+            said = [(m.role.value, m.parts[0].root) for m in task.history or []]
+            assert (said[0][0], said[0][1].text) == ("user", QUESTION)
+            assert (said[-1][0], said[-1][1].text) == ("agent", ANSWER)
+            # the tool's result is data, never the agent's words
+            (tool,) = [p for role, p in said if p.kind == "data"]
+            assert tool.data["tool_results"][0]["name"] == "lookup"
 
             again = await client.get_task(TaskQueryParams(id=task.id))
             assert again.status.state == TaskState.completed and again.id == task.id
