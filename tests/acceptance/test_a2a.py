@@ -161,7 +161,7 @@ def test_an_approval_is_input_required_then_answered_in_the_token_s_name(
 
 def test_a_text_answer_approves_and_tasks_cancel_cancels(serve: Server, db_url: str) -> None:
     async def drive() -> tuple[str, str]:
-        from a2a.types import TaskIdParams, TaskState
+        from a2a.types import MessageSendConfiguration, TaskIdParams, TaskQueryParams, TaskState
 
         async with httpx.AsyncClient(headers={"X-Api-Key": TOKEN}, timeout=60) as http:
             _, client = await _client(http, serve.url, "chat")
@@ -169,7 +169,20 @@ def test_a_text_answer_approves_and_tasks_cancel_cancels(serve: Server, db_url: 
             ids = {"task_id": first.id, "context_id": first.context_id}
             done = await _send(client, _message("approve", **ids))
             assert done.status.state == TaskState.completed
-            second = await _send(client, _message(QUESTION))
+            # blocking false: the task as recorded, at once; tasks/get follows it
+            (event,) = [
+                e
+                async for e in client.send_message(
+                    _message(QUESTION), configuration=MessageSendConfiguration(blocking=False)
+                )
+            ]
+            second = event[0]
+            assert second.status.state in (TaskState.submitted, TaskState.working)
+            for _ in range(600):
+                second = await client.get_task(TaskQueryParams(id=second.id))
+                if second.status.state == TaskState.input_required:
+                    break
+                await anyio.sleep(0.1)
             assert second.status.state == TaskState.input_required
             cancelled = await client.cancel_task(TaskIdParams(id=second.id))
             assert cancelled.status.state == TaskState.canceled

@@ -126,6 +126,13 @@ INTENDED: list[Intended] = [
         "A thread id need not be a UUID: longtask's own are like lt-3f2a9c81d4e0, and a "
         "client may choose any id of letters, digits and ._:@- (up to 200).",
     ),
+    Intended(
+        r"POST /a2a/\{assistant_id\}",
+        r'null is not of type "string" \(Schema at /properties/id\)',
+        "An A2A error to a body whose id cannot be read (not JSON, or not an object) has id "
+        "null, as JSON-RPC 2.0 says and LangGraph's server answers (the spec types id a "
+        "string).",
+    ),
 ]
 
 
