@@ -230,12 +230,14 @@ class A2aEndpoint:
             return "TASK_STATE_SUBMITTED"
         if run_status == "running" or status in ("running", "cancelling"):
             return "TASK_STATE_WORKING"
+        if status in ("waiting_user", "waiting_external"):
+            # still waiting, even after a run that failed (a queued answer that no longer
+            # fitted): the pause can be answered
+            return "TASK_STATE_INPUT_REQUIRED"
         if run_status in ("error", "timeout"):
             return "TASK_STATE_FAILED"
         if run_status == "interrupted":
             return "TASK_STATE_CANCELED"
-        if status in ("waiting_user", "waiting_external"):
-            return "TASK_STATE_INPUT_REQUIRED"
         if status == "completed":
             return "TASK_STATE_COMPLETED"
         return "TASK_STATE_SUBMITTED"  # recorded; the executor has not started it
