@@ -413,13 +413,6 @@ INTENDED: list[Intended] = [
         "steps are done, or by a cancel, which runs its compensations and is recorded.",
     ),
     Intended(
-        "a2a message/stream",
-        r".*",
-        "A2A's message/stream is refused (a JSON-RPC error naming message/send and "
-        "tasks/get), and the agent card says streaming false: message/send answers when the "
-        "run ends, or at once with configuration.blocking false.",
-    ),
-    Intended(
         "a2a message/send in a finished context",
         r".*",
         "An A2A message without a taskId in the context of a finished task is refused: a "

@@ -438,6 +438,12 @@ def test_each_a2a_method_is_allowed_as_the_route_it_stands_for(
             assert why in error["message"], (caller, method, error)
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": task}
     assert client.post("/a2a/access_task", json=rpc, headers=CALLERS["unknown"]).status_code == 401
+    # message/stream asks what message/send asks; its refusal is the stream's one event
+    stream = {"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": send}
+    accept = {"Accept": "text/event-stream"}
+    r = client.post("/a2a/access_task", json=stream, headers={**CALLERS["viewer"], **accept})
+    assert r.status_code == 200 and r.text.count("data:") == 1, r.text
+    assert "may not start a task" in r.text
     assert tables(runner) == before, "a refused A2A call changed stored state"
 
     done = a2a(client, CAROL, "message/send", answer)["result"]

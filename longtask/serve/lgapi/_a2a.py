@@ -8,8 +8,9 @@ both: ``message/send`` (``SendMessage``) starts a thread from the message's part
 parts become the chat's ``messages``, data parts the task's inputs) or, with the
 ``taskId`` and ``contextId`` of a task that waits (``input-required``), answers its pause:
 a data part ``{"resume": ...}``, or the text (``approve``, ``reject``) for an approval.
-``tasks/get`` reads a task, ``tasks/cancel`` cancels it, ``GetExtendedAgentCard`` is the
-card. ``message/stream`` and ``ListTasks`` are refused with the method to use instead.
+``message/stream`` does the same and answers the task as it goes (SSE). ``tasks/get``
+reads a task, ``tasks/cancel`` cancels it, ``GetExtendedAgentCard`` is the card;
+``ListTasks`` is refused with what to use instead.
 
 A context is a thread; a task is ``{thread_id}:{run_id}`` of the run that started it (a
 longtask thread runs its task once, so a thread holds one task). No request runs a task:
@@ -28,12 +29,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from longtask.errors import LongTaskError, TooLateToCancel
@@ -76,6 +78,8 @@ if TYPE_CHECKING:
 #: seconds between reads of a run's status while message/send waits for it to end
 _POLL = 0.1
 _ORDER = ("none", "read", "answer", "act")
+#: seconds between reads of a streamed run's conversation (each read builds its state)
+_STREAM_POLL = 0.5
 
 
 class A2aEndpoint:
@@ -139,6 +143,12 @@ class A2aEndpoint:
         params = message.get("params", {})
         if not isinstance(params, dict):
             return rpc_error(INVALID_PARAMS, "Invalid params: must be an object", id_)
+        if method == "SendStreamingMessage":
+            if not accepts(request.headers.get("accept") or "", "text/event-stream"):
+                return JSONResponse(
+                    {"error": "Accept header must include text/event-stream for streaming"}, 400
+                )
+            return self._stream(request, params, id_, spec)
         if not accepts(request.headers.get("accept") or "", "application/json"):
             return JSONResponse({"error": "Accept header must include application/json"}, 400)
         try:
@@ -148,21 +158,18 @@ class A2aEndpoint:
         body = {"jsonrpc": "2.0", "id": id_, "result": result}
         return JSONResponse(in_spec(body) if spec else body)
 
-    async def _call(self, request: Request, method: str, params: dict[str, Any]) -> Any:
+    def _entry(self, request: Request) -> Registered:
         key = request.path_params["assistant_id"]
         entry = self.api.registry.find(key)
         if entry is None:
             raise RpcError(INVALID_PARAMS, f"Assistant '{key}' not found")
+        return entry
+
+    async def _call(self, request: Request, method: str, params: dict[str, Any]) -> Any:
+        entry = self._entry(request)
         caller = caller_of(request)
         if method == "GetExtendedAgentCard":
             return agent_card(request, entry)
-        if method == "SendStreamingMessage":
-            raise RpcError(
-                UNSUPPORTED,
-                "message/stream is not served by longtask: send message/send (it answers "
-                "when the run ends, or at once with configuration.blocking false) and "
-                "follow the task with tasks/get",
-            )
         if method == "ListTasks":
             raise RpcError(
                 UNSUPPORTED,
@@ -176,10 +183,8 @@ class A2aEndpoint:
                 check_scope(params, request)
                 return await self._get(entry, params, caller)
             return await self._cancel(entry, params, caller)
-        except LongTaskError as exc:
-            raise RpcError(INVALID_PARAMS, str(exc)) from None
-        except HTTPException as exc:
-            raise RpcError(INVALID_PARAMS, str(exc.detail)) from None
+        except (LongTaskError, HTTPException) as exc:
+            raise RpcError(INVALID_PARAMS, _why(exc)) from None
 
     # -- who may ------------------------------------------------------------------------
 
@@ -291,9 +296,11 @@ class A2aEndpoint:
 
     # -- message/send -------------------------------------------------------------------
 
-    async def _send(
+    async def _record(
         self, request: Request, entry: Registered, params: dict[str, Any], caller: Caller
-    ) -> dict[str, Any]:
+    ) -> tuple[ApiRun, str, Any]:
+        """message/send's checks and its run, recorded: the run, the task id, the history
+        length asked for."""
         configuration = params.get("configuration") or {}
         if not isinstance(configuration, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: 'configuration' must be an object")
@@ -383,10 +390,83 @@ class A2aEndpoint:
         prepare = self.api.prepare
         assert prepare is not None, "the runs' routes are built first"
         run = await self.api.call(prepare, thread_id, entry, body, caller.name)
-        task_id = task_id or f"{run.thread_id}:{run.run_id}"
-        if configuration.get("blocking", True) is not False:
+        return run, task_id or f"{run.thread_id}:{run.run_id}", history
+
+    async def _send(
+        self, request: Request, entry: Registered, params: dict[str, Any], caller: Caller
+    ) -> dict[str, Any]:
+        run, task_id, history = await self._record(request, entry, params, caller)
+        if (params.get("configuration") or {}).get("blocking", True) is not False:
             run = await self._finished(run)
         return await self.api.call(self._task, entry, run.thread_id, task_id, run, history)
+
+    def _stream(self, request: Request, params: dict[str, Any], id_: Any, spec: bool) -> Response:
+        """message/stream: the run recorded as for message/send, then its task as it goes
+        (submitted, working) and as it ends (its answer or its pause, then the final
+        state), one JSON-RPC answer an SSE event; an error is one too."""
+
+        def event(result: dict[str, Any] | None, error: RpcError | None = None) -> bytes:
+            body: dict[str, Any] = {"jsonrpc": "2.0", "id": id_}
+            if error is not None:
+                body["error"] = {"code": error.code, "message": error.message}
+            else:
+                body["result"] = result
+            data = json.dumps(in_spec(body) if spec else body, default=str)
+            return f"event: message\ndata: {data}\n\n".encode()
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                entry = self._entry(request)
+                sent = params.get("message")
+                # the messages said before this one: not news on this stream
+                context = sent.get("contextId") if isinstance(sent, dict) else None
+                seen = await self.api.call(self._said, context)
+                run, task_id, _ = await self._record(request, entry, params, caller_of(request))
+            except RpcError as exc:
+                yield event(None, exc)
+                return
+            except (LongTaskError, HTTPException) as exc:
+                yield event(None, RpcError(INVALID_PARAMS, _why(exc)))
+                return
+            ids = {"taskId": task_id, "contextId": run.thread_id}
+            first = {"kind": "task", "id": task_id, "contextId": run.thread_id}
+            yield event(
+                {
+                    **first,
+                    "history": [{"kind": "message", **(sent or {}), **ids}],
+                    "status": {"state": "TASK_STATE_SUBMITTED", "timestamp": now()},
+                }
+            )
+            working = {"state": "TASK_STATE_WORKING"}
+            store = self.api.runner.db.store
+            while True:
+                # each new message of the agent (a tool's result as data) as it is recorded
+                found = await self.api.call(store.api_run, run.run_id)
+                values, _ = await self.api.call(self._values, run.thread_id)
+                for said in messages_of(values, task_id, run.thread_id):
+                    if said["role"] == "ROLE_USER" or said["messageId"] in seen:
+                        continue
+                    seen.add(said["messageId"])
+                    status = {**working, "message": said, "timestamp": now()}
+                    yield event({**ids, "kind": "status-update", "status": status, "final": False})
+                if found is None or found.status in FINAL_RUN:
+                    break
+                await anyio.sleep(_STREAM_POLL)
+            task = await self.api.call(self._task, entry, run.thread_id, task_id, found, 0)
+            for artifact in task.get("artifacts", []):
+                yield event({**ids, "kind": "artifact-update", "artifact": artifact})
+            last = {**ids, "kind": "status-update", "status": task["status"], "final": True}
+            yield event(last)
+
+        return StreamingResponse(
+            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+
+    def _said(self, thread_id: Any) -> set[str]:
+        if not isinstance(thread_id, str) or self.api.runner.db.store.get_thread(thread_id) is None:
+            return set()
+        values, _ = self._values(thread_id)
+        return {m["messageId"] for m in messages_of(values, "", thread_id)}
 
     async def _finished(self, run: ApiRun) -> ApiRun:
         store = self.api.runner.db.store
@@ -461,3 +541,7 @@ class A2aEndpoint:
             entry = api.registry.find(rec.task_name)
             assistant = entry.assistant_id if entry is not None else rec.task_name
             record(api, thread_id, assistant, {"kind": "cancel", "reason": reason}, by)
+
+
+def _why(exc: LongTaskError | HTTPException) -> str:
+    return str(exc.detail) if isinstance(exc, HTTPException) else str(exc)

@@ -152,10 +152,8 @@ def agent_card(request: Request, entry: Registered) -> dict[str, Any]:
         "supportedInterfaces": [
             {"url": agent_url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
         ],
-        # No streaming: message/send answers when the run ends (or at once, with
-        # blocking false), and tasks/get follows it; a client then never asks to stream.
         "capabilities": {
-            "streaming": False,
+            "streaming": True,
             "pushNotifications": False,
             "stateTransitionHistory": False,
             # A context holds one task (a thread runs its task once): either scope
@@ -201,7 +199,7 @@ def agent_card(request: Request, entry: Registered) -> dict[str, Any]:
 def messages_of(values: dict[str, Any], task_id: str, thread_id: str) -> list[Any]:
     """The thread's conversation as A2A messages (tool calls and results left out)."""
     out = []
-    for message in values.get("messages") or []:
+    for at, message in enumerate(values.get("messages") or []):
         role = role_of(message)
         parts = textparts_of(message.get("content")) if role else tool_result(message)
         if not parts:
@@ -211,7 +209,8 @@ def messages_of(values: dict[str, Any], task_id: str, thread_id: str) -> list[An
                 "kind": "message",
                 "role": role or "ROLE_AGENT",
                 "parts": parts,
-                "messageId": message.get("id") or str(uuid.uuid4()),
+                # stable, so a stream tells a new message from one it has sent
+                "messageId": message.get("id") or f"{thread_id}:{at}",
                 "taskId": task_id,
                 "contextId": thread_id,
             }
