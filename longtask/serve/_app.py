@@ -77,6 +77,7 @@ from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
 from longtask.serve._webhooks import WebhookPolicy
+from longtask.serve.lgapi._a2a import A2aEndpoint
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._common import Api
 from longtask.serve.lgapi._mcp import McpEndpoint
@@ -437,6 +438,7 @@ def create_app(
     lg_thread = reader(lg_thread_get)
     lg_run_routes = lg_runs.routes(lg)
     mcp = McpEndpoint(lg)
+    a2a = A2aEndpoint(lg)
     kv = StoreRoutes(lg)
 
     schedules = (
@@ -477,6 +479,7 @@ def create_app(
         *lg_run_routes,
         *lg_runops.routes(lg),
         Route("/mcp", signed_in(mcp.handle), methods=["POST"]),
+        *a2a.routes(),
         *kv.routes(),
         Route("/info", public(info)),
         Route("/ok", public(ok)),

@@ -436,6 +436,13 @@ INTENDED: list[Intended] = [
         'goto "__end__" is refused (409, naming cancel): a longtask thread ends when its '
         "steps are done, or by a cancel, which runs its compensations and is recorded.",
     ),
+    Intended(
+        "a2a message/send in a finished context",
+        r".*",
+        "An A2A message without a taskId in the context of a finished task is refused: a "
+        "context is a thread, and a longtask thread runs its task once (LangGraph's server "
+        "starts another task there); send it without a contextId to start a new task.",
+    ),
 ]
 
 

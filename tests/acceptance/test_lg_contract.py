@@ -136,6 +136,13 @@ INTENDED: list[Intended] = [
         "An assistant's versions have no updated_at (a version is never changed), as "
         "LangGraph's server answers them (the spec says each is an Assistant).",
     ),
+    Intended(
+        r"POST /a2a/\{assistant_id\}",
+        r'null is not of type "string" \(Schema at /properties/id\)',
+        "An A2A error to a body whose id cannot be read (not JSON, or not an object) has id "
+        "null, as JSON-RPC 2.0 says and LangGraph's server answers (the spec types id a "
+        "string).",
+    ),
 ]
 
 

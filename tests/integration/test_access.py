@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.routing import Route
@@ -445,3 +446,64 @@ def test_assistant_routes_answer_each_caller_as_their_rules_say(
     made = client.post("/assistants", json={"graph_id": "access_task"}, headers=CALLERS["bob"])
     row = runner.db.store.assistant_get(made.json()["assistant_id"])
     assert row is not None and row.owner == "bob"
+
+
+def a2a(client: TestClient, caller: dict[str, str], method: str, params: dict[str, Any]) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    r = client.post("/a2a/access_task", json=body, headers={**caller, "Accept": "application/json"})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_each_a2a_method_is_allowed_as_the_route_it_stands_for(
+    runner: Runner, client: TestClient
+) -> None:
+    """``/a2a`` is for anyone signed in; each method asks what its route would: starting a
+    task acts (not a viewer), answering needs answering the pause (its approver too),
+    reading needs seeing the thread (else "task not found"), cancelling acts."""
+    data = [{"kind": "data", "data": {"note": "x"}}]
+    send = {"message": {"role": "user", "messageId": "m1", "parts": data}}
+    started = a2a(client, CALLERS["alice"], "message/send", send)["result"]
+    assert started["status"]["state"] == "input-required", started
+    task = {"id": started["id"]}
+    thread = started["contextId"]
+    ids = {"taskId": started["id"], "contextId": thread}
+    answer = {"message": {"role": "user", "messageId": "m2", "parts": [{"text": "approve"}], **ids}}
+    before = tables(runner)
+
+    for caller in ("viewer", "admin"):  # roles that read every thread
+        got = a2a(client, CALLERS[caller], "tasks/get", task)["result"]
+        assert got["status"]["state"] == "input-required", caller
+    refusals = {
+        "viewer": [
+            ("message/send", send, "may not start a task"),
+            ("message/send", answer, "may not answer"),
+            ("tasks/cancel", task, "may not act"),
+        ],
+        "bob": [  # alice's thread, whose pause does not name him: no such task
+            ("tasks/get", task, "Task not found"),
+            ("message/send", answer, "Task not found"),
+            ("tasks/cancel", task, "Task not found"),
+        ],
+        "carol": [("tasks/cancel", task, "may not act")],  # she answers, and only that
+    }
+    for caller, calls in refusals.items():
+        headers = CALLERS.get(caller, CAROL)
+        for method, params, why in calls:
+            error = a2a(client, headers, method, params)["error"]
+            assert why in error["message"], (caller, method, error)
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": task}
+    assert client.post("/a2a/access_task", json=rpc, headers=CALLERS["unknown"]).status_code == 401
+    # message/stream asks what message/send asks; its refusal is the stream's one event
+    stream = {"jsonrpc": "2.0", "id": 1, "method": "message/stream", "params": send}
+    accept = {"Accept": "text/event-stream"}
+    r = client.post("/a2a/access_task", json=stream, headers={**CALLERS["viewer"], **accept})
+    assert r.status_code == 200 and r.text.count("data:") == 1, r.text
+    assert "may not start a task" in r.text
+    assert tables(runner) == before, "a refused A2A call changed stored state"
+
+    done = a2a(client, CAROL, "message/send", answer)["result"]
+    assert done["status"]["state"] == "completed", done
+    resolved = [e for e in runner.events(thread) if e.kind == "approval.resolved"]
+    assert resolved[-1].data["by"] == "carol"
+    assert runner.db.store.get_thread(thread).owner == "alice"  # type: ignore[union-attr]
