@@ -330,6 +330,59 @@ class Access:
                 return True
         return False
 
+    async def level_for(self, caller: Caller, thread_id: str, needed: str) -> str | None:
+        """The caller's level on the thread as the gate decides it, for doors that name a
+        thread inside the body (MCP's tools, A2A's tasks): ``level`` with built-in tokens;
+        with LangGraph's auth handlers, the threads handler for what ``needed`` stands
+        for (``read``, else ``create_run``), its filter matched against the thread's
+        metadata, an approver named by a pending approval answering. None: no such thread.
+        HTTPException when the handler refuses."""
+        if self.handlers is None or caller.role != "user":
+            return await run_in_threadpool(self.level, caller, thread_id)
+        exists, _ = await run_in_threadpool(self.runner.db.store.thread_owner, thread_id)
+        if not exists:
+            return None
+        action = "read" if needed == "read" else "create_run"
+        found = await self._handler_filter(caller, action, {"thread_id": thread_id})
+        if isinstance(found, Response):
+            raise HTTPException(found.status_code, bytes(found.body).decode(errors="replace"))
+        metadata = await run_in_threadpool(self.metadata_of, thread_id)
+        if matches(metadata, found):
+            return "act"
+        if caller.name is not None:
+            named = await run_in_threadpool(self.named_by_pause, caller.name, thread_id)
+            if named:
+                return "answer"
+        return "none"
+
+    async def run_metadata(
+        self, caller: Caller, thread_id: str | None, assistant_id: str, body: dict[str, Any]
+    ) -> dict[str, Any] | None:
+        """For a door that starts runs from inside its body (MCP, A2A): the run's metadata
+        as the threads handler's ``create_run`` leaves it (None: no handler decides), as the
+        gate does for ``POST /runs``. HTTPException when the handler refuses."""
+        if self.handlers is None or caller.role != "user":
+            return None
+        value = _run_value(thread_id, {**body, "assistant_id": assistant_id})
+        found = await self._handler_filter(caller, "create_run", value)
+        if isinstance(found, Response):
+            raise HTTPException(found.status_code, bytes(found.body).decode(errors="replace"))
+        metadata = value.get("metadata")
+        return metadata if isinstance(metadata, dict) else None
+
+    async def list_scope(self, caller: Caller) -> ListScope:
+        """``scope`` for a door whose lists are not a route of their own (MCP's ``threads``
+        tool): with LangGraph's auth handlers, the threads handler's ``search`` is asked
+        first, as for ``threads.search``."""
+        if self.handlers is not None and caller.role == "user" and "filter" not in caller.extra:
+            found = await self._handler_filter(caller, "search", {})
+            if isinstance(found, Response):
+                raise HTTPException(found.status_code, bytes(found.body).decode(errors="replace"))
+            caller = Caller(
+                caller.name, caller.role, caller.user, caller.permissions, {"filter": found}
+            )
+        return self.scope(caller)
+
     def shown_to(self, caller: Caller) -> str | None:
         """Whose threads a list, search or count shows, for the store's query
         (``visible_to``): the caller's name, or None for every thread (a role that sees
@@ -492,6 +545,10 @@ class Access:
         found = await self._handler_filter(caller, action, value)
         if isinstance(found, Response):
             return found
+        if action == "create_run" and isinstance(value.get("metadata"), dict):
+            # The run's metadata as the handler left it (an owner): the run keeps it, and a
+            # thread the run creates is made with it, as on LangGraph's server.
+            request.state.handler_metadata = value["metadata"]
         if thread_id is None:
             if action in ("search", "delete"):
                 # A list's filter (search), or the threads a prune may act on.

@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -132,3 +133,70 @@ def test_copies_and_prunes_ask_the_handlers_as_langgraphs_server_does(
     made = client.post("/runs/batch", json=batch, headers=USER1)
     assert made.status_code == 200, made.text
     assert sum(1 for c in calls(log) if c.get("action") == "create_run") == before + 4
+
+
+def _mcp(client: TestClient, who: dict[str, str], name: str, arguments: dict[str, object]) -> Any:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    }
+    headers = {**who, "Accept": "application/json, text/event-stream"}
+    got = client.post("/mcp", json=body, headers=headers)
+    assert got.status_code == 200, got.text
+    result = got.json()["result"]
+    return result.get("isError", False), json.loads(result["content"][0]["text"])
+
+
+def _a2a(client: TestClient, who: dict[str, str], method: str, params: dict[str, Any]) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    got = client.post("/a2a/access_task", json=body, headers={**who, "Accept": "application/json"})
+    assert got.status_code == 200, got.text
+    return got.json()
+
+
+def test_mcp_and_a2a_ask_the_handlers_as_the_routes_do(client: TestClient, log: Path) -> None:
+    """The doors that name a thread inside their body pass the same handlers: a task
+    started over MCP or A2A is made with the owner the ``create_run`` handler sets, so its
+    starter sees it everywhere; another user's reads and answers find no such thread."""
+    runner: Runner = client.runner  # type: ignore[attr-defined]
+    error, started = _mcp(client, USER1, "access_task", {})
+    assert not error, started
+    thread = started["thread_id"]
+    assert runner.db.store.api_thread(thread)[0]["owner"] == "user1"  # type: ignore[index]
+    assert client.get(f"/threads/{thread}", headers=USER1).status_code == 200
+    assert client.get(f"/threads/{thread}", headers=USER2).status_code == 404
+    error, seen = _mcp(client, USER1, "longtask_status", {"thread_id": thread})
+    assert not error and seen["status"] == "waiting_user"
+    for name, args in (
+        ("longtask_status", {"thread_id": thread}),
+        ("longtask_answer", {"thread_id": thread, "answer": True}),
+    ):
+        error, refused = _mcp(client, USER2, name, args)
+        assert error and f"no thread {thread!r}" in refused["error"], (name, refused)
+    _, listed = _mcp(client, USER2, "longtask_threads", {"limit": 10})
+    assert thread not in [t["thread_id"] for t in listed["threads"]]
+    _, listed = _mcp(client, USER1, "longtask_threads", {"limit": 10})
+    assert thread in [t["thread_id"] for t in listed["threads"]]
+    assert runner.events(thread, kinds=["approval.resolved"]) == []
+
+    send = {
+        "message": {
+            "role": "user",
+            "messageId": "m1",
+            "parts": [{"kind": "data", "data": {"note": "x"}}],
+        }
+    }
+    sent = _a2a(client, USER1, "message/send", send)
+    assert "result" in sent, sent
+    task = sent["result"]
+    assert task["status"]["state"] == "input-required", task
+    other = task["contextId"]
+    assert runner.db.store.api_thread(other)[0]["owner"] == "user1"  # type: ignore[index]
+    refused = _a2a(client, USER2, "tasks/get", {"id": task["id"]})["error"]
+    assert "Task not found" in refused["message"]
+    got = _a2a(client, USER1, "tasks/get", {"id": task["id"]})["result"]
+    assert got["status"]["state"] == "input-required"
+    asked = {(c.get("resource"), c.get("action")) for c in calls(log) if c["call"] == "on"}
+    assert {("threads", "create_run"), ("threads", "read"), ("threads", "search")} <= asked

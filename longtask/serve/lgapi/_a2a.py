@@ -188,13 +188,13 @@ class A2aEndpoint:
 
     # -- who may ------------------------------------------------------------------------
 
-    async def _level(self, caller: Caller, thread_id: str) -> str | None:
-        return await self.api.call(self.api.access.level, caller, thread_id)
+    async def _level(self, caller: Caller, thread_id: str, needed: str = "act") -> str | None:
+        return await self.api.access.level_for(caller, thread_id, needed)
 
     async def _may(self, caller: Caller, thread_id: str, needed: str, task_id: str) -> None:
         """As the route the method stands for would be checked: a task whose thread the
         caller may not see is not found; one they see but may not ``needed`` is refused."""
-        level = await self._level(caller, thread_id)
+        level = await self._level(caller, thread_id, needed)
         if level is None or level == "none":
             raise RpcError(TASK_NOT_FOUND, f"Task not found: {task_id}")
         if _ORDER.index(level) < _ORDER.index(needed):
@@ -389,6 +389,10 @@ class A2aEndpoint:
             raise RpcError(INVALID_PARAMS, "acting needs a bearer token: open mode only reads")
         prepare = self.api.prepare
         assert prepare is not None, "the runs' routes are built first"
+        # with LangGraph's auth handlers, asked as for POST /threads/{id}/runs (an owner)
+        metadata = await self.api.access.run_metadata(caller, thread_id, entry.assistant_id, body)
+        if metadata is not None:
+            body = {**body, "metadata": metadata}
         run = await self.api.call(prepare, thread_id, entry, body, caller.name)
         return run, task_id or f"{run.thread_id}:{run.run_id}", history
 

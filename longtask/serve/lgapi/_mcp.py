@@ -28,13 +28,14 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from longtask._version import __version__
 from longtask.errors import LongTaskError, ThreadNotFound
-from longtask.serve._access import Caller, caller_of
+from longtask.serve._access import Caller, ListScope, caller_of
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._json import plain
 
@@ -192,7 +193,8 @@ class McpEndpoint:
                 await self._may(caller, _thread_arg(args), "answer")
                 return _result(await self._answer(args, _name(caller)))
             if name == THREADS_TOOL:
-                return _result(await self.api.call(self._threads, args.get("limit", 20), caller))
+                scope = await self.api.access.list_scope(caller)
+                return _result(await self.api.call(self._threads, args.get("limit", 20), scope))
             found = (await self.api.call(self._tasks)).get(name)
             if found is None:
                 from mcp.shared.exceptions import MCPError
@@ -201,16 +203,18 @@ class McpEndpoint:
                 raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
             if caller.role == "viewer":
                 raise _Refused(f"{caller.name!r} is a viewer: reads only")
-            return _result(await self._start(*found, args, _name(caller)))
+            return _result(await self._start(*found, args, caller))
         except LongTaskError as exc:
             return _result({"error": str(exc)}, error=True)
         except _Refused as exc:
             return _result({"error": str(exc)}, error=True)
+        except HTTPException as exc:  # an auth handler refused
+            return _result({"error": exc.detail}, error=True)
 
     async def _may(self, caller: Caller, thread_id: str, needed: str) -> None:
         """As the route the tool stands for would be checked: a thread the caller may not
         see does not exist for them; one they see but may not ``needed`` is refused."""
-        level = await self.api.call(self.api.access.level, caller, thread_id)
+        level = await self.api.access.level_for(caller, thread_id, needed)
         if level is None or level == "none":
             raise ThreadNotFound(thread_id, self.api.runner.db.url.redacted)
         order = ("none", "read", "answer", "act")
@@ -218,11 +222,17 @@ class McpEndpoint:
             raise _Refused(f"{caller.name!r} may not {needed} on thread {thread_id!r}")
 
     async def _start(
-        self, entry: Registered, row: AssistantRow | None, args: dict[str, Any], actor: str
+        self, entry: Registered, row: AssistantRow | None, args: dict[str, Any], caller: Caller
     ) -> dict[str, Any]:
         prepare = self.api.prepare
         assert prepare is not None, "the runs' routes are built first"
-        run = await self.api.call(prepare, None, entry, {"input": args}, actor, row)
+        body: dict[str, Any] = {"input": args}
+        shown = row.assistant_id if row is not None else entry.assistant_id
+        # with LangGraph's auth handlers, asked as for POST /runs (they may set an owner)
+        metadata = await self.api.access.run_metadata(caller, None, shown, body)
+        if metadata is not None:
+            body["metadata"] = metadata
+        run = await self.api.call(prepare, None, entry, body, _name(caller), row)
         return await self._after(run)
 
     async def _answer(self, args: dict[str, Any], actor: str) -> dict[str, Any]:
@@ -290,10 +300,9 @@ class McpEndpoint:
         )
         return out
 
-    def _threads(self, limit: Any, caller: Caller) -> dict[str, Any]:
+    def _threads(self, limit: Any, scope: ListScope) -> dict[str, Any]:
         if not isinstance(limit, int) or not 1 <= limit <= 100:
             raise _Refused("limit is a whole number from 1 to 100")
-        scope = self.api.access.scope(caller)
         passes = scope.passes
         found = self.api.runner.db.store.list_threads(
             limit=limit if passes is None else 10_000,

@@ -397,7 +397,10 @@ def routes(api: Api) -> list[Route]:
         if dry:
             return None
         if new_thread:
-            store.api_thread_put(thread_id, {"graph_id": entry.name}, owner=actor)
+            # As on LangGraph's server: a thread a run creates has the run's metadata (an
+            # owner an auth handler set, for one).
+            made = {**(body.get("metadata") or {}), "graph_id": entry.name}
+            store.api_thread_put(thread_id, made, owner=actor)
         return record(
             api,
             thread_id,
@@ -444,6 +447,9 @@ def routes(api: Api) -> list[Route]:
             )
             if not matches(assistant.metadata, filters):
                 raise HTTPException(404, f"no assistant {assistant.assistant_id!r}")
+        edited = getattr(request.state, "handler_metadata", None)
+        if edited is not None:
+            body = {**body, "metadata": edited}  # the run's metadata as its handler left it
         return await api.call(prepare, thread_id, entry, body, actor, assistant)
 
     def located(run: ApiRun, response: Response) -> Response:
