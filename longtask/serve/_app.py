@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import longtask.serve.lgapi._assistants as lg_assistants
+import longtask.serve.lgapi._crons as lg_crons
 import longtask.serve.lgapi._runs as lg_runs
 import longtask.serve.lgapi._threads as lg_threads
 import longtask.serve.lgapi._unserved as lg_unserved
@@ -459,6 +460,8 @@ def create_app(
         Route("/favicon.ico", public(favicon)),
         *lg_assistants.routes(lg),
         *lg_thread_routes,
+        # before the runs': /threads/{thread_id}/runs/crons is not a run's id
+        *lg_crons.routes(lg),
         *lg_run_routes,
         Route("/mcp", signed_in(mcp.handle), methods=["POST"]),
         *kv.routes(),

@@ -17,10 +17,6 @@ _ASSISTANTS = (
     "assistants are the tasks serve was given (--task REF or longtask.json), one per task "
     "and version; they cannot be created, changed or versioned through the API"
 )
-_CRONS = (
-    "longtask starts tasks on a schedule with its own schedules: declare them on the task "
-    "or run `longtask schedule add TASKREF`; `longtask schedule --help` lists the rest"
-)
 #: (path, methods, status, what to use instead)
 UNSERVED: list[tuple[str, list[str], int, str]] = [
     (
@@ -50,11 +46,6 @@ UNSERVED: list[tuple[str, list[str], int, str]] = [
         404,
         "create runs one at a time: POST /threads/{thread_id}/runs (or /runs)",
     ),
-    ("/runs/crons", ["POST"], 404, _CRONS),
-    ("/runs/crons/search", ["POST"], 404, _CRONS),
-    ("/runs/crons/count", ["POST"], 404, _CRONS),
-    ("/runs/crons/{cron_id}", ["DELETE", "PATCH"], 404, _CRONS),
-    ("/threads/{thread_id}/runs/crons", ["POST"], 404, _CRONS),
     ("/assistants", ["POST"], 405, _ASSISTANTS),
     ("/assistants/{assistant_id}", ["PATCH", "DELETE"], 405, _ASSISTANTS),
     ("/assistants/{assistant_id}/versions", ["POST"], 404, _ASSISTANTS),
