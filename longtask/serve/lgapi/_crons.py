@@ -198,7 +198,13 @@ class Crons:
             "stream_subgraphs": bool(payload.get("stream_subgraphs")),
             "kwargs": _kwargs(payload, config, "", False, webhook),
         }
-        shown = dict(payload)
+        shown = {**payload, "assistant_id": entry.assistant_id}
+        shown_config = dict(shown.get("config") or {})
+        shown_config["configurable"] = {
+            **(shown_config.get("configurable") or {}),
+            "cron_id": cron_id,
+        }
+        shown["config"] = shown_config  # as LangGraph's server shows it
         if webhook:
             shown["webhook"] = redacted(webhook)  # readers of a cron may not call its receiver
         api = {
@@ -307,8 +313,12 @@ def routes(api: Api) -> list[Route]:
             "thread_id": thread_id,
             "user_id": actor,
             "end_time": payload.get("end_time"),
+            "metadata": mapping_field(payload, "metadata"),
         }
         await api.access.ask(request, "crons", "create", value)
+        # What the handler set in the metadata (an owner) is the cron's, as on LangGraph's
+        if isinstance(value.get("metadata"), dict) and value["metadata"]:
+            payload = {**payload, "metadata": value["metadata"]}
         try:
             rec = await api.call(crons.build, cron_id, entry, thread_id, payload, actor)
         except InvalidInput as exc:
@@ -338,7 +348,13 @@ def routes(api: Api) -> list[Route]:
             raise HTTPException(
                 422, f"a cron's {', '.join(unknown)} cannot be changed; send {', '.join(PATCHABLE)}"
             )
-        value = {"cron_id": cron_id, "payload": payload, "schedule": payload.get("schedule")}
+        value: dict[str, Any] = {
+            "cron_id": cron_id,
+            "payload": payload,
+            "schedule": payload.get("schedule"),
+        }
+        if "metadata" in payload:
+            value["metadata"] = mapping_field(payload, "metadata")
         wanted = await api.access.ask(request, "crons", "update", value)
         old = await api.call(store.schedule_get, cron_id)
         if old is None or old.api is None or not crons.sees(request, old, wanted):
@@ -347,6 +363,8 @@ def routes(api: Api) -> list[Route]:
             crons.changes(request, old)
         entry = api.assistant(str(old.api["assistant_id"]))
         merged = {**(old.api.get("payload") or {}), **payload}
+        # metadata is merged into the cron's, as on LangGraph's server
+        merged["metadata"] = {**(old.api.get("metadata") or {}), **(value.get("metadata") or {})}
         if old.api.get("webhook") and "webhook" not in payload:
             merged["webhook"] = old.api["webhook"]  # shown redacted; the stored one stays
         merged["schedule"] = payload.get("schedule") or old.cron
@@ -386,9 +404,13 @@ def routes(api: Api) -> list[Route]:
         enabled = body.get("enabled")
         if enabled is not None and not isinstance(enabled, bool):
             raise HTTPException(422, f"enabled must be true or false, not {enabled!r}")
-        value: dict[str, Any] = {"assistant_id": assistant, "thread_id": thread_id}
-        if action == "search":
-            value.update(limit=body.get("limit", 10), offset=body.get("offset", 0))
+        value: dict[str, Any] = {
+            "assistant_id": assistant,
+            "thread_id": thread_id,
+            "limit": body.get("limit", 10) if action == "search" else 0,
+            "offset": body.get("offset", 0) if action == "search" else 0,
+            "metadata": metadata,
+        }
         wanted = await api.access.ask(request, "crons", "search", value)
         if assistant is not None:
             entry = api.registry.find(assistant)
@@ -413,9 +435,12 @@ def routes(api: Api) -> list[Route]:
         page = rows[offset : offset + limit]
         if select:
             page = [{k: c[k] for k in select} for c in page]
-        headers = {"X-Pagination-Total": str(len(rows))}
+        # LangGraph's headers: the total known so far, and the next page's offset if any
         if offset + limit < len(rows):
+            headers = {"X-Pagination-Total": str(offset + limit + 1)}
             headers["X-Pagination-Next"] = str(offset + limit)
+        else:
+            headers = {"X-Pagination-Total": str(offset + len(page))}
         return JSONResponse(page, headers=headers)
 
     async def count(request: Request) -> Response:
