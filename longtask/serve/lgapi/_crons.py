@@ -368,10 +368,10 @@ def routes(api: Api) -> list[Route]:
         if old.api.get("webhook") and "webhook" not in payload:
             merged["webhook"] = old.api["webhook"]  # shown redacted; the stored one stays
         merged["schedule"] = payload.get("schedule") or old.cron
-        if "timezone" not in payload:
-            merged["timezone"] = old.api.get("timezone")
-        if "end_time" not in payload:
-            merged["end_time"] = _iso(old.api.get("end_time"))
+        if "timezone" not in payload and old.api.get("timezone") is not None:
+            merged["timezone"] = old.api["timezone"]
+        if "end_time" not in payload and old.api.get("end_time") is not None:
+            merged["end_time"] = _iso(old.api["end_time"])
         try:
             rec = await api.call(
                 crons.build, cron_id, entry, old.api.get("thread_id"), merged, old.owner, old
