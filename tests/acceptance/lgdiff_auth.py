@@ -45,3 +45,14 @@ async def owner_only(ctx: Auth.types.AuthContext, value: dict) -> dict:
 async def any_assistant(ctx: Auth.types.AuthContext, value: dict) -> None:
     """Every user may use the deployment's graphs (they have no owner)."""
     _log("on", resource=ctx.resource, action=ctx.action, user=ctx.user.identity)
+
+
+@auth.on.crons
+async def own_crons(ctx: Auth.types.AuthContext, value: dict) -> dict:
+    """A cron is its maker's: created with their ``owner`` metadata, seen only by them."""
+    _log("on", resource=ctx.resource, action=ctx.action, user=ctx.user.identity)
+    if ctx.action == "create":
+        metadata = value.setdefault("metadata", {})
+        if isinstance(metadata, dict):
+            metadata["owner"] = ctx.user.identity
+    return {"owner": ctx.user.identity}

@@ -300,6 +300,13 @@ def routes(api: Api) -> list[Route]:
             found = await api.call(store.thread_owner, thread_id)
             if not found[0]:
                 raise HTTPException(404, f"no thread {thread_id!r}")
+            # With LangGraph's auth handlers the gate leaves crons to this route: the
+            # thread must be one the threads handler lets the caller read, as there.
+            shown = await api.access.ask(request, "threads", "read", {"thread_id": thread_id})
+            if shown is not None:
+                metadata = await api.call(api.access.metadata_of, thread_id)
+                if not matches(metadata, shown):
+                    raise HTTPException(404, f"no thread {thread_id!r}")
             started = await api.call(store.get_thread, thread_id)
             if started is not None and started.task_name != entry.name:
                 raise HTTPException(
