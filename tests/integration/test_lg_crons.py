@@ -224,3 +224,44 @@ def test_bad_crons_are_refused_naming_the_fix_and_store_nothing(
         bad = client.patch(f"/runs/crons/{good['cron_id']}", json=body or {"schedule": 5})
         assert bad.status_code == 422, bad.text
         assert client.get(f"/runs/crons/{good['cron_id']}").json() == good
+
+
+def test_a_tick_fired_elsewhere_is_recorded_once_and_carried_out_by_serve(
+    runner: Runner, db_url: str
+) -> None:
+    """Two processes fire the same tick at once (workers, ``longtask tick``): one run is
+    recorded; serve, which did not fire it, takes it up and carries it out."""
+    import threading
+
+    with _client(runner, 0.05) as client:
+        cron = client.post(
+            "/runs/crons", json={"assistant_id": "lg_release", "schedule": "0 3 1 1 *"}
+        ).json()
+        assert cron["next_run_date"] == "2027-01-01T03:00:00+00:00"  # not due for serve
+        due = datetime(2027, 1, 1, 3, 0, 30, tzinfo=UTC)
+        fired: list[Any] = []
+
+        def fire() -> None:
+            with Runner(db_url) as other:
+                fired.extend(other.fire_due(now=due))
+
+        workers = [threading.Thread(target=fire) for _ in range(2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        outcomes = sorted(f.outcome for f in fired if f.schedule == cron["cron_id"])
+        assert outcomes in (["fired"], ["already fired", "fired"]), outcomes
+        (thread_id,) = _cron_threads(runner, cron["cron_id"])
+        _until(
+            "serve to carry out the run another process recorded",
+            lambda: (
+                (rec := runner.db.store.get_thread(thread_id)) is not None
+                and rec.status == "waiting_user"
+            ),
+        )
+        runs = client.get(f"/threads/{thread_id}/runs").json()
+        assert [r["status"] for r in runs] == ["success"]
+        assert client.get(f"/runs/crons/{cron['cron_id']}").json()["next_run_date"] == (
+            "2028-01-01T03:00:00+00:00"
+        )
