@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from longtask.errors import InvalidInput
+from longtask.errors import LongTaskError
 from longtask.model._schedule import cron_problems, next_tick, timezone_problem
 from longtask.serve._access import about, caller_of
 from longtask.serve._handlers import matches
@@ -328,7 +328,7 @@ def routes(api: Api) -> list[Route]:
             payload = {**payload, "metadata": value["metadata"]}
         try:
             rec = await api.call(crons.build, cron_id, entry, thread_id, payload, actor)
-        except InvalidInput as exc:
+        except LongTaskError as exc:  # the task refuses the input: say why
             raise HTTPException(422, str(exc)) from None
         await api.call(store.schedule_put, rec)
         saved = await api.call(store.schedule_get, cron_id)
@@ -383,7 +383,7 @@ def routes(api: Api) -> list[Route]:
             rec = await api.call(
                 crons.build, cron_id, entry, old.api.get("thread_id"), merged, old.owner, old
             )
-        except InvalidInput as exc:
+        except LongTaskError as exc:  # the task refuses the input: say why
             raise HTTPException(422, str(exc)) from None
         await api.call(store.schedule_put, rec)
         if "enabled" in payload and payload["enabled"] != (not old.paused):
