@@ -37,6 +37,7 @@ from longtask.store import ScheduleRecord
 if TYPE_CHECKING:
     from longtask.serve._registry import Registered
     from longtask.serve.lgapi._common import Api
+    from longtask.store import Store
 
 #: what a search may sort by and select, as on LangGraph's server
 SORTS = (
@@ -263,6 +264,18 @@ class Crons:
         if caller.role == "admin" or (caller.name is not None and rec.owner == caller.name):
             return
         raise HTTPException(403, f"{caller.name!r} may not change cron {rec.name!r}: not its owner")
+
+
+def drop_thread_crons(store: Store, thread_id: str) -> list[str]:
+    """Delete the crons of a thread that is deleted; their names."""
+    gone = [
+        r.name
+        for r in store.schedules()
+        if r.api is not None and r.api.get("thread_id") == thread_id
+    ]
+    for name in gone:
+        store.schedule_delete(name)
+    return gone
 
 
 def _sorted(rows: list[dict[str, Any]], body: dict[str, Any]) -> list[dict[str, Any]]:
