@@ -170,9 +170,10 @@ class Crons:
         mapping_field(payload, "context")
         metadata = mapping_field(payload, "metadata")
         webhook = check_url(payload["webhook"]) if payload.get("webhook") is not None else None
-        on_completed = payload.get("on_run_completed")
+        # a thread's cron runs on its thread: nothing to do with it after (null, as there)
+        on_completed = None
         if thread_id is None:
-            on_completed = on_completed or "delete"
+            on_completed = payload.get("on_run_completed") or "delete"
             if on_completed not in ("delete", "keep"):
                 raise HTTPException(
                     422, f"on_run_completed must be 'delete' or 'keep', not {on_completed!r}"
@@ -245,14 +246,10 @@ class Crons:
     def all(self) -> list[ScheduleRecord]:
         return [r for r in self.api.runner.db.store.schedules() if r.api is not None]
 
-    def one(self, request: Request, cron_id: str) -> ScheduleRecord:
-        """The cron, if the caller may see it (else 404, as for a cron that is not)."""
-        rec = self.api.runner.db.store.schedule_get(cron_id)
-        if rec is None or rec.api is None or not self.sees(request, rec):
-            raise HTTPException(404, f"no cron {cron_id!r}")
-        return rec
-
     def sees(self, request: Request, rec: ScheduleRecord, wanted: Any = None) -> bool:
+        """Whether the caller may see the cron: by the filter an auth handler returned
+        (``wanted``, matched against its metadata), else its owner and the roles that see
+        everything."""
         caller = caller_of(request)
         if wanted is not None:
             return matches((rec.api or {}).get("metadata") or {}, wanted)
