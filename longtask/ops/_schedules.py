@@ -11,6 +11,11 @@ schedule; everywhere the thread a tick starts has an id derived from the schedul
 tick (``nightly-20261201T0200Z``), so a second fire of a tick is refused by the thread id
 and counted as already fired. A schedule moves on only after its tick's thread exists, so
 a process that dies in between leaves the tick to the next fire (which finds the thread).
+
+A cron of the LangGraph Server API is a schedule too (origin ``api``): its tick records a
+run of the Server API instead of starting a thread (:func:`cron_ids` derives the run's id,
+and a new thread's, from the cron and the tick, so a second fire records nothing), which
+``serve``'s executor carries out.
 """
 
 from __future__ import annotations
