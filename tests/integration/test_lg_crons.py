@@ -55,6 +55,12 @@ def _client(runner: Runner, poll: float | None) -> TestClient:
     return TestClient(app, headers=ALICE)
 
 
+def _ended(runner: Runner, thread_id: str) -> bool:
+    """Whether the thread's runs have all ended (a run ends just after its thread pauses)."""
+    runs = runner.db.store.api_runs(thread_id)
+    return bool(runs) and all(r.status not in ("pending", "running") for r in runs)
+
+
 def _cron_threads(runner: Runner, cron_id: str) -> list[str]:
     return [t for t, meta, _ in runner.db.store.api_threads() if meta.get("cron_id") == cron_id]
 
@@ -92,6 +98,7 @@ def test_a_cron_of_an_assistant_fires_once_into_a_new_thread_of_its_owner(
                 len(threads := _cron_threads(runner, cron["cron_id"])) == 1
                 and (rec := runner.db.store.get_thread(threads[0])) is not None
                 and rec.status == "waiting_user"
+                and _ended(runner, rec.thread_id)
             ),
         )
         (thread_id,) = _cron_threads(runner, cron["cron_id"])
@@ -122,6 +129,7 @@ def test_a_cron_of_a_thread_records_a_run_of_that_thread(runner: Runner) -> None
             lambda: (
                 (rec := runner.db.store.get_thread(thread_id)) is not None
                 and rec.status == "waiting_user"
+                and _ended(runner, rec.thread_id)
             ),
         )
         runs = client.get(f"/threads/{thread_id}/runs").json()
@@ -258,6 +266,7 @@ def test_a_tick_fired_elsewhere_is_recorded_once_and_carried_out_by_serve(
             lambda: (
                 (rec := runner.db.store.get_thread(thread_id)) is not None
                 and rec.status == "waiting_user"
+                and _ended(runner, rec.thread_id)
             ),
         )
         runs = client.get(f"/threads/{thread_id}/runs").json()
