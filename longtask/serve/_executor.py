@@ -374,15 +374,26 @@ class Executor:
             if rec is not None:
                 return  # started before the restart, and continued above
             entry = self.registry.get(req["graph"])
-            start = runner.submit if self.to_workers else runner.start
             # Owned by whoever made the thread through the API, else by who asked for the run.
             owner = runner.db.store.api_thread_owner(run.thread_id) or run.actor
-            start(
+            if self.to_workers:
+                runner.submit(
+                    entry.task,
+                    req.get("input") or {},
+                    thread_id=run.thread_id,
+                    task_ref=entry.ref,
+                    by=owner,
+                )
+                return
+            # The run's config over its assistant's (tags, metadata, run_name...), as
+            # recorded when the run was asked: what tracers see of the thread's run.
+            runner.start(
                 entry.task,
                 req.get("input") or {},
                 thread_id=run.thread_id,
                 task_ref=entry.ref,
                 by=owner,
+                config=req.get("run_config") or None,
             )
             return
         assert rec is not None, "a resume run names a thread that exists"

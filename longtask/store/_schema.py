@@ -712,6 +712,37 @@ MIGRATIONS: list[list[str | Step]] = [
         "ALTER TABLE longtask_api_threads ADD COLUMN owner TEXT",
         "ALTER TABLE longtask_schedules ADD COLUMN owner TEXT",
     ],
+    # 23 (issue 43): assistants created through the LangGraph Server API, versioned
+    # configurations of a registered task (graph_id): the assistant with the version it
+    # runs now, and every version made (create is 1, each update the next). ``owner``:
+    # who created it (may update and delete it). config, context and metadata are JSON.
+    [
+        """CREATE TABLE longtask_assistants (
+            assistant_id TEXT PRIMARY KEY,
+            graph_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            description TEXT,
+            config TEXT NOT NULL,
+            context TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            owner TEXT,
+            created_at {real} NOT NULL,
+            updated_at {real} NOT NULL
+        )""",
+        """CREATE TABLE longtask_assistant_versions (
+            assistant_id TEXT NOT NULL,
+            version INTEGER NOT NULL,
+            graph_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            description TEXT,
+            config TEXT NOT NULL,
+            context TEXT NOT NULL,
+            metadata TEXT NOT NULL,
+            created_at {real} NOT NULL,
+            PRIMARY KEY (assistant_id, version)
+        )""",
+    ],
     # 24 (issue 43): crons of the LangGraph Server API are schedules (origin "api") whose
     # firing records a run of the API instead of starting a thread: ``api`` holds what
     # the cron asks (assistant, the thread of a thread cron, the run request each tick

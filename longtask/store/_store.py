@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from longtask.errors import SchemaVersionError, ThreadExists
 from longtask.store._apiruns import ApiTables
 from longtask.store._artifacts import ArtifactTables
+from longtask.store._assistants import AssistantTables
 from longtask.store._effects import EffectTables
 from longtask.store._events import NewEvent
 from longtask.store._fence import Fence
@@ -179,6 +180,7 @@ class Store(
     ArtifactTables,
     LeaseTables,
     ApiTables,
+    AssistantTables,
     NotifyTables,
     ScheduleTables,
     UsageTables,

@@ -42,9 +42,15 @@ async def owner_only(ctx: Auth.types.AuthContext, value: dict) -> dict:
 
 
 @auth.on.assistants
-async def any_assistant(ctx: Auth.types.AuthContext, value: dict) -> None:
-    """Every user may use the deployment's graphs (they have no owner)."""
+async def own_assistants(ctx: Auth.types.AuthContext, value: dict) -> dict | None:
+    """Every user may read, search and run every assistant (the deployment's graphs have no
+    owner); a created one gets its creator as ``owner`` metadata, and only they change it."""
     _log("on", resource=ctx.resource, action=ctx.action, user=ctx.user.identity)
+    if ctx.action == "create":
+        value["metadata"]["owner"] = ctx.user.identity
+    if ctx.action in ("update", "delete"):
+        return {"owner": ctx.user.identity}
+    return None
 
 
 @auth.on.crons

@@ -11,6 +11,7 @@ import path from "node:path";
 // the test runs this in.
 const require = createRequire(path.join(process.cwd(), "noop.js"));
 const { Client } = require("@langchain/langgraph-sdk");
+const { driveAssistants } = await import(new URL("./lgdiff_assistants.mjs", import.meta.url));
 const { driveCrons } = await import(new URL("./lgdiff_crons.mjs", import.meta.url));
 
 const [url, apiKey] = process.argv.slice(2);
@@ -138,6 +139,9 @@ await call("store.search_items filter", client.store.searchItems(ns, { filter: {
 await call("store.list_namespaces", client.store.listNamespaces({ prefix: ns }));
 await call("store.delete_item", client.store.deleteItem(ns, "prefs"));
 await call("store.get_item deleted", client.store.getItem(ns, "prefs"));
+
+// -- assistants: created, versioned, run, deleted (lgdiff_assistants.mjs)
+await driveAssistants(client, call, ok, tag);
 
 // -- crons (lgdiff_crons.mjs)
 await driveCrons(client, call, GRAPH, CHAT, tag);

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 from langgraph_sdk import get_client
+from lgdiff_assistants import drive_assistants
 from lgdiff_crons import drive_crons
 
 GRAPH = "chat"
@@ -196,6 +197,9 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     await t.call("store.list_namespaces", lg.store.list_namespaces(prefix=ns))
     await t.call("store.delete_item", lg.store.delete_item(ns, "prefs"))
     await t.call("store.get_item deleted", lg.store.get_item(ns, "prefs"))
+
+    # -- assistants: created, versioned, run, deleted (lgdiff_assistants.py)
+    await drive_assistants(t, lg, tag)
 
     # -- crons (lgdiff_crons)
     await drive_crons(t, lg, GRAPH, CHAT, tag)

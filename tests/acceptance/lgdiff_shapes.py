@@ -407,6 +407,14 @@ INTENDED: list[Intended] = [
         "decision may be made for a plan nobody was shown.",
     ),
     Intended(
+        "assistants.update the graph's own",
+        "",
+        "A registered task's own assistant (one per task, as LangGraph's server makes one "
+        "per graph) cannot be changed or deleted (409): it is the task as serve was given "
+        "it; an assistant created from it (POST /assistants) holds a configuration.",
+        text=r"reference answered; longtask refused 409 .*",
+    ),
+    Intended(
         "*goto __end__*",
         r".*",
         'goto "__end__" is refused (409, naming cancel): a longtask thread ends when its '

@@ -28,6 +28,7 @@ USER1 = {"Authorization": "Bearer tok-user1"}
 USER2 = {"Authorization": "Bearer tok-user2"}
 NOBODY = {"Authorization": "Bearer tok-nobody"}
 CHAT = {"messages": [{"role": "user", "content": "What is the weather?"}]}
+ASSISTANT = {"graph_id": "chat", "metadata": {"k": "v"}, "context": {"tone": "brief"}}
 
 
 def _script(request: Request) -> Reply:
@@ -82,8 +83,42 @@ def drive(url: str) -> list[tuple[str, Any]]:
         out.append(("user1 history has checkpoints", bool(history)))
         step("user2 history", "POST", f"/threads/{t1}/history", USER2, json={})
         step("user2 runs list of user1's", "GET", f"/threads/{t1}/runs", USER2)
+        _assistants(step, out)
         _crons(step, out, t1)
     return out
+
+
+def _assistants(step: Any, out: list[tuple[str, Any]]) -> None:
+    """The assistants handler (issue 43): a created assistant is its creator's to change,
+    everyone's to read, search and run."""
+    made = step("user1 creates an assistant", "POST", "/assistants", USER1, json=ASSISTANT)
+    out.append(("assistant owner set by the handler", made["metadata"].get("owner")))
+    aid = made["assistant_id"]
+    one = f"/assistants/{aid}"
+    step("nobody creates an assistant", "POST", "/assistants", NOBODY, json=ASSISTANT)
+    step("user2 reads user1's assistant", "GET", one, USER2)
+    step("user2 updates user1's assistant", "PATCH", one, USER2, json={"name": "x"})
+    step("user2 sets user1's latest", "POST", one + "/latest", USER2, json={"version": 1})
+    step("user2 deletes user1's assistant", "DELETE", one, USER2)
+    two = step("user1 updates own assistant", "PATCH", one, USER1, json={"name": "y"})
+    out.append(("the update made version", (two or {}).get("version")))
+    step("user1 sets own latest", "POST", one + "/latest", USER1, json={"version": 1})
+    versions = step("user2 reads versions", "POST", one + "/versions", USER2, json={})
+    out.append(("versions", [v["version"] for v in versions or []]))
+    found = step("user2 searches assistants", "POST", "/assistants/search", USER2, json={})
+    out.append(("user2 finds it", aid in {a["assistant_id"] for a in found or []}))
+    thread = step("user2 creates a thread", "POST", "/threads", USER2, json={})
+    run = {"assistant_id": aid, "input": CHAT}
+    waited = step(
+        "user2 runs user1's assistant",
+        "POST",
+        f"/threads/{thread['thread_id']}/runs/wait",
+        USER2,
+        json=run,
+    )
+    out.append(("that run paused", "__interrupt__" in (waited or {})))
+    step("user1 deletes own assistant", "DELETE", one, USER1)
+    step("user1 reads the deleted assistant", "GET", one, USER1)
 
 
 def _crons(step: Any, out: list[tuple[str, Any]], t1: str) -> None:
@@ -161,5 +196,9 @@ def test_one_auth_handler_file_gives_the_same_answers_on_both_servers(
     assert {"call": "authenticate", "ok": True, "user": "user2"} in seen
     actions = {c.get("action") for c in seen if c["call"] == "on"}
     assert {"create", "read", "search", "create_run"} <= actions
+    by_resource = {(c.get("resource"), c.get("action")) for c in seen if c["call"] == "on"}
+    assert {("assistants", a) for a in ("create", "read", "update", "delete", "search")} <= (
+        by_resource
+    )
     crons = {c.get("action") for c in seen if c["call"] == "on" and c.get("resource") == "crons"}
     assert crons == {"create", "read", "search", "update", "delete"}

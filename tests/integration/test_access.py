@@ -40,7 +40,14 @@ CALLERS = {
 }
 CAROL = {"Authorization": "Bearer tok-carol"}
 #: POST routes that only read (LangGraph's searches, counts and state reads)
-READS_BY_POST = ("/search", "/count", "/history", "/state/checkpoint", "/store/namespaces")
+READS_BY_POST = (
+    "/search",
+    "/count",
+    "/history",
+    "/state/checkpoint",
+    "/store/namespaces",
+    "/versions",
+)
 
 
 @function_step
@@ -428,3 +435,49 @@ def test_a_schedule_s_threads_are_owned_by_who_added_it(runner: Runner) -> None:
     thread = fired[0].thread_id
     assert thread is not None
     assert runner.db.store.get_thread(thread).owner == "sched-owner"  # type: ignore[union-attr]
+
+
+def _assistant_answer(route: str, caller: str) -> int:
+    """What each caller gets from an assistants route (issue 43), on alice's assistant."""
+    if caller == "unknown":
+        return 401
+    if route in ("get", "versions", "search", "count", "schemas"):
+        return 200  # every signed-in caller reads assistants
+    if caller == "viewer":
+        return 403  # reads only
+    if route == "create" or caller in ("alice", "admin"):
+        return 200 if route != "delete" else 204
+    return 403  # bob: only who created it, or an admin, changes it
+
+
+def test_assistant_routes_answer_each_caller_as_their_rules_say(
+    runner: Runner, client: TestClient
+) -> None:
+    for caller, headers in CALLERS.items():
+        made = client.post(
+            "/assistants", json={"graph_id": "access_task"}, headers=CALLERS["alice"]
+        )
+        aid = made.json()["assistant_id"]
+        one = f"/assistants/{aid}"
+        calls = [
+            ("get", "GET", one, None),
+            ("versions", "POST", one + "/versions", {}),
+            ("search", "POST", "/assistants/search", {}),
+            ("count", "POST", "/assistants/count", {}),
+            ("schemas", "GET", one + "/schemas", None),
+            ("create", "POST", "/assistants", {"graph_id": "access_task"}),
+            ("update", "PATCH", one, {"name": "renamed"}),
+            ("latest", "POST", one + "/latest", {"version": 1}),
+            ("delete", "DELETE", one, None),
+        ]
+        for route, method, path, body in calls:
+            want = _assistant_answer(route, caller)
+            before = tables(runner) if want >= 400 else None
+            r = client.request(method, path, json=body, headers=headers)
+            assert r.status_code == want, f"{caller}: {method} {path} -> {r.status_code} {r.text}"
+            if before is not None:
+                assert tables(runner) == before, f"{caller}'s refused {route} changed state"
+    # who created an assistant is recorded with it
+    made = client.post("/assistants", json={"graph_id": "access_task"}, headers=CALLERS["bob"])
+    row = runner.db.store.assistant_get(made.json()["assistant_id"])
+    assert row is not None and row.owner == "bob"

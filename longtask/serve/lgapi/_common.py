@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from longtask.serve._executor import Executor
     from longtask.serve._registry import Registered, Registry
     from longtask.store._apiruns import ApiRun
+    from longtask.store._assistants import AssistantRow
 
 T = TypeVar("T")
 Handler = Callable[[Request], Awaitable[Response]]
@@ -37,7 +38,8 @@ class Api:
     access: Access
     #: checks and records a run request (thread id or None, assistant, body, actor): set
     #: by the runs' routes, used by other doors that start runs (MCP)
-    prepare: Callable[[str | None, Registered, dict[str, Any], str], ApiRun] | None = None
+    #: (``assistant=``: the created assistant the run is of, whose configuration it applies)
+    prepare: Callable[..., ApiRun] | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)
@@ -48,6 +50,20 @@ class Api:
         except LookupError as exc:
             raise HTTPException(404, str(exc)) from None
 
+    def resolve(self, key: str) -> tuple[Registered, AssistantRow | None]:
+        """The task an assistant id (or graph id) names, and the created assistant when it
+        names one (None for a registered task's own); 404 if it names neither, or a
+        created assistant of a task this server does not serve."""
+        found = self.registry.find(key)
+        if found is not None:
+            return found, None
+        row = self.runner.db.store.assistant_get(key) if _uuid_like(key) else None
+        entry = self.registry.find(row.graph_id) if row is not None else None
+        if row is None or entry is None:
+            self.assistant(key)  # raises the 404 naming the registered tasks
+            raise AssertionError("unreachable")
+        return entry, row
+
     async def json_body(self, request: Request) -> dict[str, Any]:
         data = await read_json_body(request)
         if data is None:
@@ -55,3 +71,13 @@ class Api:
         if not isinstance(data, dict):
             raise HTTPException(400, "the body must be a JSON object")
         return data
+
+
+def _uuid_like(key: str) -> bool:
+    import uuid
+
+    try:
+        uuid.UUID(key)
+    except ValueError:
+        return False
+    return True

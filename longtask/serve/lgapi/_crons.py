@@ -28,6 +28,7 @@ from longtask.model._schedule import cron_problems, next_tick, timezone_problem
 from longtask.serve._access import about, caller_of
 from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
+from longtask.serve.lgapi._assistant_body import inputs_with_context, run_settings
 from longtask.serve.lgapi._body import integer_field, mapping_field, text_field
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._runs import _config_of, _kwargs, refuse_unsupported
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from longtask.serve._registry import Registered
     from longtask.serve.lgapi._common import Api
     from longtask.store import Store
+    from longtask.store._assistants import AssistantRow
 
 #: what a search may sort by and select, as on LangGraph's server
 SORTS = (
@@ -158,6 +160,7 @@ class Crons:
         payload: dict[str, Any],
         owner: str | None,
         old: ScheduleRecord | None = None,
+        assistant: AssistantRow | None = None,
     ) -> ScheduleRecord:
         """The schedule of a cron asking ``payload``, checked (raises, storing nothing)."""
         from longtask.ops._schedules import stable_ref
@@ -167,7 +170,10 @@ class Crons:
             raise HTTPException(422, f"enabled must be true or false, not {payload['enabled']!r}")
         refuse_unsupported(payload)
         config = _config_of(payload)
-        mapping_field(payload, "context")
+        # what each tick's run applies: a created assistant's config and context under the
+        # cron's own, as for a run
+        settings = run_settings(assistant, payload, config)
+        shown_id = assistant.assistant_id if assistant is not None else entry.assistant_id
         metadata = mapping_field(payload, "metadata")
         webhook = check_url(payload["webhook"]) if payload.get("webhook") is not None else None
         # a thread's cron runs on its thread: nothing to do with it after (null, as there)
@@ -189,18 +195,22 @@ class Crons:
             raise HTTPException(422, "a cron's input is an object of the task's inputs")
         if thread_id is None:
             # Every tick starts the task on a new thread: inputs it refuses are refused now.
-            self.api.runner.engine.validate_inputs(entry.task, chat_input(raw, entry.task) or {})
+            inputs = inputs_with_context(
+                self.api.runner, entry.task, chat_input(raw, entry.task), settings["context"]
+            )
+            self.api.runner.engine.validate_inputs(entry.task, inputs or {})
         body = {"input": raw} if raw is not None else {}
         request = {
             "kind": "queued",
-            "graph": entry.name,
             "body": body,
             "multitask_strategy": payload.get("multitask_strategy") or "enqueue",
             "stream_mode": sorted(modes),
             "stream_subgraphs": bool(payload.get("stream_subgraphs")),
             "kwargs": _kwargs(payload, config, "", False, webhook),
+            **settings,
+            "graph": entry.name,
         }
-        shown = {**payload, "assistant_id": entry.assistant_id}
+        shown = {**payload, "assistant_id": shown_id}
         shown_config = dict(shown.get("config") or {})
         shown_config["configurable"] = {
             **(shown_config.get("configurable") or {}),
@@ -210,7 +220,7 @@ class Crons:
         if webhook:
             shown["webhook"] = redacted(webhook)  # readers of a cron may not call its receiver
         api = {
-            "assistant_id": entry.assistant_id,
+            "assistant_id": shown_id,
             "thread_id": thread_id,
             "on_run_completed": on_completed,
             "end_time": _end_time(payload.get("end_time")),
@@ -300,12 +310,23 @@ def routes(api: Api) -> list[Route]:
     crons = Crons(api)
     store = api.runner.db.store
 
+    async def _readable(request: Request, assistant: AssistantRow | None) -> None:
+        """A created assistant is read through its handlers, as for a run (404 if not)."""
+        if assistant is None:
+            return
+        filters = await api.access.ask(
+            request, "assistants", "read", {"assistant_id": assistant.assistant_id}
+        )
+        if not matches(assistant.metadata, filters):
+            raise HTTPException(404, f"no assistant {assistant.assistant_id!r}")
+
     async def create(request: Request, actor: str) -> Response:
         thread_id = request.path_params.get("thread_id")
         payload = await api.json_body(request)
         if "assistant_id" not in payload:
             raise HTTPException(422, "assistant_id is required: the assistant (task) to run")
-        entry = api.assistant(str(payload["assistant_id"]))
+        entry, assistant = await api.call(api.resolve, str(payload["assistant_id"]))
+        await _readable(request, assistant)
         if thread_id is not None:
             found = await api.call(store.thread_owner, thread_id)
             if not found[0]:
@@ -337,7 +358,9 @@ def routes(api: Api) -> list[Route]:
         if isinstance(value.get("metadata"), dict) and value["metadata"]:
             payload = {**payload, "metadata": value["metadata"]}
         try:
-            rec = await api.call(crons.build, cron_id, entry, thread_id, payload, actor)
+            rec = await api.call(
+                crons.build, cron_id, entry, thread_id, payload, actor, None, assistant
+            )
         except LongTaskError as exc:  # the task refuses the input: say why
             raise HTTPException(422, str(exc)) from None
         await api.call(store.schedule_put, rec)
@@ -378,7 +401,7 @@ def routes(api: Api) -> list[Route]:
             raise HTTPException(404, f"no cron {cron_id!r}")
         if wanted is None:
             crons.changes(request, old)
-        entry = api.assistant(str(old.api["assistant_id"]))
+        entry, assistant = await api.call(api.resolve, str(old.api["assistant_id"]))
         merged = {**(old.api.get("payload") or {}), **payload}
         # metadata is merged into the cron's, as on LangGraph's server
         merged["metadata"] = {**(old.api.get("metadata") or {}), **(value.get("metadata") or {})}
@@ -391,7 +414,14 @@ def routes(api: Api) -> list[Route]:
             merged["end_time"] = _iso(old.api["end_time"])
         try:
             rec = await api.call(
-                crons.build, cron_id, entry, old.api.get("thread_id"), merged, old.owner, old
+                crons.build,
+                cron_id,
+                entry,
+                old.api.get("thread_id"),
+                merged,
+                old.owner,
+                old,
+                assistant,
             )
         except LongTaskError as exc:  # the task refuses the input: say why
             raise HTTPException(422, str(exc)) from None

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from longtask.serve._registry import Registered
     from longtask.serve.lgapi._common import Api
     from longtask.store._apiruns import ApiRun
+    from longtask.store._assistants import AssistantRow
 
 #: what a tool call waits for its run by default, and at most (an MCP client times out)
 WAIT = 10.0
@@ -91,25 +92,41 @@ class McpEndpoint:
 
     # -- tools ---------------------------------------------------------------------------
 
-    def _tasks(self) -> dict[str, Registered]:
-        return {tool_name(e.name): e for e in self.api.registry.by_name.values()}
+    def _tasks(self) -> dict[str, tuple[Registered, AssistantRow | None]]:
+        """Each assistant's tool by name: the registered tasks', then the created ones (of
+        a task served here) by name, the first of two with one name kept, as LangGraph's
+        server keeps it."""
+        registry = self.api.registry
+        out: dict[str, tuple[Registered, AssistantRow | None]] = {
+            tool_name(e.name): (e, None) for e in registry.by_name.values()
+        }
+        for row in self.api.runner.db.store.assistants(sorted(registry.by_name)):
+            out.setdefault(tool_name(row.name), (registry.get(row.graph_id), row))
+        return out
 
     async def _list_tools(self, ctx: Any, params: Any) -> Any:
         from mcp import types
 
         tools = []
-        for name, entry in sorted(self._tasks().items()):
+        for name, (entry, row) in sorted((await self.api.call(self._tasks)).items()):
             task = entry.task
-            schema = (
+            schema: dict[str, Any] = (
                 task.inputs.model_json_schema() if task.inputs is not None else {"type": "object"}
             )
             schema.setdefault("type", "object")
+            what = f"task {entry.name!r}"
+            if row is not None:
+                # the inputs the assistant's context gives are not required of the caller
+                given = set(row.context)
+                schema["required"] = [r for r in schema.get("required", []) if r not in given]
+                what = f"assistant {row.name!r} of task {entry.name!r}"
             tools.append(
                 types.Tool(
                     name=name,
-                    title=entry.name,
+                    title=row.name if row is not None else entry.name,
                     description=(
-                        f"Start task {entry.name!r} (a durable longtask thread). Answers the "
+                        (f"{row.description} " if row is not None and row.description else "")
+                        + f"Start {what} (a durable longtask thread). Answers the "
                         f"thread id and where it stands after at most {WAIT:g} s; follow it "
                         f"with {STATUS_TOOL}."
                     ),
@@ -176,15 +193,15 @@ class McpEndpoint:
                 return _result(await self._answer(args, _name(caller)))
             if name == THREADS_TOOL:
                 return _result(await self.api.call(self._threads, args.get("limit", 20), caller))
-            entry = self._tasks().get(name)
-            if entry is None:
+            found = (await self.api.call(self._tasks)).get(name)
+            if found is None:
                 from mcp.shared.exceptions import MCPError
                 from mcp.types import INVALID_PARAMS
 
                 raise MCPError(INVALID_PARAMS, f"Unknown tool: {name}")
             if caller.role == "viewer":
                 raise _Refused(f"{caller.name!r} is a viewer: reads only")
-            return _result(await self._start(entry, args, _name(caller)))
+            return _result(await self._start(*found, args, _name(caller)))
         except LongTaskError as exc:
             return _result({"error": str(exc)}, error=True)
         except _Refused as exc:
@@ -200,10 +217,12 @@ class McpEndpoint:
         if order.index(level) < order.index(needed):
             raise _Refused(f"{caller.name!r} may not {needed} on thread {thread_id!r}")
 
-    async def _start(self, entry: Registered, args: dict[str, Any], actor: str) -> dict[str, Any]:
+    async def _start(
+        self, entry: Registered, row: AssistantRow | None, args: dict[str, Any], actor: str
+    ) -> dict[str, Any]:
         prepare = self.api.prepare
         assert prepare is not None, "the runs' routes are built first"
-        run = await self.api.call(prepare, None, entry, {"input": args}, actor)
+        run = await self.api.call(prepare, None, entry, {"input": args}, actor, row)
         return await self._after(run)
 
     async def _answer(self, args: dict[str, Any], actor: str) -> dict[str, Any]:

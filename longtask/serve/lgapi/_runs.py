@@ -20,7 +20,9 @@ from starlette.routing import Route
 from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound, TooLateToCancel
 from longtask.model import GraphApp
 from longtask.serve._executor import FINAL_RUN
+from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
+from longtask.serve.lgapi._assistant_body import inputs_with_context, run_settings
 from longtask.serve.lgapi._body import mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
@@ -34,6 +36,7 @@ if TYPE_CHECKING:
     from longtask.serve.lgapi._common import Api
     from longtask.store import ThreadRecord
     from longtask.store._apiruns import ApiRun
+    from longtask.store._assistants import AssistantRow
 
 #: seconds between reads of a run's status while a request waits for it to finish
 _POLL = 0.1
@@ -41,6 +44,8 @@ _POLL = 0.1
 
 #: what a run shows of its request as it was asked, kept when a queued run is planned
 SHOWN = ("multitask_strategy", "stream_mode", "stream_subgraphs", "kwargs")
+#: what a run applies and runs, kept when a queued run is planned
+KEPT = ("context", "run_config", "assistant", "graph")
 #: the multitask strategies carried out: ``enqueue`` (the default, as on LangGraph's server)
 #: runs a thread's runs one after another in the order they were recorded; ``reject``
 #: refuses a run while another of its thread is open
@@ -258,7 +263,12 @@ def routes(api: Api) -> list[Route]:
     store = runner.db.store
 
     def plan(
-        thread_id: str, entry: Registered, body: dict[str, Any], actor: str, new_thread: bool
+        thread_id: str,
+        entry: Registered,
+        body: dict[str, Any],
+        actor: str,
+        new_thread: bool,
+        defaults: dict[str, Any] | None = None,
     ) -> tuple[bool, dict[str, Any]]:
         """What ``body`` asks of the thread as it is now, checked against its state
         (raises, storing nothing): whether the run makes a new thread, and the request."""
@@ -283,7 +293,7 @@ def routes(api: Api) -> list[Route]:
             if raw_input is not None and not isinstance(raw_input, dict):
                 raise InvalidInput("a run's input is an object of the task's inputs")
             raw_input = chat_input(raw_input, entry.task)
-            runner.engine.validate_inputs(entry.task, raw_input or {})  # raises, storing nothing
+            raw_input = inputs_with_context(runner, entry.task, raw_input, defaults)
             return new_thread, {"kind": "start", "graph": entry.name, "input": raw_input or {}}
         if raw_input:
             if rec.status in ("completed", "failed", "cancelled"):
@@ -298,12 +308,18 @@ def routes(api: Api) -> list[Route]:
         return new_thread, plan_continue(rec)
 
     def prepare(
-        thread_id: str | None, entry: Registered, body: dict[str, Any], actor: str
+        thread_id: str | None,
+        entry: Registered,
+        body: dict[str, Any],
+        actor: str,
+        assistant: AssistantRow | None = None,
     ) -> ApiRun:
         thread_id_given = thread_id
         body = _at_head(api, thread_id, body)
         refuse_unsupported(body)
         config = _config_of(body)
+        settings = run_settings(assistant, body, config)
+        shown_id = assistant.assistant_id if assistant is not None else entry.assistant_id
         webhook = check_url(body["webhook"]) if body.get("webhook") is not None else None
         command = body.get("command")
         if command is not None and not isinstance(command, dict):
@@ -327,6 +343,10 @@ def routes(api: Api) -> list[Route]:
             "stream_mode": sorted(modes),
             "stream_subgraphs": bool(body.get("stream_subgraphs")),
             "kwargs": _kwargs(body, config, thread_id, thread_id_given is None, webhook),
+            # what the run applies (the assistant's version under the run's own), and the
+            # task it runs: a queued run is planned with them when its turn comes
+            **settings,
+            "graph": entry.name,
         }
         seen = store.api_run_mark(thread_id)
         if seen is None:
@@ -337,24 +357,24 @@ def routes(api: Api) -> list[Route]:
             if command:
                 _one_of(body.get("input"))
             asked = {k: body[k] for k in ("input", "command", "if_not_exists") if k in body}
-            request = {"kind": "queued", "graph": entry.name, "body": asked, **shown}
+            request = {"kind": "queued", "body": asked, **shown}
             return record(
                 api,
                 thread_id,
-                entry.assistant_id,
+                shown_id,
                 request,
                 actor,
                 body.get("metadata"),
                 webhook=webhook,
                 queued=True,
             )
-        new_thread, request = plan(thread_id, entry, body, actor, new_thread)
+        new_thread, request = plan(thread_id, entry, body, actor, new_thread, settings["context"])
         if new_thread:
             store.api_thread_put(thread_id, {"graph_id": entry.name}, owner=actor)
         return record(
             api,
             thread_id,
-            entry.assistant_id,
+            shown_id,
             {**request, **shown},
             actor,
             body.get("metadata"),
@@ -371,10 +391,12 @@ def routes(api: Api) -> list[Route]:
         except LookupError as exc:
             raise InvalidInput(str(exc)) from None
         try:
-            _, planned = plan(run.thread_id, entry, req["body"], run.actor or "api", False)
+            _, planned = plan(
+                run.thread_id, entry, req["body"], run.actor or "api", False, req.get("context")
+            )
         except HTTPException as exc:
             raise InvalidInput(str(exc.detail)) from None
-        kept = {k: req[k] for k in (*SHOWN, "position")}
+        kept = {k: req[k] for k in (*SHOWN, "position", *KEPT) if k in req}
         planned = {**planned, **kept, **context(api, run.thread_id)}
         store.api_run_planned(run.run_id, planned)
         return replace(run, request=planned)
@@ -386,8 +408,15 @@ def routes(api: Api) -> list[Route]:
         body = await api.json_body(request)
         if "assistant_id" not in body:
             raise HTTPException(422, "assistant_id is required")
-        entry = api.assistant(str(body["assistant_id"]))
-        return await api.call(prepare, thread_id, entry, body, actor)
+        entry, assistant = await api.call(api.resolve, str(body["assistant_id"]))
+        if assistant is not None:
+            # As on LangGraph's server: a created assistant is read through its handlers.
+            filters = await api.access.ask(
+                request, "assistants", "read", {"assistant_id": assistant.assistant_id}
+            )
+            if not matches(assistant.metadata, filters):
+                raise HTTPException(404, f"no assistant {assistant.assistant_id!r}")
+        return await api.call(prepare, thread_id, entry, body, actor, assistant)
 
     def located(run: ApiRun, response: Response) -> Response:
         response.headers["Content-Location"] = f"/threads/{run.thread_id}/runs/{run.run_id}"
@@ -450,7 +479,7 @@ def routes(api: Api) -> list[Route]:
 
     def _stream(run: ApiRun) -> AsyncIterator[bytes]:
         req = run.request
-        entry = api.registry.find(run.assistant_id)
+        entry = api.registry.find(run.assistant_id) or api.registry.find(str(req.get("graph")))
         before = {name: None for name in req.get("before", [])}
         return follow(
             api,

@@ -13,10 +13,6 @@ from starlette.routing import Route
 from longtask.serve._access import signed_in
 from longtask.serve._http import error, pasteable
 
-_ASSISTANTS = (
-    "assistants are the tasks serve was given (--task REF or longtask.json), one per task "
-    "and version; they cannot be created, changed or versioned through the API"
-)
 #: (path, methods, status, what to use instead)
 UNSERVED: list[tuple[str, list[str], int, str]] = [
     (
@@ -46,10 +42,6 @@ UNSERVED: list[tuple[str, list[str], int, str]] = [
         404,
         "create runs one at a time: POST /threads/{thread_id}/runs (or /runs)",
     ),
-    ("/assistants", ["POST"], 405, _ASSISTANTS),
-    ("/assistants/{assistant_id}", ["PATCH", "DELETE"], 405, _ASSISTANTS),
-    ("/assistants/{assistant_id}/versions", ["POST"], 404, _ASSISTANTS),
-    ("/assistants/{assistant_id}/latest", ["POST"], 404, _ASSISTANTS),
 ]
 
 
