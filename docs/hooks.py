@@ -126,6 +126,7 @@ EVENT_NOTES: dict[str, str] = {
     "manual.retry": "a person ran a failed step again, or asked a pause again",
     "manual.resolve": "a person settled an effect whose outcome was unknown",
     "manual.fork": "a person forked the thread at a past checkpoint",
+    "manual.copy": "the thread was made as a copy of another (`threads.copy`): `from`, `by`",
     "manual.cancel": "a person cancelled the thread",
     "manual.budget": "a person raised a limit (`longtask budget --add-...`)",
     "manual.goto": "a person sent the thread past a pending pause (`--skip-pending`)",
@@ -215,6 +216,8 @@ def http_routes() -> str:
 def http_unserved() -> str:
     from longtask.serve.lgapi._unserved import UNSERVED
 
+    if not UNSERVED:
+        return "None: longtask serves every endpoint of LangGraph's Server API it knows."
     rows = ["| method | path | answer | what to use instead |", "|---|---|---|---|"]
     for path, methods, status, message in UNSERVED:
         rows.append(f"| {' '.join(methods)} | `{path}` | {status} | {message} |")

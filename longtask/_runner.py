@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from longtask.checkpointers import Database
+from longtask.ops._copy import Copies
 from longtask.ops._migrate import Migrations
 from longtask.ops._move import Moves
 from longtask.ops._prune import Retention
@@ -166,6 +167,7 @@ class Runner:
         # the operations
         self.reports = Reports(self.db, self.codec, self.reads)
         self.moves = Moves(self.db)
+        self.copies = Copies(self.db)
         self.retention = Retention(self.db, self.clock)
         self.scheduler = Scheduler(self.db, self.clock, self.engine, self.queue)
         self.migrations = Migrations(
@@ -272,10 +274,12 @@ class Runner:
     # -- moving threads (ops: Moves) ---------------------------------------------------------
     export_thread = via("moves", Moves.export_thread)
     import_thread = via("moves", Moves.import_thread)
+    copy_thread = via("copies", Copies.copy_thread)
 
     # -- retention (ops: Retention) ----------------------------------------------------------
     prune = via("retention", Retention.prune)
     delete = via("retention", Retention.delete)
+    trim = via("retention", Retention.trim)
 
     # -- schedules (ops: Scheduler) ----------------------------------------------------------
     schedules = via("scheduler", Scheduler.schedules)

@@ -284,6 +284,15 @@ def serve(
             "127.0.0.1 and [::1], any port]. Tokens are still required.",
         ),
     ] = None,
+    tokens_file: Annotated[
+        str | None,
+        typer.Option(
+            "--tokens-file",
+            help="A file of users, one a line: NAME [admin|viewer|user] sha256:HEX (the "
+            "SHA-256 of their token; the file holds no token), added to "
+            "$LONGTASK_API_TOKENS [env: LONGTASK_API_TOKENS_FILE].",
+        ),
+    ] = None,
 ) -> None:
     """The web page, its HTTP API and the LangGraph Server API.
 
@@ -294,10 +303,10 @@ def serve(
     declare are registered at start. GET /metrics (Prometheus), /ok and /ready serve
     monitoring (docs/howto/metrics.md). Tokens (Bearer or X-Api-Key):
     $LONGTASK_API_TOKEN (named by $LONGTASK_API_USER) or
-    $LONGTASK_API_TOKENS=name=token[:admin|viewer],...; with any token every request needs
-    one and each user sees their own threads; without one (open mode, 127.0.0.1 only)
-    anyone local reads and nobody acts. An "auth" path in the --config file plugs in
-    LangGraph's Auth handlers (docs/howto/users.md)."""
+    $LONGTASK_API_TOKENS=name=token[:admin|viewer],..., and/or --tokens-file; with any
+    token every request needs one and each user sees their own threads; without one (open
+    mode, 127.0.0.1 only) anyone local reads and nobody acts. An "auth" path in the
+    --config file plugs in LangGraph's Auth handlers (docs/howto/users.md)."""
     from longtask.serve import run_server
 
     run_server(
@@ -309,6 +318,7 @@ def serve(
         run_workers=run_workers,
         to_workers=workers,
         cors_origins=cors_origin or None,
+        tokens_file=tokens_file,
         # said once every check passed: a refusal (no token off loopback) prints only itself
         on_ready=lambda: out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)"),
     )

@@ -1,8 +1,8 @@
 """Operations on threads that are finished or idle, standing on the run core: reports and
 charts (:class:`Reports`), moving a thread between databases (:class:`Moves`: export,
-import, renaming), deleting ended threads (:class:`Retention`: prune, delete),
-schedules (:class:`Scheduler`), and deploying a new version of a task
-(:class:`Migrations`, the version report ``_deployed``).
+import, renaming), copying one in its database (:class:`Copies`), deleting ended threads
+(:class:`Retention`: prune, delete), schedules (:class:`Scheduler`), and deploying a new
+version of a task (:class:`Migrations`, the version report ``_deployed``).
 
 Each is built with what it needs (a database, a clock, and the run core's parts it uses)
 and is offered by the Runner (``longtask.Runner``) as its own methods. It may import the run
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from longtask._lazy import lazy_names
 
 if TYPE_CHECKING:
+    from longtask.ops._copy import Copies
     from longtask.ops._migrate import Migrations
     from longtask.ops._migrate_plan import MigrationPlan
     from longtask.ops._move import Moves, MoveSummary
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from longtask.ops._schedules import Fired, Scheduler
 
 _LAZY = {
+    "Copies": "longtask.ops._copy",
     "Fired": "longtask.ops._schedules",
     "MigrationPlan": "longtask.ops._migrate_plan",
     "Migrations": "longtask.ops._migrate",
@@ -44,6 +46,7 @@ __getattr__ = lazy_names("longtask.ops", _LAZY)
 
 
 __all__ = [
+    "Copies",
     "Fired",
     "MigrationPlan",
     "Migrations",

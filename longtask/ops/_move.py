@@ -27,6 +27,7 @@ import stat
 import tempfile
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -476,7 +477,6 @@ def import_thread(
 ) -> MoveSummary:
     """Load an export into ``db``, as its own thread id or as ``as_id``, in one transaction:
     a refused or failed import leaves the database as it was."""
-    from longtask.checkpointers._saver_sql import Batch
     from longtask.ops._renaming import rename
 
     export = read_export(path)
@@ -515,38 +515,15 @@ def import_thread(
     blobs = dict(export.blobs)
     if store.artifact_dir is None:
         blobs.update(export.artifacts)
-
-    def work(tx: Any) -> None:
-        now = time.time()
-        if blobs:
-            tx.executemany(
-                "INSERT INTO longtask_blobs (digest, data, size, created_at) VALUES (?,?,?,?) "
-                "ON CONFLICT (digest) DO NOTHING",
-                [(d, data, len(data), now) for d, data in sorted(blobs.items())],
-            )
-        for table in carried_tables():
-            rows = tables[table.name]
-            cols = export.columns[table.name]
-            if table.name == "longtask_threads":
-                # The record goes first, and only if the id is free: a thread created
-                # since the check above makes this transaction roll back.
-                got = tx.execute(
-                    table.insert_sql(cols) + " ON CONFLICT (thread_id) DO NOTHING "
-                    "RETURNING thread_id",
-                    rows[0],
-                )
-                if not got:
-                    raise ImportThreadExists(new_id, db.url.redacted, str(path))
-                continue
-            if table.name == "longtask_usage":
-                # The events stored above made these rows (a trigger); the exported ones,
-                # with what the steps were charged, are the thread's.
-                tx.execute(table.delete_sql(), (new_id,))
-            if rows:
-                tx.executemany(table.insert_sql(cols), rows)
-
     try:
-        db.saver.backend.write(new_id, None, Batch(then=work))
+        _write_thread(
+            db,
+            new_id,
+            tables,
+            export.columns,
+            blobs,
+            lambda: ImportThreadExists(new_id, db.url.redacted, str(path)),
+        )
     except BaseException as exc:
         for created in created_files:
             with contextlib.suppress(OSError):
@@ -568,6 +545,51 @@ def import_thread(
         head_only=bool(export.manifest.get("head_only")),
         source_thread_id=source_id,
     )
+
+
+def _write_thread(
+    db: Database,
+    new_id: str,
+    tables: dict[str, Rows],
+    columns: dict[str, list[str]],
+    blobs: dict[str, bytes],
+    taken: Callable[[], Exception],
+) -> None:
+    """Store a thread's rows (``tables``, with each table's ``columns``) and the blobs they
+    refer to in one transaction; ``taken()`` is raised, rolling it back, when the thread's
+    id is taken by then."""
+    from longtask.checkpointers._saver_sql import Batch
+
+    def work(tx: Any) -> None:
+        now = time.time()
+        if blobs:
+            tx.executemany(
+                "INSERT INTO longtask_blobs (digest, data, size, created_at) VALUES (?,?,?,?) "
+                "ON CONFLICT (digest) DO NOTHING",
+                [(d, data, len(data), now) for d, data in sorted(blobs.items())],
+            )
+        for table in carried_tables():
+            rows = tables[table.name]
+            cols = columns[table.name]
+            if table.name == "longtask_threads":
+                # The record goes first, and only if the id is free: a thread created
+                # since it was checked makes this transaction roll back.
+                got = tx.execute(
+                    table.insert_sql(cols) + " ON CONFLICT (thread_id) DO NOTHING "
+                    "RETURNING thread_id",
+                    rows[0],
+                )
+                if not got:
+                    raise taken()
+                continue
+            if table.name == "longtask_usage":
+                # The events stored above made these rows (a trigger); the carried ones,
+                # with what the steps were charged, are the thread's.
+                tx.execute(table.delete_sql(), (new_id,))
+            if rows:
+                tx.executemany(table.insert_sql(cols), rows)
+
+    db.saver.backend.write(new_id, None, Batch(then=work))
 
 
 class Moves:

@@ -239,6 +239,39 @@ class Retention:
         self._free(report, {thread_id}, started, blobs, files)
         return report
 
+    def trim(self, thread_id: str) -> PruneReport:
+        """Keep one ended thread with only its latest checkpoint, now: what ``prune`` does
+        with ``keep_last_checkpoint`` to an old one (its results, artifacts, map results and
+        effect ledger stay; older checkpoints, events, attempts, timers and API runs go).
+        Refused as ``delete`` refuses (a thread that has not ended, or is busy)."""
+        store = self.db.store
+        rows = store._run(
+            "SELECT status, updated_at FROM longtask_threads WHERE thread_id = ?", (thread_id,)
+        )
+        if not rows:
+            raise ThreadNotFound(thread_id, self.db.url.redacted)
+        cand = ret.Candidate(thread_id, str(rows[0][0]), float(rows[0][1]))
+        if cand.status not in FINAL_STATUSES:
+            raise InvalidInput(
+                f"thread {thread_id!r} is {cand.status}, not ended: only a completed, failed "
+                f"or cancelled thread can be pruned. Cancel it first (`longtask cancel "
+                f"{thread_id}`), then prune it"
+            )
+        report = PruneReport(dry_run=False, keep_last_checkpoint=True)
+        started = time.time()
+        blobs: set[str] = set()
+        files: set[str] = set()
+        deleted: dict[str, int] = {}
+        if not self._prune_one(
+            cand, math.nextafter(cand.updated_at, math.inf), True, deleted, blobs, files
+        ):
+            raise ThreadBusy(thread_id)
+        report._add(deleted)
+        if deleted:
+            report.threads.append((thread_id, cand.status))
+        self._free(report, {thread_id}, started, blobs, files)
+        return report
+
     # -- one thread --------------------------------------------------------------------------
 
     def _prune_preview(self, cand: ret.Candidate, keep_last: bool) -> dict[str, int]:

@@ -35,7 +35,13 @@ if TYPE_CHECKING:
 Rows = list[tuple[Any, ...]]
 
 
-def _refuse(old: str, new: str, why: str) -> MoveRefused:
+def _refuse(old: str, new: str, why: str, copying: bool = False) -> MoveRefused:
+    if copying:
+        return MoveRefused(
+            f"cannot copy thread {old!r}: {why}. Nothing was copied; branch it in place "
+            f"instead (`longtask fork {old} CHECKPOINT --set STEP=JSON`), or move it to "
+            "another database under its own id (`longtask export`, then `longtask import`)"
+        )
     return MoveRefused(
         f"cannot import thread {old!r} as {new!r}: {why}. Nothing was imported; import it "
         "under its own id (without --as) into a database that does not have it"
@@ -43,7 +49,7 @@ def _refuse(old: str, new: str, why: str) -> MoveRefused:
 
 
 def _effect_keys(
-    tables: dict[str, Rows], cols: dict[str, list[str]], old: str, new: str
+    tables: dict[str, Rows], cols: dict[str, list[str]], old: str, new: str, copying: bool
 ) -> dict[str, str]:
     """Old ledger key -> the key the renamed thread derives for the same effect."""
     maps = tables["longtask_maps"]
@@ -66,7 +72,8 @@ def _effect_keys(
             raise _refuse(
                 old,
                 new,
-                f"the ledger key {key} of effect {name!r} (step {step!r}) is not derived from "
+                copying=copying,
+                why=f"the ledger key {key} of effect {name!r} (step {step!r}) is not derived from "
                 "its thread, step and arguments, so the renamed thread would not find it and "
                 "could perform the effect again",
             )
@@ -83,19 +90,27 @@ def _replace_in_text(text: str | None, keys: dict[str, str]) -> str | None:
 
 
 def rename(
-    db: Database, tables: dict[str, Rows], cols: dict[str, list[str]], old: str, new: str
+    db: Database,
+    tables: dict[str, Rows],
+    cols: dict[str, list[str]],
+    old: str,
+    new: str,
+    *,
+    copying: bool = False,
 ) -> dict[str, Rows]:
     """An export's rows (``tables``, with each table's columns ``cols``) as rows of thread
-    ``new``."""
+    ``new``. ``copying``: for a copy of the thread in its own database (``copy_thread``),
+    whose refusals say so."""
     map_steps = {r[cols["longtask_maps"].index("step")] for r in tables["longtask_maps"]}
     if len(map_steps) > 1:
         raise _refuse(
             old,
             new,
-            "it has runs of several map steps, and a map run is keyed by a digest of its "
+            copying=copying,
+            why="it has runs of several map steps, and a map run is keyed by a digest of its "
             "inputs, which name the thread when one map step reads another's result",
         )
-    keys = _effect_keys(tables, cols, old, new)
+    keys = _effect_keys(tables, cols, old, new, copying)
     serde = db.saver.serde
     marker = ormsgpack.packb({"thread": old})[1:]  # the "thread": old entry of a map envelope
 
@@ -130,7 +145,9 @@ def rename(
         loaded = serde.loads_typed((type_, raw))
         new_type, new_raw = serde.dumps_typed(walk(loaded))
         if marker in new_raw:
-            raise _refuse(old, new, "a checkpoint value names the thread in a form not known")
+            raise _refuse(
+                old, new, "a checkpoint value names the thread in a form not known", copying
+            )
         return new_type, new_raw
 
     out: dict[str, Rows] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from longtask.checkpointers._reader import values_now
@@ -457,13 +457,23 @@ class Reads:
         sort: str = "updated",
         task: str | None = None,
         top: bool = False,
+        visible_to: str | None = None,
+        visible_meta: Mapping[str, str] | None = None,
     ) -> list[ThreadCost]:
         """Threads (with ``status``, of the task named ``task``) with what they cost and
         their age: ``sort`` is ``updated`` (most recently updated first), ``cost`` (most
         expensive first) or ``age`` (oldest first); with ``top`` only threads no sub-task
-        step started. Two queries, whatever the number of threads."""
+        step started; with ``visible_to`` only those that person owns or whose pending
+        approval names them (``visible_meta``: see ``Store.list_threads``). Two queries,
+        whatever the number of threads."""
         records = self.db.store.list_threads(
-            limit=limit, status=status, sort=sort, task=task, top=top
+            limit=limit,
+            status=status,
+            sort=sort,
+            task=task,
+            top=top,
+            visible_to=visible_to,
+            visible_meta=visible_meta,
         )
         listed = with_costs(records, self.db.store.costs_of([r.thread_id for r in records]))
         # A running thread that no process advances (its process died or was stopped) says

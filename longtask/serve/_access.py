@@ -1,9 +1,10 @@
 """Who may see and do what in ``longtask serve``: one gate in front of every route.
 
 Each route declares its rule where it is defined (``reader``, ``answerer``, ``actor``,
-``everything``, ``public``, ``page``, ``signed_in``); ``Access.protect`` wraps every route
-of the app in the one check below, and a route that declares none is refused (403) and
-listed in ``uncovered`` (``serve`` prints them at start; a test asserts there are none).
+``copier``, ``everything``, ``public``, ``page``, ``signed_in``); ``Access.protect`` wraps
+every route of the app in the one check below, and a route that declares none is refused
+(403) and listed in ``uncovered`` (``serve`` prints them at start; a test asserts there
+are none).
 
 The check, in order: who calls (a bearer token, or an auth handler's ``authenticate``;
 401 if neither says), whether the caller may see the thread the path names (404 if not,
@@ -16,6 +17,13 @@ and ``admin`` act; a ``viewer`` reads every thread; a person a pending approval 
 an approver answers it (and reads that thread while it waits for them). A thread stored
 before owners were recorded has none: admins and viewers see it. In open mode (no token,
 no auth handler: only on loopback) anyone reads everything and nobody acts.
+
+Lists, searches and counts choose what the caller sees in the database query
+(``shown_to``, ``scope``: the store's ``visible_to``), so that a page's ``limit``/``offset``
+count the caller's threads only; an auth handler's metadata filter is matched in the query
+when it is plain (``{"owner": "alice"}``), else in Python (``handler_filter``).
+``/metrics`` (``everything``) is for the roles that see every thread; with an auth handler
+also for a built-in admin/viewer token and a user given ``metrics:read``.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ from longtask.errors import InvalidInput
 from longtask.runtime._who import check_by
 from longtask.serve._handlers import HandlerRefused, matches
 from longtask.serve._http import error, unauthorized
+from longtask.store._visible import simple_filter
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
@@ -50,6 +59,8 @@ ROLES = ("admin", "viewer", "user")
 #: the attributes a route's endpoint carries its rule and its resource in
 _RULE = "__longtask_rule__"
 _RESOURCE = "__longtask_resource__"
+#: the permission an auth handler's ``authenticate`` gives a user who may read ``/metrics``
+METRICS_PERMISSION = "metrics:read"
 #: the resource a route is about unless it says otherwise (``about``)
 THREADS = "threads"
 
@@ -67,12 +78,23 @@ class Rule(Enum):
     ANSWER = "answer"
     #: act on the thread the path names, or create one
     ACT = "act"
+    #: read the thread the path names in one's own right (not as an approver its pause
+    #: names) and create a thread from it: a copy
+    COPY = "copy"
     #: what spans every thread (metrics): roles that see everything
     EVERYTHING = "everything"
 
 
 _LEVEL = {"none": 0, "read": 1, "answer": 2, "act": 3}
-_NEEDS = {Rule.READ: "read", Rule.ANSWER: "answer", Rule.ACT: "act", Rule.PAGE: "read"}
+_NEEDS = {
+    Rule.READ: "read",
+    Rule.ANSWER: "answer",
+    Rule.ACT: "act",
+    Rule.PAGE: "read",
+    Rule.COPY: "read",
+}
+#: the rules of routes that write (a caller must be named, and no viewer)
+_ACTING = (Rule.ACT, Rule.ANSWER, Rule.COPY)
 
 
 @dataclass(frozen=True)
@@ -90,6 +112,16 @@ class Caller:
     @property
     def sees_everything(self) -> bool:
         return self.role in ("admin", "viewer", "open")
+
+
+@dataclass(frozen=True)
+class ListScope:
+    """Which threads a list shows (``Access.scope``): the store's ``visible_to`` name and
+    ``metadata`` filter, and a test of each thread left to Python (None: none)."""
+
+    name: str | None
+    metadata: dict[str, str] | None
+    passes: Callable[[str], bool] | None
 
 
 def _declare(rule: Rule) -> Callable[[Handler], Handler]:
@@ -158,6 +190,12 @@ def actor(handler: ActorHandler) -> Handler:
 def answerer(handler: ActorHandler) -> Handler:
     """A route that answers a pause of the thread its path names."""
     return _with_by(Rule.ANSWER, handler)
+
+
+def copier(handler: ActorHandler) -> Handler:
+    """A route that reads the thread its path names and creates a thread from it; the
+    handler gets who acts (the new thread's owner)."""
+    return _with_by(Rule.COPY, handler)
 
 
 def about(resource: str, handler: Handler) -> Handler:
@@ -268,6 +306,19 @@ class Access:
             return "answer"
         return "none"
 
+    def acts_on(self, caller: Caller, thread_id: str) -> bool | None:
+        """Whether ``caller`` may act on the thread (an auth handler's filter, given to the
+        route by the gate, decides when there is one); None if they may not see it, or it
+        does not exist."""
+        if "filter" in caller.extra:
+            if not self.runner.db.store.thread_owner(thread_id)[0]:
+                return None
+            return True if matches(self.metadata_of(thread_id), caller.extra["filter"]) else None
+        level = self.level(caller, thread_id)
+        if level in (None, "none"):
+            return None
+        return level == "act"
+
     def named_by_pause(self, name: str, thread_id: str) -> bool:
         """Whether a pending approval of the thread names ``name`` among its approvers."""
         rec = self.runner.db.store.get_thread(thread_id)
@@ -279,28 +330,39 @@ class Access:
                 return True
         return False
 
-    def visible(self, caller: Caller) -> Callable[[str], bool]:
-        """A test of which threads ``caller`` may see, for lists, searches and counts."""
-        if "filter" in caller.extra:
-            # an auth handler's search filter on the threads' metadata
-            wanted = caller.extra["filter"]
+    def shown_to(self, caller: Caller) -> str | None:
+        """Whose threads a list, search or count shows, for the store's query
+        (``visible_to``): the caller's name, or None for every thread (a role that sees
+        everything; or, with an auth handler, what ``handler_filter`` then passes)."""
+        if caller.sees_everything or "filter" in caller.extra:
+            return None
+        assert caller.name is not None, "a list reached without a name"
+        return caller.name
 
-            def passes(thread_id: str) -> bool:
-                if matches(self.metadata_of(thread_id), wanted):
-                    return True
-                return caller.name is not None and self.named_by_pause(caller.name, thread_id)
+    def scope(self, caller: Caller) -> ListScope:
+        """What a search or count shows the caller, for the store's query: the caller's
+        threads, or with an auth handler the threads its filter matches (in the query
+        when it is plain, ``simple_filter``; else in Python, ``passes``)."""
+        wanted = caller.extra.get("filter")
+        simple = simple_filter(wanted) if wanted else None
+        if simple is not None:
+            return ListScope(caller.name, simple, None)
+        return ListScope(self.shown_to(caller), None, self.handler_filter(caller))
 
-            return passes
-        if caller.sees_everything:
-            return lambda thread_id: True
-        owners = self.runner.db.store.thread_owners()
+    def handler_filter(self, caller: Caller) -> Callable[[str], bool] | None:
+        """An auth handler's search filter on the threads' metadata as a test of a thread
+        (a thread whose pending approval names the caller passes too); None when there is
+        none to apply."""
+        wanted = caller.extra.get("filter")
+        if not wanted:
+            return None
 
-        def sees(thread_id: str) -> bool:
-            if caller.name is not None and owners.get(thread_id) == caller.name:
+        def passes(thread_id: str) -> bool:
+            if matches(self.metadata_of(thread_id), wanted):
                 return True
             return caller.name is not None and self.named_by_pause(caller.name, thread_id)
 
-        return sees
+        return passes
 
     # -- the gate ----------------------------------------------------------------------------
 
@@ -328,18 +390,18 @@ class Access:
         ):
             request.state.caller = Caller(None, "open" if self.open else "anonymous")
             return None
+        if rule is Rule.EVERYTHING:
+            return await self._check_everything(request)
         found = await self.identify(request)
         if isinstance(found, Response):
             return found
         caller = found
         request.state.caller = caller
-        acting = rule in (Rule.ACT, Rule.ANSWER)
+        acting = rule in _ACTING
         if acting and caller.name is None:
             return unauthorized("a bearer token is needed")
-        if rule is Rule.EVERYTHING:
-            if caller.sees_everything:
-                return None
-            return error(403, f"{caller.name!r} may not read what spans every thread")
+        if rule is Rule.COPY and caller.role == "viewer":
+            return error(403, f"{caller.name!r} is a viewer: reads only, creates no thread")
         thread_id = request.path_params.get("thread_id")
         needed = _NEEDS.get(rule)
         if needed is None:  # SIGNED_IN
@@ -363,10 +425,38 @@ class Access:
             return None
         if level == "none":
             return error(404, f"no thread {thread_id!r}")
+        if rule is Rule.COPY and level == "answer":
+            # An approver reads the thread while its pause waits for them, for the answer:
+            # not in their own right, so not into a thread of their own.
+            return error(
+                403, f"{caller.name!r} may answer the pause of thread {thread_id!r}, not copy it"
+            )
         if _LEVEL[level] < _LEVEL[needed]:
             what = "a viewer: reads only" if caller.role == "viewer" else f"not allowed to {needed}"
             return error(403, f"{caller.name!r} is {what} on thread {thread_id!r}")
         return None
+
+    async def _check_everything(self, request: Request) -> Response | None:
+        """What spans every thread (``/metrics``): a role that sees every thread; with an
+        auth handler, also a built-in ``admin``/``viewer`` token (a Prometheus scrape
+        token the handler need not know) and a user the handler gives ``metrics:read``."""
+        if self.handlers is not None and self.tokens:
+            name = self.tokens.from_request(request)
+            if name is not None and self.roles.get(name) in ("admin", "viewer"):
+                request.state.caller = Caller(name, self.roles[name])
+                return None
+        found = await self.identify(request)
+        if isinstance(found, Response):
+            return found
+        request.state.caller = found
+        if found.sees_everything or (
+            self.handlers is not None and METRICS_PERMISSION in found.permissions
+        ):
+            return None
+        needs = "the role admin or viewer"
+        if self.handlers is not None:
+            needs += f", or the permission {METRICS_PERMISSION!r} from the auth handler"
+        return error(403, f"{found.name!r} may not read what spans every thread: it needs {needs}")
 
     async def _check_by_handler(
         self, rule: Rule, request: Request, caller: Caller, thread_id: str | None
@@ -382,14 +472,20 @@ class Access:
                 "metadata": dict(body.get("metadata") or {}),
                 "if_exists": body.get("if_exists"),
             }
+        elif action == "create_run" and request.url.path == "/runs/batch":
+            # A batch: its handler is asked about each run, as LangGraph's server asks it
+            # for each; one refusal refuses the batch (the route records none of it).
+            for item in await _json_items(request):
+                refused = await self._handler_filter(caller, action, _run_value(None, item))
+                if isinstance(refused, Response):
+                    return refused
+            return None
         elif action == "create_run":
+            value = _run_value(thread_id, await _json_object(request))
+        elif thread_id is None and action == "delete":
+            # prune: the threads it names, as LangGraph's server asks its handlers
             body = await _json_object(request)
-            value = {
-                "thread_id": thread_id,
-                "assistant_id": body.get("assistant_id"),
-                "metadata": dict(body.get("metadata") or {}),
-                "kwargs": {k: body.get(k) for k in ("input", "command", "config", "context")},
-            }
+            value = {"thread_ids": body.get("thread_ids"), "strategy": body.get("strategy")}
         elif thread_id is None and action == "search":
             body = await _json_object(request) if request.method == "POST" else {}
             value = {k: body.get(k) for k in ("metadata", "values", "status", "limit", "offset")}
@@ -397,7 +493,8 @@ class Access:
         if isinstance(found, Response):
             return found
         if thread_id is None:
-            if action == "search":
+            if action in ("search", "delete"):
+                # A list's filter (search), or the threads a prune may act on.
                 request.state.caller = Caller(
                     caller.name, caller.role, caller.user, caller.permissions, {"filter": found}
                 )
@@ -411,7 +508,11 @@ class Access:
         metadata = await run_in_threadpool(self.metadata_of, thread_id)
         if matches(metadata, found):
             return None
-        if _LEVEL[_NEEDS[rule]] <= _LEVEL["answer"] and caller.name is not None:
+        if (
+            rule is not Rule.COPY
+            and _LEVEL[_NEEDS[rule]] <= _LEVEL["answer"]
+            and caller.name is not None
+        ):
             named = await run_in_threadpool(self.named_by_pause, caller.name, thread_id)
             if named:
                 return None
@@ -458,9 +559,13 @@ def _action(rule: Rule, request: Request) -> str:
     """The threads action LangGraph's server asks its handlers about for this route."""
     path = request.url.path
     has_thread = "thread_id" in request.path_params
+    if rule is Rule.COPY:
+        return "read"  # the source; the route asks the create handler for the copy
+    if path == "/threads/prune":
+        return "delete"
     if rule in (Rule.READ, Rule.PAGE):
         return "read" if has_thread else "search"
-    if rule is Rule.ANSWER or path.endswith(("/runs", "/runs/stream", "/runs/wait")):
+    if rule is Rule.ANSWER or path.endswith(("/runs", "/runs/stream", "/runs/wait", "/runs/batch")):
         return "create_run"
     if not has_thread:
         return "create"
@@ -479,3 +584,26 @@ async def _json_object(request: Request) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+async def _json_items(request: Request) -> list[dict[str, Any]]:
+    """The objects of a body that is a JSON array ([] otherwise: the route answers it)."""
+    import json
+
+    try:
+        data = json.loads(await request.body() or b"[]")
+    except ValueError:
+        return []
+    return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+
+def _run_value(thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    """What LangGraph's server gives a ``create_run`` handler about a run request."""
+    metadata = body.get("metadata")
+    return {
+        "thread_id": thread_id,
+        "assistant_id": body.get("assistant_id"),
+        # not an object: the route refuses it (422); the handler sees none
+        "metadata": dict(metadata) if isinstance(metadata, dict) else {},
+        "kwargs": {k: body.get(k) for k in ("input", "command", "config", "context")},
+    }

@@ -22,7 +22,9 @@ from starlette.routing import Route
 
 import longtask.serve.lgapi._assistants as lg_assistants
 import longtask.serve.lgapi._crons as lg_crons
+import longtask.serve.lgapi._runops as lg_runops
 import longtask.serve.lgapi._runs as lg_runs
+import longtask.serve.lgapi._threadops as lg_threadops
 import longtask.serve.lgapi._threads as lg_threads
 import longtask.serve.lgapi._unserved as lg_unserved
 from longtask._version import __version__
@@ -133,6 +135,7 @@ def create_app(
     tokens: Mapping[str, str] | None = None,
     *,
     roles: Mapping[str, str] | None = None,
+    token_hashes: Mapping[str, str] | None = None,
     auth_handler: Any = None,
     loopback_hosts_only: bool = False,
     poll: float = 0.25,
@@ -148,7 +151,8 @@ def create_app(
     """The Starlette app of ``longtask serve`` over ``runner``.
 
     ``tokens`` maps bearer tokens to the names that act with them, ``roles`` names to
-    their roles (``admin``, ``viewer``; ``user`` by default). Who may see and do what is
+    their roles (``admin``, ``viewer``; ``user`` by default), ``token_hashes`` the hex
+    SHA-256 of more tokens to their names (a tokens file's). Who may see and do what is
     decided by one gate in front of every route (``longtask.serve._access``); with no
     token configured the app is in open mode: anyone reads everything, nobody acts.
     ``auth_handler``: a ``langgraph_sdk.Auth`` whose handlers identify every caller and
@@ -165,7 +169,7 @@ def create_app(
     ``webhooks``: how runs' webhooks are delivered (attempts, backoff, timeout).
     """
     handlers = Handlers(auth_handler) if auth_handler is not None else None
-    access = Access(runner, Tokens(tokens or {}), check_roles(roles or {}), handlers)
+    access = Access(runner, Tokens(tokens or {}, token_hashes), check_roles(roles or {}), handlers)
     open_reads = access.open
     hints = Hints(runner.db.url.raw)
     tasks = registry or Registry()
@@ -201,11 +205,21 @@ def create_app(
         sort = request.query_params.get("sort") or "updated"
         if sort not in THREAD_SORTS:
             raise HTTPException(400, f"sort must be one of {', '.join(THREAD_SORTS)}")
-        sees = await call(access.visible, caller_of(request))
-        # Read past the limit when some are hidden from the caller, then cut to it.
-        wide = limit if caller_of(request).sees_everything else 10_000
-        records = await call(runner.threads_with_cost, limit=wide, status=status, sort=sort)
-        return JSONResponse([r.to_json() for r in records if sees(r.thread_id)][:limit])
+        # The caller's threads are chosen in the query: the limit counts what they see.
+        scope = access.scope(caller_of(request))
+        passes = scope.passes
+        records = await call(
+            runner.threads_with_cost,
+            limit=limit if passes is None else 10_000,
+            status=status,
+            sort=sort,
+            visible_to=scope.name,
+            visible_meta=scope.metadata,
+        )
+        if passes is not None:
+            # An auth handler's filter on metadata is matched as LangGraph's server does.
+            records = [r for r in records if await call(passes, r.thread_id)][:limit]
+        return JSONResponse([r.to_json() for r in records])
 
     async def thread_status(request: Request) -> Response:
         return await new_status(request.path_params["thread_id"])
@@ -459,10 +473,12 @@ def create_app(
         Route("/threads/{thread_id}", page(thread_view), methods=["GET"]),
         Route("/favicon.ico", public(favicon)),
         *lg_assistants.routes(lg),
+        *lg_threadops.routes(lg),
         *lg_thread_routes,
         # before the runs': /threads/{thread_id}/runs/crons is not a run's id
         *lg_crons.routes(lg),
         *lg_run_routes,
+        *lg_runops.routes(lg),
         Route("/mcp", signed_in(mcp.handle), methods=["POST"]),
         *kv.routes(),
         Route("/info", public(info)),

@@ -6,6 +6,7 @@ rejects, signals or cancels. Tokens never appear in a message, a repr or a log l
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 from collections.abc import Mapping
@@ -104,6 +105,10 @@ def check_tokens(tokens: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
 def is_loopback(host: str) -> bool:
     """True for ``localhost``, 127.0.0.0/8 and ::1 (with or without brackets)."""
     host = host.strip().lower()
@@ -141,11 +146,22 @@ def _port(text: str) -> bool:
 class Tokens:
     """Resolves a request's bearer token to the name it was configured with."""
 
-    def __init__(self, tokens: Mapping[str, str]) -> None:
-        self._tokens = [(t.encode(), n) for t, n in check_tokens(tokens).items()]
+    def __init__(self, tokens: Mapping[str, str], hashed: Mapping[str, str] | None = None) -> None:
+        """``tokens``: ``{token: name}``; ``hashed``: ``{hex sha256 of a token: name}`` (a
+        tokens file's). Only the hashes are kept: a request's token is hashed and compared."""
+        self._tokens = [(_digest(t), n) for t, n in check_tokens(tokens).items()]
+        self._tokens += [(bytes.fromhex(h), n) for h, n in (hashed or {}).items()]
 
     def __repr__(self) -> str:
         return f"Tokens({len(self._tokens)} configured)"
+
+    def names(self) -> list[str]:
+        """The names the tokens give, in the order configured (repeated for each token)."""
+        return [name for _digest, name in self._tokens]
+
+    def add(self, token: str, name: str) -> None:
+        """Accept one more token, for ``name``."""
+        self._tokens += [(_digest(t), n) for t, n in check_tokens({token: name}).items()]
 
     def __bool__(self) -> bool:
         return bool(self._tokens)
@@ -153,7 +169,7 @@ class Tokens:
     def name_for(self, token: str | None) -> str | None:
         if not token:
             return None
-        given = token.encode()
+        given = _digest(token)
         found = None
         # Every token is compared, so the time taken does not tell which one came close.
         for known, name in self._tokens:

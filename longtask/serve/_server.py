@@ -23,6 +23,7 @@ def run_server(
     db: str | None = None,
     tokens: Mapping[str, str] | None = None,
     roles: Mapping[str, str] | None = None,
+    tokens_file: str | None = None,
     tasks: list[str] | None = None,
     config: str | None = None,
     run_workers: int = 4,
@@ -35,7 +36,9 @@ def run_server(
     ``tokens`` (``{token: name}``) and ``roles`` (``{name: role}``) default to
     ``$LONGTASK_API_TOKENS`` and ``$LONGTASK_API_TOKEN`` (``NAME=TOKEN[:ROLE]``). Off
     loopback a token is required. With any token every request but the health checks and
-    the page's shell needs one, on loopback too; with none (open mode, loopback only)
+    the page's shell needs one, on loopback too; ``tokens_file`` (default
+    ``$LONGTASK_API_TOKENS_FILE``) adds the users of a file of names, roles and tokens'
+    SHA-256 (``longtask.serve._tokensfile``); with none (open mode, loopback only)
     anyone on this machine reads everything and nobody acts.
     ``tasks`` (references) and ``config`` (a ``longtask.json``; by default the one in the
     working directory, if any) register the tasks the LangGraph Server API offers; with
@@ -49,6 +52,13 @@ def run_server(
     """
     configured = check_tokens(tokens) if tokens is not None else tokens_from_env(os.environ)
     given_roles = check_roles(roles) if roles is not None else roles_from_env(os.environ)
+    from longtask.serve._tokensfile import ENV_TOKENS_FILE, combine, read_tokens_file
+
+    tokens_file = tokens_file or os.environ.get(ENV_TOKENS_FILE, "").strip() or None
+    hashes: dict[str, str] = {}
+    if tokens_file is not None:
+        hashes, file_roles = read_tokens_file(tokens_file)
+        given_roles = combine(configured, given_roles, hashes, file_roles, tokens_file)
     from longtask.serve._cors import check_origins, cors_origins_from_env
 
     if cors_origins is None:
@@ -61,10 +71,11 @@ def run_server(
     handler_path = auth_path(config)
     auth_handler = load_auth(*handler_path) if handler_path is not None else None
     loopback = is_loopback(host)
-    if not loopback and not configured and auth_handler is None:
+    if not loopback and not configured and not hashes and auth_handler is None:
         raise InvalidInput(
             f"refusing to serve on {host!r} without an API token: anyone who can reach it "
-            f"could read every thread. Set {ENV_TOKEN} (or {ENV_TOKENS}=name=token,...), or "
+            f"could read every thread. Set {ENV_TOKEN} (or {ENV_TOKENS}=name=token,..., or "
+            f"{ENV_TOKENS_FILE}=users.txt), or "
             "serve on 127.0.0.1"
         )
     import uvicorn
@@ -89,6 +100,7 @@ def run_server(
             runner,
             configured,
             roles=given_roles,
+            token_hashes=hashes,
             auth_handler=auth_handler,
             loopback_hosts_only=loopback,
             registry=registry,
@@ -101,7 +113,7 @@ def run_server(
         if auth_handler is not None:
             named = handler_path[0] if handler_path else ""
             print(f"auth handler {named}: it identifies every caller and decides what they see")
-        elif not configured:
+        elif not configured and not hashes:
             print(
                 "open mode: no API token is set, so anyone on this machine can read every "
                 f"thread and nobody can act; set {ENV_TOKENS}=name=token[:role],... to "

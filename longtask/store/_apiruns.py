@@ -194,6 +194,26 @@ class ApiTables:
         )
         return [_run(r) for r in rows]
 
+    def api_run_delete(self, run_id: str, thread_id: str) -> str:
+        """Delete a finished run's record: ``deleted``; ``open`` if it is pending or
+        running (kept), ``missing`` if the thread has no such run. A finished run whose
+        webhook is still owed is kept too (``webhook``): its delivery reads the row."""
+        rows = self._run(
+            "DELETE FROM longtask_api_runs WHERE run_id = ? AND thread_id = ? "
+            "AND status NOT IN (?, ?) AND (webhook IS NULL OR webhook_state IS NOT NULL) "
+            "RETURNING run_id",
+            (run_id, thread_id, *OPEN_RUN_STATUSES),
+        )
+        if rows:
+            return "deleted"
+        rows = self._run(
+            "SELECT status FROM longtask_api_runs WHERE run_id = ? AND thread_id = ?",
+            (run_id, thread_id),
+        )
+        if not rows:
+            return "missing"
+        return "open" if rows[0][0] in OPEN_RUN_STATUSES else "webhook"
+
     def api_runs_open(self) -> list[ApiRun]:
         """Runs not finished, oldest first (to carry out after a restart)."""
         rows = self._run(
@@ -307,16 +327,6 @@ class ApiTables:
             return True, rows[0][0]
         rows = self._run("SELECT owner FROM longtask_api_threads WHERE thread_id = ?", (thread_id,))
         return (True, rows[0][0]) if rows else (False, None)
-
-    def thread_owners(self) -> dict[str, str | None]:
-        """Every thread's owner by id (longtask's threads and the API's not yet run)."""
-        out: dict[str, str | None] = {
-            str(t): o for t, o in self._run("SELECT thread_id, owner FROM longtask_api_threads")
-        }
-        out.update(
-            {str(t): o for t, o in self._run("SELECT thread_id, owner FROM longtask_threads")}
-        )
-        return out
 
     def api_thread_merge(self, thread_id: str, metadata: dict[str, Any]) -> None:
         """Merge ``metadata`` into the thread's (a row is made for a thread started

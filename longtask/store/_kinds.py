@@ -33,7 +33,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "notify.failed",
     *(
         f"manual.{k}"
-        for k in ("skip", "retry", "resolve", "fork", "cancel", "budget", "goto", "update")
+        for k in ("skip", "retry", "resolve", "fork", "copy", "cancel", "budget", "goto", "update")
     ),
 )
 

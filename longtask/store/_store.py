@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,6 +35,7 @@ from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
 from longtask.store._subtasks import SubtaskTables
 from longtask.store._usage import THREAD_ORDER, UsageTables
+from longtask.store._visible import VisibleTables, thread_seen
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -185,6 +186,7 @@ class Store(
     ScheduleTables,
     UsageTables,
     MetricsTables,
+    VisibleTables,
     ABC,
 ):
     dialect: Dialect
@@ -297,9 +299,14 @@ class Store(
         sort: str = "updated",
         task: str | None = None,
         top: bool = False,
+        visible_to: str | None = None,
+        visible_meta: Mapping[str, str] | None = None,
     ) -> list[ThreadRecord]:
         """At most ``limit`` threads (with ``status``, of the task named ``task``; with
-        ``top`` only those no sub-task step started), ordered by ``sort`` (THREAD_SORTS)."""
+        ``top`` only those no sub-task step started; with ``visible_to`` only those that
+        person owns or whose pending approval names them; with ``visible_meta`` those
+        whose API metadata has it, or whose approval names ``visible_to``), ordered by
+        ``sort`` (THREAD_SORTS)."""
         if sort not in THREAD_ORDER:
             raise ValueError(f"sort must be one of {', '.join(THREAD_ORDER)}")
         conditions = [c for c, v in (("t.status = ?", status), ("t.task_name = ?", task)) if v]
@@ -309,6 +316,10 @@ class Store(
                 "WHERE s.child_thread_id = t.thread_id)"
             )
         params: list[Any] = [v for v in (status, task) if v]
+        if visible_to is not None or visible_meta is not None:
+            sql, given = thread_seen(self.dialect, visible_to, visible_meta)
+            conditions.append(sql)
+            params.extend(given)
         where = f"WHERE {' AND '.join(conditions)} " if conditions else ""
         # the budget row (what the thread charged) only when the order needs it
         join = (

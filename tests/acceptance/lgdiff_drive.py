@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import httpx
+import lgdiff_misc
 from langgraph_sdk import get_client
 from lgdiff_assistants import drive_assistants
 from lgdiff_crons import drive_crons
@@ -200,6 +201,8 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
 
     # -- assistants: created, versioned, run, deleted (lgdiff_assistants.py)
     await drive_assistants(t, lg, tag)
+    # -- copy, prune, a thread's stream, runs.delete, batches, history filters (issue 43)
+    await lgdiff_misc.drive(t, lg, tag)
 
     # -- crons (lgdiff_crons)
     await drive_crons(t, lg, GRAPH, CHAT, tag)
@@ -241,6 +244,7 @@ async def _remote(t: Trace, url: str, api_key: str, tag: dict[str, str]) -> None
         return out
 
     await t.call("RemoteGraph.stream v2 resume", stream_v2())
+    await lgdiff_misc.remote(t, remote, config)
 
 
 async def _snapshot(what: Awaitable[Any]) -> Any:

@@ -415,6 +415,22 @@ INTENDED: list[Intended] = [
         text=r"reference answered; longtask refused 409 .*",
     ),
     Intended(
+        "threads.copy paused",
+        r"\.status",
+        "A copy of a paused thread waits at the same pause, so it says interrupted, as its "
+        "source does; LangGraph's server calls every new copy idle, though its checkpoint "
+        "holds the same interrupt.",
+        text=r"reference 'idle', longtask 'interrupted'",
+    ),
+    Intended(
+        "threads.prune keep_latest",
+        r"",
+        "longtask prunes an ended thread to its latest checkpoint (keep_latest, as LangGraph's "
+        "PostgreSQL runtime does); LangGraph's in-memory runtime, the reference here, refuses "
+        "keep_latest with 422.",
+        text=r"reference refused 422 .*; longtask answered",
+    ),
+    Intended(
         "*goto __end__*",
         r".*",
         'goto "__end__" is refused (409, naming cancel): a longtask thread ends when its '

@@ -31,6 +31,7 @@ from typing import Any
 
 import lgdiff_assistants
 import lgdiff_drive
+import lgdiff_misc
 import lgdiff_servers
 import lgdiff_shapes
 import pytest
@@ -127,19 +128,29 @@ def reference_js(reference: lgdiff_servers.Server, js_dir: Path) -> list[tuple[s
 
 
 def _check_reference(trace: list[tuple[str, Any]]) -> None:
-    """The script is ordinary LangGraph use: the reference server refuses none of it (but
-    the calls made to be refused: a second create of one assistant, a deleted one's get)."""
+    """The script is ordinary LangGraph use: the reference server refuses none of it, but
+    the calls made to be refused (``lgdiff_assistants.REFUSED``: a second create of one
+    assistant, a deleted one's get; ``lgdiff_misc.REFUSED``: reads of what was deleted)."""
+    meant = {*lgdiff_assistants.REFUSED, *lgdiff_misc.REFUSED}
     refused = [
         (label, answer)
         for label, answer in trace
-        if (
-            isinstance(answer, dict)
-            and "__error__" in answer
-            and label not in lgdiff_assistants.REFUSED
+        if label not in meant
+        and (
+            (isinstance(answer, dict) and "__error__" in answer)
+            or (lgdiff_shapes.is_stream(answer) and answer and answer[-1][0] == "__error__")
         )
-        or (lgdiff_shapes.is_stream(answer) and answer and answer[-1][0] == "__error__")
     ]
     assert not refused, f"LangGraph's server refused part of the script: {refused}"
+    answers = dict(trace)
+    missing = [label for label in lgdiff_misc.LABELS if label not in answers]
+    assert not missing, f"the script did not reach {missing}"
+    # the thread's stream was joined, and read to its run's end
+    last = answers["threads.join_stream replay"][-1]
+    assert last[0] == "metadata" and last[1]["status"] == "run_done", last
+    for label in lgdiff_misc.PY_LABELS:
+        # a filtered history that finds something (an empty one would compare equal to any)
+        assert answers.get(label, [None]), f"{label}: nothing found"
 
 
 def _judge(

@@ -142,7 +142,8 @@ def expected(rule: Rule, caller: str, has_thread: bool) -> int | None:
         return None if caller in ("admin", "viewer") else 403
     if rule is Rule.SIGNED_IN:
         return None
-    acting = rule in (Rule.ACT, Rule.ANSWER)
+    # COPY reads the thread in one's own right and creates one: the owner and admins copy
+    acting = rule in (Rule.ACT, Rule.ANSWER, Rule.COPY)
     if caller == "bob" and has_thread:
         return 404  # thread A is alice's, and its pause does not name bob
     if caller == "viewer" and acting:
@@ -178,7 +179,7 @@ def test_every_route_declares_a_rule(client: TestClient) -> None:
         for method in route.methods or ():
             if writes(method, route.path) and rule is not Rule.SIGNED_IN:
                 # Whatever writes acts on a thread (or makes one): never a read's rule.
-                assert rule in (Rule.ACT, Rule.ANSWER), (method, route.path, rule)
+                assert rule in (Rule.ACT, Rule.ANSWER, Rule.COPY), (method, route.path, rule)
         if rule is Rule.PUBLIC:
             assert "{" not in route.path, route.path  # nothing public names a thread
 
@@ -314,6 +315,8 @@ def test_an_approver_who_is_not_the_owner_sees_the_pause_answers_it_and_nothing_
         r = client.post(f"/api/threads/{thread}/{action}", json={}, headers=CAROL)
         assert r.status_code == 403, r.text
     assert client.post(f"/threads/{thread}/runs", json={}, headers=CAROL).status_code == 403
+    # nor copy it into a thread of her own
+    assert client.post(f"/threads/{thread}/copy", headers=CAROL).status_code == 403
     assert tables(runner) == before
     r = client.post(f"/api/threads/{thread}/approve", json={"step": "ok"}, headers=CAROL)
     assert r.status_code == 202, r.text

@@ -102,3 +102,33 @@ def test_filters_match_as_langgraphs_server_matches_them() -> None:
     assert matches(meta, {"$or": [{"owner": "b"}, {"owner": "a"}]})
     assert not matches({}, {"owner": "a"})
     assert matches(meta, None)
+
+
+def test_copies_and_prunes_ask_the_handlers_as_langgraphs_server_does(
+    client: TestClient, log: Path
+) -> None:
+    mine = client.post("/threads", json={"metadata": {"topic": "a"}}, headers=USER1).json()
+    one = mine["thread_id"]
+    assert client.post(f"/threads/{one}/copy", headers=USER2).status_code == 404
+    copied = client.post(f"/threads/{one}/copy", headers=USER1)
+    assert copied.status_code == 200, copied.text
+    copy = copied.json()["thread_id"]
+    assert copied.json()["metadata"] == {"topic": "a", "owner": "user1"}
+    assert client.get(f"/threads/{copy}", headers=USER2).status_code == 404
+    # a prune naming a thread the caller may not act on prunes nothing
+    refused = client.post("/threads/prune", json={"thread_ids": [copy]}, headers=USER2)
+    assert refused.status_code == 404
+    assert client.get(f"/threads/{copy}", headers=USER1).status_code == 200
+    pruned = client.post("/threads/prune", json={"thread_ids": [copy]}, headers=USER1)
+    assert pruned.json() == {"pruned_count": 1}
+    assert client.get(f"/threads/{copy}", headers=USER1).status_code == 404
+    seen = {(c.get("resource"), c.get("action")) for c in calls(log) if c["call"] == "on"}
+    assert {("threads", "read"), ("threads", "create"), ("threads", "delete")} <= seen
+    # a batch asks create_run about each of its runs
+    before = sum(1 for c in calls(log) if c.get("action") == "create_run")
+    batch = [{"assistant_id": "access_task", "input": {}, "metadata": "not an object"}] * 2
+    assert client.post("/runs/batch", json=batch, headers=USER1).status_code == 422
+    batch = [{"assistant_id": "access_task", "input": {}}] * 2
+    made = client.post("/runs/batch", json=batch, headers=USER1)
+    assert made.status_code == 200, made.text
+    assert sum(1 for c in calls(log) if c.get("action") == "create_run") == before + 4

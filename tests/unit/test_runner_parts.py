@@ -7,7 +7,7 @@ import inspect
 
 from longtask import Runner
 from longtask._runner import _Via
-from longtask.ops import Migrations, Moves, Reports, Retention, Scheduler
+from longtask.ops import Copies, Migrations, Moves, Reports, Retention, Scheduler
 from longtask.runtime import (
     Compensator,
     Control,
@@ -37,6 +37,7 @@ PARTS = {
     "subtasks": Subtasks,
     "reports": Reports,
     "moves": Moves,
+    "copies": Copies,
     "retention": Retention,
     "scheduler": Scheduler,
     "migrations": Migrations,

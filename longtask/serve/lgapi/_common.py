@@ -3,7 +3,7 @@ executor, the token guards and JSON bodies."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,6 +40,11 @@ class Api:
     #: by the runs' routes, used by other doors that start runs (MCP)
     #: (``assistant=``: the created assistant the run is of, whose configuration it applies)
     prepare: Callable[..., ApiRun] | None = None
+    #: every check ``prepare`` makes, recording nothing (raises): set by the runs' routes
+    check_run: Callable[..., None] | None = None
+    #: a run's stream parts to its end (run, stream modes or None for the run's own): set
+    #: by the runs' routes, used by the thread's stream
+    run_parts: Callable[[ApiRun, list[str] | None], AsyncIterator[bytes]] | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)

@@ -293,9 +293,15 @@ class McpEndpoint:
     def _threads(self, limit: Any, caller: Caller) -> dict[str, Any]:
         if not isinstance(limit, int) or not 1 <= limit <= 100:
             raise _Refused("limit is a whole number from 1 to 100")
-        sees = self.api.access.visible(caller)
-        wide = limit if caller.sees_everything else 10_000
-        found = [r for r in self.api.runner.db.store.list_threads(limit=wide) if sees(r.thread_id)]
+        scope = self.api.access.scope(caller)
+        passes = scope.passes
+        found = self.api.runner.db.store.list_threads(
+            limit=limit if passes is None else 10_000,
+            visible_to=scope.name,
+            visible_meta=scope.metadata,
+        )
+        if passes is not None:
+            found = [r for r in found if passes(r.thread_id)]
         return {
             "threads": [
                 {"thread_id": r.thread_id, "task": r.task_name, "status": r.status}

@@ -143,7 +143,14 @@ def plain_state(
 
 
 def plain_history(
-    runner: Runner, task: GraphApp, rec: ThreadRecord, *, limit: int, before: str | None
+    runner: Runner,
+    task: GraphApp,
+    rec: ThreadRecord,
+    *,
+    limit: int,
+    before: str | None,
+    metadata: dict[str, Any] | None = None,
+    at: str | None = None,
 ) -> list[dict[str, Any]]:
     """The graph's own checkpoints, newest first, as LangGraph's server lists a thread's."""
     ns = inner_ns(runner, rec.thread_id, task.graph_step.name)
@@ -153,11 +160,12 @@ def plain_history(
     finished = rec.status in ("failed", "completed", "cancelled")
     out: list[dict[str, Any]] = []
     for snap in graph.get_state_history(
-        _config(runner, rec.thread_id, ns),
+        _config(runner, rec.thread_id, ns, at),
+        filter=metadata,
         limit=limit,
         before=_config(runner, rec.thread_id, ns, before) if before else None,
     ):
-        head = not out and before is None
+        head = not out and before is None and at is None and not metadata
         state = _state_json(rec.thread_id, snap, finished=finished and head)
         out.append(state)
     return out

@@ -314,12 +314,35 @@ def routes(api: Api) -> list[Route]:
         actor: str,
         assistant: AssistantRow | None = None,
     ) -> ApiRun:
+        found = checked(thread_id, entry, body, actor, assistant, dry=False)
+        assert found is not None
+        return found
+
+    def check_run(
+        thread_id: str | None,
+        entry: Registered,
+        body: dict[str, Any],
+        actor: str,
+        assistant: AssistantRow | None = None,
+    ) -> None:
+        """Every check ``prepare`` makes of a run request, recording nothing (raises)."""
+        checked(thread_id, entry, body, actor, assistant, dry=True)
+
+    def checked(
+        thread_id: str | None,
+        entry: Registered,
+        body: dict[str, Any],
+        actor: str,
+        assistant: AssistantRow | None,
+        dry: bool,
+    ) -> ApiRun | None:
         thread_id_given = thread_id
         body = _at_head(api, thread_id, body)
         refuse_unsupported(body)
         config = _config_of(body)
         settings = run_settings(assistant, body, config)
         shown_id = assistant.assistant_id if assistant is not None else entry.assistant_id
+        mapping_field(body, "metadata")  # the run's metadata: an object (or none)
         webhook = check_url(body["webhook"]) if body.get("webhook") is not None else None
         command = body.get("command")
         if command is not None and not isinstance(command, dict):
@@ -356,6 +379,8 @@ def routes(api: Api) -> list[Route]:
                 raise _busy(thread_id)
             if command:
                 _one_of(body.get("input"))
+            if dry:
+                return None
             asked = {k: body[k] for k in ("input", "command", "if_not_exists") if k in body}
             request = {"kind": "queued", "body": asked, **shown}
             return record(
@@ -369,6 +394,8 @@ def routes(api: Api) -> list[Route]:
                 queued=True,
             )
         new_thread, request = plan(thread_id, entry, body, actor, new_thread, settings["context"])
+        if dry:
+            return None
         if new_thread:
             store.api_thread_put(thread_id, {"graph_id": entry.name}, owner=actor)
         return record(
@@ -403,6 +430,7 @@ def routes(api: Api) -> list[Route]:
 
     api.executor.planner = plan_queued
     api.prepare = prepare
+    api.check_run = check_run
 
     async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
         body = await api.json_body(request)
@@ -457,21 +485,24 @@ def routes(api: Api) -> list[Route]:
             run = found
         return run
 
-    def stream_response(run: ApiRun, modes: list[str] | None = None) -> Response:
-        async def body() -> AsyncIterator[bytes]:
-            current = await planned(run)
-            if modes:
-                current.request["stream_mode"] = modes
-            if current.request.get("kind") == "queued":  # ended before its turn came
-                yield sse("metadata", {"run_id": run.run_id, "attempt": 1})
-                message = current.error or f"the run ended {current.status} before it started"
-                yield sse("error", {"error": "RunError", "message": message})
-                return
-            async for chunk in _stream(current):
-                yield chunk
+    async def run_parts(run: ApiRun, modes: list[str] | None = None) -> AsyncIterator[bytes]:
+        """The run's stream (in ``modes``, or those it was asked with), to its end."""
+        current = await planned(run)
+        if modes:
+            current.request["stream_mode"] = modes
+        if current.request.get("kind") == "queued":  # ended before its turn came
+            yield sse("metadata", {"run_id": run.run_id, "attempt": 1})
+            message = current.error or f"the run ended {current.status} before it started"
+            yield sse("error", {"error": "RunError", "message": message})
+            return
+        async for chunk in _stream(current):
+            yield chunk
 
+    api.run_parts = run_parts
+
+    def stream_response(run: ApiRun, modes: list[str] | None = None) -> Response:
         response = StreamingResponse(
-            body(),
+            run_parts(run, modes),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )

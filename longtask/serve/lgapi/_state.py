@@ -281,10 +281,17 @@ def thread_history(
     *,
     limit: int,
     before: str | None,
+    metadata: dict[str, Any] | None = None,
+    at: str | None = None,
 ) -> list[dict[str, Any]]:
+    """The thread's checkpoints, newest first, as LangGraph's server lists them: at most
+    ``limit``, older than ``before``, whose metadata holds ``metadata``'s keys and values,
+    and only checkpoint ``at`` if given."""
     task, graph = graph_of(runner, registry, rec)
     if isinstance(task, GraphApp):
-        return plain_history(runner, task, rec, limit=limit, before=before)
+        return plain_history(
+            runner, task, rec, limit=limit, before=before, metadata=metadata, at=at
+        )
     chat = Conversation(runner, task, rec.thread_id)
     # The head is shown as the thread's state shows it: of a finished thread, with nothing
     # next and no interrupt (LangGraph keeps the interrupt of a pause that failed it).
@@ -293,7 +300,8 @@ def thread_history(
     finished = rec.status in ("failed", "completed", "cancelled")
     out = []
     for snap in graph.get_state_history(
-        config_of(rec.thread_id),
+        config_of(rec.thread_id, at),
+        filter=metadata,
         limit=limit,
         before=config_of(rec.thread_id, before) if before else None,
     ):

@@ -33,6 +33,7 @@ from longtask.serve.lgapi._state import (
     thread_json,
     thread_state,
 )
+from longtask.store._visible import VISIBLE_ORDER
 
 if TYPE_CHECKING:
     from longtask.serve.lgapi._common import Api, Handler
@@ -81,41 +82,68 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             raise HTTPException(409, f"thread {thread_id!r} exists already")
         return get_json(thread_id)
 
-    def search(body: dict[str, Any], caller: Caller) -> list[dict[str, Any]]:
+    def search(body: dict[str, Any], caller: Caller, count: bool = False) -> Any:
+        """A page of the threads the caller sees (or, with ``count``, how many match).
+        Who sees what is in the query (``Access.scope``), and so is the page when no
+        filter needs a thread's derived status or metadata: ``offset`` and ``limit`` count
+        only the caller's threads."""
         limit = integer_field(body, "limit", 10, 1, 100_000)
         offset = integer_field(body, "offset", 0, 0, 10**9)
-        ids = strings_field(body, "ids")
+        ids = strings_field(body, "ids") or None
         status = text_field(body, "status")
         metadata = mapping_field(body, "metadata")
-        names = [r.thread_id for r in store.list_threads(limit=10000)]
-        names += [t for t, _m, _c in store.api_threads() if t not in set(names)]
-        sees = api.access.visible(caller)
-        out = []
-        for thread_id in names:
-            if not sees(thread_id):
-                continue
-            if ids and thread_id not in ids:
-                continue
-            found = thread_json(runner, api.registry, thread_id, busy=busy(thread_id))
-            if found is None:
-                continue
-            if status and found["status"] != status:
-                continue
-            if any(found["metadata"].get(k) != v for k, v in metadata.items()):
-                continue
-            out.append(found)
         sort_by = text_field(body, "sort_by") or "created_at"
         if sort_by not in _SORTS:
             raise HTTPException(422, f"sort_by must be one of {', '.join(_SORTS)}, not {sort_by!r}")
         order = text_field(body, "sort_order") or "desc"
         if order not in ("asc", "desc"):
             raise HTTPException(422, f"sort_order must be asc or desc, not {order!r}")
-        out.sort(key=lambda t: str(t.get(sort_by) or ""), reverse=order == "desc")
         select = strings_field(body, "select")
-        page = out[offset : offset + limit]
+        scope = api.access.scope(caller)
+        name, passes, wanted = scope.name, scope.passes, scope.metadata
+        descending = order == "desc"
+        by_sql = sort_by if sort_by in VISIBLE_ORDER else "created_at"
+        if passes is None and not status and not metadata and sort_by == by_sql:
+            if count:
+                return store.count_visible_threads(name, ids, wanted)
+            found_ids = store.visible_thread_ids(
+                name,
+                sort=sort_by,
+                descending=descending,
+                limit=limit,
+                offset=offset,
+                ids=ids,
+                metadata=wanted,
+            )
+            out = [t for t in (one_json(i) for i in found_ids) if t is not None]
+        else:
+            # A filter on what only a thread's JSON says: every thread the caller sees,
+            # filtered here, then paged.
+            out = []
+            for thread_id in store.visible_thread_ids(
+                name, sort=by_sql, descending=descending, ids=ids, metadata=wanted
+            ):
+                if passes is not None and not passes(thread_id):
+                    continue
+                found = one_json(thread_id)
+                if found is None:
+                    continue
+                if status and found["status"] != status:
+                    continue
+                if any(found["metadata"].get(k) != v for k, v in metadata.items()):
+                    continue
+                out.append(found)
+            if sort_by != by_sql:
+                out.sort(key=lambda t: str(t.get(sort_by) or ""), reverse=descending)
+            if count:
+                return len(out)
+            out = out[offset : offset + limit]
         if select:
-            page = [{k: t.get(k) for k in select} for t in page]
-        return page
+            out = [{k: t.get(k) for k in select} for t in out]
+        return out
+
+    def one_json(thread_id: str) -> dict[str, Any] | None:
+        return thread_json(runner, api.registry, thread_id, busy=busy(thread_id))
 
     def state(
         thread_id: str, checkpoint_id: str | None = None, subgraphs: bool = False
@@ -127,11 +155,10 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         return thread_state(runner, api.registry, rec, checkpoint_id, subgraphs=subgraphs)
 
     def history(thread_id: str, body: dict[str, Any]) -> list[dict[str, Any]]:
-        rec = store.get_thread(thread_id)
-        if rec is None:
-            get_json(thread_id)
-            return []
-        limit = integer_field(body, "limit", 10, 1, 10_000)
+        # As LangGraph's server filters a history: ``limit`` (1 unless given), ``before``
+        # (a checkpoint id or config), ``metadata`` (what the checkpoints' metadata holds),
+        # ``checkpoint`` (that one checkpoint). Checked before the thread is read.
+        limit = integer_field(body, "limit", 1, 1, 10_000)
         before = body.get("before")
         if isinstance(before, dict):
             before = before.get("checkpoint_id") or (before.get("configurable") or {}).get(
@@ -142,7 +169,23 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
                 422, f"before must be a checkpoint id or a checkpoint config, not {before!r}"
             )
         id_text(before, "before")
-        return thread_history(runner, api.registry, rec, limit=limit, before=before)
+        metadata = mapping_field(body, "metadata") or None
+        checkpoint = mapping_field(body, "checkpoint")
+        if checkpoint.get("checkpoint_ns") not in (None, ""):
+            raise HTTPException(
+                422,
+                "a history of a subgraph's namespace (checkpoint.checkpoint_ns) is not "
+                "served: a step's own checkpoints are in get_state(subgraphs=True); send "
+                'checkpoint_ns "" or none',
+            )
+        at = id_text(checkpoint.get("checkpoint_id"), "checkpoint.checkpoint_id")
+        rec = store.get_thread(thread_id)
+        if rec is None:
+            get_json(thread_id)
+            return []
+        return thread_history(
+            runner, api.registry, rec, limit=limit, before=before, metadata=metadata, at=at
+        )
 
     def update_state(thread_id: str, body: dict[str, Any], actor: str) -> dict[str, Any]:
         rec = store.get_thread(thread_id)
@@ -211,8 +254,9 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
 
     async def count_threads(request: Request) -> Response:
         body = await api.json_body(request)
-        body["limit"], body["offset"] = 100000, 0
-        return JSONResponse(len(await api.call(search, body, caller_of(request))))
+        for paging in ("limit", "offset"):  # a count counts every match
+            body.pop(paging, None)
+        return JSONResponse(await api.call(search, body, caller_of(request), True))
 
     async def get_thread(request: Request) -> Response:
         return JSONResponse(await api.call(get_json, request.path_params["thread_id"]))

@@ -1,0 +1,195 @@
+"""More of the LangGraph Server API's runs: delete a finished run's record, create a batch
+of stateless runs, and join a thread's stream (``threads.join_stream``).
+
+As everywhere, a request records and reads: the executor carries the runs out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from longtask.errors import InvalidInput
+from longtask.serve._executor import FINAL_RUN
+from longtask.serve._json_body import read_json_body
+from longtask.serve.lgapi._json import run_json, sse
+
+if TYPE_CHECKING:
+    from longtask.serve.lgapi._common import Api
+    from longtask.store._apiruns import ApiRun
+
+#: the most runs one batch creates (a longer list is refused, nothing recorded)
+MAX_BATCH = 100
+#: what a thread's stream sends, as LangGraph's server names it (``stream_modes``)
+THREAD_MODES = ("run_modes", "lifecycle", "state_update")
+#: a Last-Event-ID as LangGraph's server takes one (a Redis stream id, or "-")
+_EVENT_ID = re.compile(r"^(-|[0-9]+(-([0-9]+|\*))?)$")
+#: seconds between reads of a run's status while the thread's stream waits for its end
+_POLL = 0.1
+
+
+def _thread_modes(request: Request) -> list[str]:
+    """The thread stream's modes: ``stream_modes`` (comma-separated, as LangGraph's server
+    reads it), else the SDKs' ``stream_mode``, else ``run_modes``."""
+    given = request.query_params.get("stream_modes")
+    modes = (
+        [m.strip() for m in given.split(",")]
+        if given
+        else request.query_params.getlist("stream_mode")
+    )
+    modes = [m for m in modes if m] or ["run_modes"]
+    for mode in modes:
+        if mode not in THREAD_MODES:
+            raise HTTPException(
+                422,
+                f"Invalid stream mode: {mode}; a thread's stream sends {', '.join(THREAD_MODES)}",
+            )
+    return modes
+
+
+def routes(api: Api) -> list[Route]:
+    runner = api.runner
+    store = runner.db.store
+
+    async def delete_run(request: Request, actor: str) -> Response:
+        p = request.path_params
+        found = await api.call(store.api_run_delete, p["run_id"], p["thread_id"])
+        if found == "missing":
+            raise HTTPException(404, f"no run {p['run_id']!r} of this thread")
+        if found == "open":
+            raise HTTPException(
+                409,
+                f"run {p['run_id']!r} has not ended: a run in progress is not deleted. "
+                f"Cancel it (POST /threads/{p['thread_id']}/runs/{p['run_id']}/cancel) or "
+                "wait for it (GET .../join), then delete it",
+            )
+        if found == "webhook":
+            raise HTTPException(
+                409,
+                f"run {p['run_id']!r} has ended, but its webhook is still being delivered; "
+                "delete it once the delivery is done",
+            )
+        return Response(status_code=204)
+
+    def check_batch(items: list[Any], actor: str) -> list[tuple[Any, dict[str, Any]]]:
+        """Every run of the batch checked before any is recorded: (assistant, body)."""
+        checked = []
+        assert api.check_run is not None
+        for i, body in enumerate(items):
+            where = f"run {i} of the batch"
+            if not isinstance(body, dict):
+                raise HTTPException(422, f"{where} must be an object, not {body!r}")
+            if "assistant_id" not in body:
+                raise HTTPException(422, f"{where}: assistant_id is required")
+            try:
+                entry = api.registry.get(str(body["assistant_id"]))
+            except LookupError as exc:
+                raise HTTPException(404, f"{where}: {exc}") from None
+            try:
+                api.check_run(None, entry, body, actor)
+            except HTTPException as exc:
+                raise HTTPException(exc.status_code, f"{where}: {exc.detail}") from None
+            except InvalidInput as exc:
+                raise InvalidInput(f"{where}: {exc}") from None
+            checked.append((entry, body))
+        return checked
+
+    def record_batch(items: list[Any], actor: str) -> list[ApiRun]:
+        assert api.prepare is not None
+        checked = check_batch(items, actor)
+        # Checked, each a run of a new thread of its own: recorded one after another.
+        return [api.prepare(None, entry, body, actor) for entry, body in checked]
+
+    async def create_batch(request: Request, actor: str) -> Response:
+        items = await read_json_body(request)
+        if not isinstance(items, list) or not items:
+            raise HTTPException(
+                422,
+                "the body of /runs/batch is a non-empty JSON array of runs, each as POST "
+                '/runs takes one: [{"assistant_id": ..., "input": ...}, ...]',
+            )
+        if len(items) > MAX_BATCH:
+            raise HTTPException(
+                422, f"a batch holds at most {MAX_BATCH} runs, not {len(items)}: send several"
+            )
+        runs = await api.call(record_batch, items, actor)
+        return JSONResponse([run_json(r) for r in runs])
+
+    async def ended(run: ApiRun) -> None:
+        while run.status not in FINAL_RUN:
+            await anyio.sleep(_POLL)
+            found = await api.call(store.api_run, run.run_id)
+            if found is None:
+                return
+            run = found
+
+    def replayed(thread_id: str) -> list[ApiRun]:
+        """The thread's ended runs whose streams were asked to be resumable, oldest first:
+        what a Last-Event-ID replays (LangGraph's server keeps those runs' parts)."""
+        runs = store.api_runs(thread_id, limit=1000)
+        return [
+            r
+            for r in reversed(runs)
+            if r.status in FINAL_RUN and (r.request.get("kwargs") or {}).get("resumable")
+        ]
+
+    async def thread_parts(
+        thread_id: str, modes: list[str], last_event_id: str | None
+    ) -> AsyncIterator[bytes]:
+        assert api.run_parts is not None
+        seen: set[str] = set()
+        queue: list[ApiRun] = []
+        if last_event_id is not None:
+            queue = await api.call(replayed, thread_id)
+        while True:
+            if not queue:
+                queue = [
+                    r
+                    for r in await api.call(store.api_runs_open_of, thread_id)
+                    if r.run_id not in seen
+                ]
+                if not queue:
+                    return  # no run open: the stream ends (see docs: a client joins again)
+            run = queue.pop(0)
+            seen.add(run.run_id)
+            if "run_modes" in modes:
+                async for chunk in api.run_parts(run, None):
+                    yield chunk
+            else:
+                if "lifecycle" in modes:
+                    yield sse("metadata", {"run_id": run.run_id, "attempt": 1})
+                await ended(run)
+            if "run_modes" in modes or "lifecycle" in modes:
+                yield sse("metadata", {"status": "run_done", "run_id": run.run_id})
+
+    async def join_thread_stream(request: Request) -> Response:
+        thread_id = request.path_params["thread_id"]
+        exists, _ = await api.call(store.thread_owner, thread_id)
+        if not exists:
+            raise HTTPException(404, f"no thread {thread_id!r}")
+        last_event_id = request.headers.get("last-event-id") or None
+        if last_event_id is not None and not _EVENT_ID.match(last_event_id):
+            raise HTTPException(
+                422,
+                "Invalid last-event-id: must be a valid Redis stream ID (like "
+                "1724342400000-0), or - to replay the thread's resumable runs",
+            )
+        modes = _thread_modes(request)
+        return StreamingResponse(
+            thread_parts(thread_id, modes, last_event_id),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    return [
+        Route("/runs/batch", api.actor(create_batch), methods=["POST"]),
+        Route("/threads/{thread_id}/runs/{run_id}", api.actor(delete_run), methods=["DELETE"]),
+        Route("/threads/{thread_id}/stream", api.reader(join_thread_stream), methods=["GET"]),
+    ]
