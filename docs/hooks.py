@@ -167,6 +167,7 @@ RULES = {
     "read": "who may see the thread (lists: filtered)",
     "answer": "the owner, an admin, an approver the pause names",
     "act": "the owner or an admin (new threads: not a viewer)",
+    "copy": "who may see the thread in their own right (not a viewer: a copy is a new thread)",
     "everything": "admins and viewers",
 }
 
@@ -257,6 +258,7 @@ RUNNER_PARTS = {
     "queue": "Workers",
     "reports": "Charts and reports",
     "moves": "Export and import",
+    "copies": "Copying threads",
     "retention": "Pruning and deleting",
     "scheduler": "Schedules",
     "migrations": "Versions and migrations",
