@@ -167,6 +167,7 @@ RULES = {
     "read": "who may see the thread (lists: filtered)",
     "answer": "the owner, an admin, an approver the pause names",
     "act": "the owner or an admin (new threads: not a viewer)",
+    "copy": "who may see the thread in their own right (not a viewer: a copy is a new thread)",
     "everything": "admins and viewers",
 }
 
@@ -216,6 +217,8 @@ def http_routes() -> str:
 def http_unserved() -> str:
     from longtask.serve.lgapi._unserved import UNSERVED
 
+    if not UNSERVED:
+        return "None: longtask serves every endpoint of LangGraph's Server API it knows."
     rows = ["| method | path | answer | what to use instead |", "|---|---|---|---|"]
     for path, methods, status, message in UNSERVED:
         rows.append(f"| {' '.join(methods)} | `{path}` | {status} | {message} |")
@@ -255,6 +258,7 @@ RUNNER_PARTS = {
     "queue": "Workers",
     "reports": "Charts and reports",
     "moves": "Export and import",
+    "copies": "Copying threads",
     "retention": "Pruning and deleting",
     "scheduler": "Schedules",
     "migrations": "Versions and migrations",

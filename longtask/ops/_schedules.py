@@ -11,14 +11,21 @@ schedule; everywhere the thread a tick starts has an id derived from the schedul
 tick (``nightly-20261201T0200Z``), so a second fire of a tick is refused by the thread id
 and counted as already fired. A schedule moves on only after its tick's thread exists, so
 a process that dies in between leaves the tick to the next fire (which finds the thread).
+
+A cron of the LangGraph Server API is a schedule too (origin ``api``): its tick records a
+run of the Server API instead of starting a thread (:func:`cron_ids` derives the run's id,
+and a new thread's, from the cron and the tick, so a second fire records nothing), which
+``serve``'s executor carries out.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from longtask.errors import (
@@ -74,6 +81,8 @@ class Fired:
     outcome: str
     #: ticks passed over without a thread (catch_up: only the latest missed one fires)
     missed: int = 0
+    #: a cron of the Server API: the run its tick recorded (carried out by ``serve``)
+    run_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -235,7 +244,12 @@ class Scheduler:
     # -- firing ------------------------------------------------------------------------------
 
     def fire_due(
-        self, now: datetime | None = None, *, launch: Launch | None = None, limit: int = 100
+        self,
+        now: datetime | None = None,
+        *,
+        launch: Launch | None = None,
+        limit: int = 100,
+        submit_run: Callable[[str], None] | None = None,
     ) -> list[Fired]:
         """Start a thread for every due tick of every unpaused schedule.
 
@@ -243,6 +257,9 @@ class Scheduler:
         ``"run"`` here, one after the other, once every schedule has moved on; ``"queue"``
         for ``longtask worker`` (the default on PostgreSQL); or a function given each new
         thread id. Safe to call from many processes at once: each tick starts one thread.
+
+        A cron of the Server API records a run instead, handed to ``submit_run`` (serve's
+        executor); fired by another process, ``serve`` takes it up in its loop.
         """
         now = now or self.clock()
         how: Launch = launch or ("queue" if self.db.url.scheme == "postgresql" else "run")
@@ -250,14 +267,20 @@ class Scheduler:
         store = self.db.store
         results: list[Fired] = []
         new: list[str] = []
+        runs: list[str] = []
         # Threads fired by a process that stopped before starting them.
         waiting = [t for _, t in store.fires_unstarted()]
         with store.schedules_due(now, limit) as due:
             for rec in due.rows:
                 fired = self._fire(rec, now, due, mode)
                 results.append(fired)
-                if fired.outcome == "fired" and fired.thread_id:
+                if fired.outcome == "fired" and fired.run_id:
+                    runs.append(fired.run_id)
+                elif fired.outcome == "fired" and fired.thread_id:
                     new.append(fired.thread_id)
+        if submit_run is not None:
+            for run_id in runs:
+                submit_run(run_id)
         for thread_id in dict.fromkeys([*waiting, *new]):
             self._launch(thread_id, how)
         return results
@@ -286,6 +309,8 @@ class Scheduler:
             due.advance(rec.name, rec.next_fire_at, following)
             log.info("schedule %s: %d tick(s) missed, not caught up", rec.name, missed + 1)
             return Fired(rec.name, latest, None, "missed", missed + 1)
+        if rec.api is not None:
+            return self._fire_api(rec, latest, following, due, missed)
         thread_id = tick_id(rec.name, latest)
         try:
             task = load_task(rec.task_ref)
@@ -308,6 +333,47 @@ class Scheduler:
         if outcome == "fired":
             log.info("schedule %s fired thread %s", rec.name, thread_id)
         return Fired(rec.name, latest, thread_id, outcome, missed)
+
+    def _fire_api(
+        self,
+        rec: ScheduleRecord,
+        tick: datetime,
+        following: datetime,
+        due: DueSchedules,
+        missed: int,
+    ) -> Fired:
+        """A cron of the Server API: its tick records a run (and, for a cron of an
+        assistant, the new thread it runs on), which ``serve``'s executor carries out as
+        any recorded run. The run's id (and the new thread's) derive from the cron and the
+        tick, so a tick fired twice records one run."""
+        api = rec.api or {}
+        store = self.db.store
+        end = api.get("end_time")
+        if end is not None and tick.timestamp() > float(end):
+            due.advance(rec.name, rec.next_fire_at, following)
+            return Fired(rec.name, tick, None, "ended", missed)
+        run_id, thread_id = cron_ids(rec.name, tick, api.get("thread_id"))
+        request = cron_request(api.get("request") or {}, thread_id, rec.name)
+        if api.get("thread_id") is None:
+            metadata = {"graph_id": request.get("graph"), "cron_id": rec.name}
+            store.api_thread_put(thread_id, metadata, owner=rec.owner)
+        recorded = store.api_run_create(
+            run_id,
+            thread_id,
+            str(api.get("assistant_id")),
+            request,
+            rec.owner,
+            dict(api.get("metadata") or {}),
+            webhook=api.get("webhook"),
+            queued=True,
+            once=True,
+        )
+        due.advance(rec.name, rec.next_fire_at, following, tick, thread_id)
+        if recorded:
+            log.info("cron %s recorded run %s on thread %s", rec.name, run_id, thread_id)
+        return Fired(
+            rec.name, tick, thread_id, "fired" if recorded else "already fired", missed, run_id
+        )
 
     def _launch(self, thread_id: str, how: Launch) -> None:
         if callable(how):
@@ -363,6 +429,29 @@ class Scheduler:
             log.info("thread %s fired by a schedule stopped: %s", thread_id, exc)
             return f"stopped: {exc}"
         return "ran"
+
+
+#: the namespace of the ids a cron's ticks derive (uuid5): the same in every process
+_CRON_IDS = uuid.UUID("0b5e2c1e-7d1a-4f43-9a57-4c6f0e2d4b31")
+
+
+def cron_ids(cron_id: str, tick: datetime, thread_id: str | None) -> tuple[str, str]:
+    """The run a cron's tick records and the thread it runs on (the cron's thread, or a
+    new one per tick): UUIDs, as the Server API's ids are, derived from cron and tick."""
+    at = tick.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    run_id = str(uuid.uuid5(_CRON_IDS, f"{cron_id}/run/{at}"))
+    return run_id, thread_id or str(uuid.uuid5(_CRON_IDS, f"{cron_id}/thread/{at}"))
+
+
+def cron_request(template: dict[str, Any], thread_id: str, cron_id: str) -> dict[str, Any]:
+    """The run request a cron's tick records: the cron's, with the thread it runs on
+    (the request as LangGraph's Run shows it names its thread)."""
+    request: dict[str, Any] = json.loads(json.dumps(template))
+    kwargs = request.setdefault("kwargs", {})
+    config = kwargs.setdefault("config", {})
+    config.setdefault("configurable", {})["thread_id"] = thread_id
+    request["cron_id"] = cron_id
+    return request
 
 
 def stable_ref(ref: str) -> str:

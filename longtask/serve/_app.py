@@ -21,6 +21,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 import longtask.serve.lgapi._assistants as lg_assistants
+import longtask.serve.lgapi._crons as lg_crons
 import longtask.serve.lgapi._runops as lg_runops
 import longtask.serve.lgapi._runs as lg_runs
 import longtask.serve.lgapi._threadops as lg_threadops
@@ -476,6 +477,8 @@ def create_app(
         *lg_assistants.routes(lg),
         *lg_threadops.routes(lg),
         *lg_thread_routes,
+        # before the runs': /threads/{thread_id}/runs/crons is not a run's id
+        *lg_crons.routes(lg),
         *lg_run_routes,
         *lg_runops.routes(lg),
         Route("/mcp", signed_in(mcp.handle), methods=["POST"]),

@@ -102,6 +102,8 @@ class Executor:
         #: threads fired by a schedule waiting in the job queue
         self._fired: set[str] = set()
         self._fired_lock = threading.Lock()
+        #: runs submitted here (a cron's run another process recorded is adopted once)
+        self._submitted: set[str] = set()
         #: plans a queued run when its turn comes (set by the Server API's runs, which
         #: check what a run asks against the thread's state)
         self.planner: Callable[[ApiRun], ApiRun] | None = None
@@ -143,7 +145,27 @@ class Executor:
     def submit(self, run_id: str) -> None:
         # Opened before the run is queued: a client of its stream finds it at once.
         self.feeds.open(run_id)
+        with self._fired_lock:
+            self._submitted.add(run_id)
         self._jobs.put((self._execute, (run_id,)))
+
+    def adopt_cron_runs(self) -> list[str]:
+        """Submit the pending runs crons recorded in another process (a worker or
+        ``longtask tick`` fired the tick), once each; returns their ids. Two serves may
+        both submit one: the claim (pending -> running) lets one carry it out."""
+        open_runs = self.runner.db.store.api_runs_open()
+        found = [
+            run.run_id
+            for run in open_runs
+            if run.status == "pending" and run.request.get("cron_id")
+        ]
+        with self._fired_lock:
+            # Only open runs are remembered: the set does not grow with every run served.
+            self._submitted.intersection_update(run.run_id for run in open_runs)
+            new = [r for r in found if r not in self._submitted]
+        for run_id in new:
+            self.submit(run_id)
+        return new
 
     def start_fired(self, thread_id: str) -> None:
         """Run a thread a schedule fired (see ``Scheduler.start_fired``). Firing hands

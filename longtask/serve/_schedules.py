@@ -1,5 +1,6 @@
 """Schedules in ``longtask serve``: it registers the schedules its tasks declare, fires due
-ticks in a loop of its own, and lists schedules on ``/api/schedules``.
+ticks in a loop of its own (crons of the Server API too: their ticks record runs, which
+its executor carries out), and lists schedules on ``/api/schedules``.
 
 Firing only records the tick's thread; the thread runs in serve's executor (or, with
 ``--workers``, on ``longtask worker``), never inside a request or the firing loop.
@@ -63,7 +64,13 @@ class ScheduleLoop:
 
     def fire(self) -> None:
         runner = self.executor.runner
-        runner.fire_due(launch="queue" if self.to_workers else self.executor.start_fired)
+        runner.fire_due(
+            launch="queue" if self.to_workers else self.executor.start_fired,
+            submit_run=self.executor.submit,
+        )
+        # Runs of crons another process fired (a worker, ``longtask tick``, another serve
+        # whose executor stopped): carried out here; the claim lets one executor take each.
+        self.executor.adopt_cron_runs()
 
     def _loop(self) -> None:
         self.register()

@@ -93,6 +93,7 @@ class ApiTables:
         seen: int | None = None,
         webhook: str | None = None,
         queued: bool = False,
+        once: bool = False,
     ) -> bool:
         """Record a pending run; with ``seen`` (``api_run_mark`` taken before the request
         was checked), only if no run of the thread is open and none was recorded since,
@@ -101,7 +102,10 @@ class ApiTables:
         ``queued``: recorded behind the thread's open runs, whatever they are (the
         ``enqueue`` strategy). Either way the run's place among the thread's runs is kept
         in its request (``position``), counted in the transaction that inserts it: the
-        executor takes a thread's runs in that order, not in the order of a clock."""
+        executor takes a thread's runs in that order, not in the order of a clock.
+
+        ``once``: not if a run of that id exists (a cron's tick, fired by two processes,
+        records its run once: the id is derived from the cron and the tick)."""
         now = time.time()
         request = dict(request)
         row = (
@@ -125,6 +129,8 @@ class ApiTables:
                 # (SQLite's BEGIN IMMEDIATE already serialises writers).
                 execute("SELECT pg_advisory_xact_lock(7428062, hashtext(?))", (thread_id,))
             if seen is not None and not queued and self._mark(execute, thread_id) != seen:
+                return False
+            if once and execute("SELECT 1 FROM longtask_api_runs WHERE run_id = ?", (run_id,)):
                 return False
             (count,) = execute(
                 "SELECT COUNT(*) FROM longtask_api_runs WHERE thread_id = ?", (thread_id,)

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 _COLS = (
     "name, task_ref, task_name, cron, timezone, inputs, catch_up, origin, paused, "
-    "next_fire_at, last_tick_at, last_thread, last_error, created_at, updated_at, owner"
+    "next_fire_at, last_tick_at, last_thread, last_error, created_at, updated_at, owner, api"
 )
 
 
@@ -52,6 +52,9 @@ class ScheduleRecord:
     #: who added it: the owner of the threads it starts (None: added before owners were
     #: recorded; its threads are then owned by the user of the process that fires them)
     owner: str | None = None
+    #: a cron of the LangGraph Server API (origin "api"): what each tick records (see
+    #: ``longtask.serve.lgapi._crons``); None for longtask's own schedules
+    api: dict[str, Any] | None = None
 
     def next_fire_local(self) -> datetime:
         return self.next_fire_at.astimezone(ZoneInfo(self.timezone))
@@ -94,6 +97,7 @@ def _record(r: Sequence[Any]) -> ScheduleRecord:
         created_at=_ts(r[13]),
         updated_at=_ts(r[14]),
         owner=r[15],
+        api=json.loads(r[16]) if r[16] else None,
     )
 
 
@@ -155,13 +159,13 @@ class ScheduleTables:
         tick and last thread stay)."""
         now = time.time()
         self._run(
-            f"INSERT INTO longtask_schedules ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            f"INSERT INTO longtask_schedules ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (name) DO UPDATE SET task_ref = excluded.task_ref, "
             "task_name = excluded.task_name, cron = excluded.cron, "
             "timezone = excluded.timezone, inputs = excluded.inputs, "
             "catch_up = excluded.catch_up, origin = excluded.origin, "
             "next_fire_at = excluded.next_fire_at, last_error = NULL, "
-            "updated_at = excluded.updated_at",
+            "updated_at = excluded.updated_at, api = excluded.api",
             (
                 rec.name,
                 rec.task_ref,
@@ -179,6 +183,7 @@ class ScheduleTables:
                 now,
                 now,
                 rec.owner,
+                json.dumps(rec.api, sort_keys=True) if rec.api is not None else None,
             ),
         )
 

@@ -743,6 +743,13 @@ MIGRATIONS: list[list[str | Step]] = [
             PRIMARY KEY (assistant_id, version)
         )""",
     ],
+    # 24 (issue 43): crons of the LangGraph Server API are schedules (origin "api") whose
+    # firing records a run of the API instead of starting a thread: ``api`` holds what
+    # the cron asks (assistant, the thread of a thread cron, the run request each tick
+    # records, metadata, end time), as JSON; NULL for longtask's own schedules.
+    [
+        "ALTER TABLE longtask_schedules ADD COLUMN api TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

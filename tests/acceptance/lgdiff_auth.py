@@ -51,3 +51,14 @@ async def own_assistants(ctx: Auth.types.AuthContext, value: dict) -> dict | Non
     if ctx.action in ("update", "delete"):
         return {"owner": ctx.user.identity}
     return None
+
+
+@auth.on.crons
+async def own_crons(ctx: Auth.types.AuthContext, value: dict) -> dict:
+    """A cron is its maker's: created with their ``owner`` metadata, seen only by them."""
+    _log("on", resource=ctx.resource, action=ctx.action, user=ctx.user.identity)
+    if ctx.action == "create":
+        metadata = value.setdefault("metadata", {})
+        if isinstance(metadata, dict):
+            metadata["owner"] = ctx.user.identity
+    return {"owner": ctx.user.identity}

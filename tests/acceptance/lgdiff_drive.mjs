@@ -12,6 +12,7 @@ import path from "node:path";
 const require = createRequire(path.join(process.cwd(), "noop.js"));
 const { Client } = require("@langchain/langgraph-sdk");
 const { driveAssistants } = await import(new URL("./lgdiff_assistants.mjs", import.meta.url));
+const { driveCrons } = await import(new URL("./lgdiff_crons.mjs", import.meta.url));
 const { driveMisc } = await import("./lgdiff_misc.mjs");
 
 const [url, apiKey] = process.argv.slice(2);
@@ -144,5 +145,8 @@ await call("store.get_item deleted", client.store.getItem(ns, "prefs"));
 await driveAssistants(client, call, ok, tag);
 // -- copy, prune, a thread's stream, runs.delete, batches, history filters (issue 43)
 await driveMisc(client, call, stream, trace, tag);
+
+// -- crons (lgdiff_crons.mjs)
+await driveCrons(client, call, GRAPH, CHAT, tag);
 
 process.stdout.write(JSON.stringify(trace));

@@ -24,6 +24,7 @@ import httpx
 import lgdiff_misc
 from langgraph_sdk import get_client
 from lgdiff_assistants import drive_assistants
+from lgdiff_crons import drive_crons
 
 GRAPH = "chat"
 QUESTION = "What is the weather?"
@@ -202,6 +203,9 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     await drive_assistants(t, lg, tag)
     # -- copy, prune, a thread's stream, runs.delete, batches, history filters (issue 43)
     await lgdiff_misc.drive(t, lg, tag)
+
+    # -- crons (lgdiff_crons)
+    await drive_crons(t, lg, GRAPH, CHAT, tag)
 
     # -- RemoteGraph
     await _remote(t, url, api_key, tag)

@@ -84,6 +84,7 @@ def drive(url: str) -> list[tuple[str, Any]]:
         step("user2 history", "POST", f"/threads/{t1}/history", USER2, json={})
         step("user2 runs list of user1's", "GET", f"/threads/{t1}/runs", USER2)
         _assistants(step, out)
+        _crons(step, out, t1)
     return out
 
 
@@ -120,6 +121,44 @@ def _assistants(step: Any, out: list[tuple[str, Any]]) -> None:
     step("user1 reads the deleted assistant", "GET", one, USER1)
 
 
+def _crons(step: Any, out: list[tuple[str, Any]], t1: str) -> None:
+    """Crons under the handlers' ``@auth.on.crons``: each user sees and changes their own."""
+    yearly = {"assistant_id": "chat", "schedule": "0 3 1 1 *", "input": CHAT}
+    cron = step("user1 creates a cron", "POST", "/runs/crons", USER1, json=yearly)
+    out.append(("cron owner set by the handler", (cron.get("metadata") or {}).get("owner")))
+    one = f"/runs/crons/{cron['cron_id']}"
+    step("nobody creates a cron", "POST", "/runs/crons", NOBODY, json=yearly)
+    step(
+        "user1 creates a cron of own thread",
+        "POST",
+        f"/threads/{t1}/runs/crons",
+        USER1,
+        json=yearly,
+    )
+    step(
+        "user2 creates a cron of user1's thread",
+        "POST",
+        f"/threads/{t1}/runs/crons",
+        USER2,
+        json=yearly,
+    )
+    step("user2 creates a cron", "POST", "/runs/crons", USER2, json=yearly)
+    for who, name in ((USER1, "user1"), (USER2, "user2")):
+        found = step(f"{name} searches crons", "POST", "/runs/crons/search", who, json={})
+        out.append((f"{name} finds crons", len(found)))
+        out.append(
+            (
+                f"{name} counts crons",
+                step(f"{name} counts", "POST", "/runs/crons/count", who, json={}),
+            )
+        )
+    step("user2 reads user1's cron", "GET", one, USER2)
+    step("user2 updates user1's cron", "PATCH", one, USER2, json={"enabled": False})
+    step("user2 deletes user1's cron", "DELETE", one, USER2)
+    step("user1 updates own cron", "PATCH", one, USER1, json={"enabled": False})
+    step("user1 deletes own cron", "DELETE", one, USER1)
+
+
 @pytest.fixture  # a fresh one per backend: the script's searches count every thread
 def reference(llm: FakeOpenAI) -> Iterator[lgdiff_servers.Server]:
     server = _needed(
@@ -148,6 +187,8 @@ def test_one_auth_handler_file_gives_the_same_answers_on_both_servers(
         out = server.stop()
     assert "auth handler" in out, out
     assert ("user2 reads user1's", 404) in want  # the script shows what the handler does
+    assert ("user2 reads user1's cron", 404) in want
+    assert ("user2 creates a cron of user1's thread", 404) in want
     assert got == want, "\n".join(
         f"{w!r:60} {g!r}" for w, g in zip(want, got, strict=False) if w != g
     )
@@ -159,3 +200,5 @@ def test_one_auth_handler_file_gives_the_same_answers_on_both_servers(
     assert {("assistants", a) for a in ("create", "read", "update", "delete", "search")} <= (
         by_resource
     )
+    crons = {c.get("action") for c in seen if c["call"] == "on" and c.get("resource") == "crons"}
+    assert crons == {"create", "read", "search", "update", "delete"}

@@ -217,7 +217,6 @@ def test_commands_in_error_bodies_run_against_the_servers_database(
     # Nothing failed, so nothing to retry: each says to see `longtask status THREAD`.
     for thread in ("waits", "done", "stopped"):
         refused(f"/api/threads/{thread}/retry", {}, 409)
-    refused("/runs/crons", {}, 404)  # placeholders: `longtask schedule add TASKREF`
     commands = [c for text in texts for c in COMMAND.findall(text)]
     assert [c.split()[1] for c in commands].count("status") == 3, texts
 

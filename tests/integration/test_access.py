@@ -330,6 +330,44 @@ def test_an_approver_who_is_not_the_owner_sees_the_pause_answers_it_and_nothing_
     assert client.get(f"/api/threads/{thread}", headers=CAROL).status_code == 404
 
 
+def test_crons_are_seen_by_their_owner_and_the_roles_that_see_everything(
+    runner: Runner, client: TestClient
+) -> None:
+    """Each cron route × caller, on a cron of alice's: she and the admin change it, the
+    viewer reads it, bob and carol do not know it exists, an unknown token is refused."""
+    made = client.post(
+        "/runs/crons",
+        json={"assistant_id": "access_task", "schedule": "0 3 * * *"},
+        headers=CALLERS["alice"],
+    )
+    assert made.status_code == 200, made.text
+    cron = made.json()["cron_id"]
+    one = f"/runs/crons/{cron}"
+    daily = {"assistant_id": "access_task", "schedule": "@daily"}
+    #: (method, path, body, {caller: status}), in order
+    want: list[tuple[str, str, Any, dict[str, int]]] = [
+        ("GET", one, None, {"bob": 404, "viewer": 200, "admin": 200, "alice": 200}),
+        ("POST", "/runs/crons/search", {}, {"bob": 200, "viewer": 200, "alice": 200}),
+        ("POST", "/runs/crons/count", {}, {"bob": 200, "viewer": 200, "alice": 200}),
+        ("PATCH", one, {"enabled": False}, {"bob": 404, "viewer": 403, "admin": 200}),
+        ("PATCH", one, {"enabled": True}, {"alice": 200}),
+        ("POST", "/runs/crons", daily, {"viewer": 403, "bob": 200}),
+        ("DELETE", one, None, {"bob": 404, "viewer": 403, "alice": 204}),
+    ]
+    for method, path, body, by_caller in want:
+        for caller, status in {**by_caller, "unknown": 401}.items():
+            r = client.request(method, path, json=body, headers=CALLERS[caller])
+            assert r.status_code == status, (caller, method, path, r.text)
+    counted = {
+        c: client.post("/runs/crons/count", json={}, headers=CALLERS[c]).json()
+        for c in CALLERS
+        if c != "unknown"
+    }
+    # alice's is deleted; bob's remains, seen by him and the roles that see everything
+    assert counted == {"alice": 0, "bob": 1, "admin": 1, "viewer": 1}
+    assert client.post("/runs/crons/count", json={}, headers=CAROL).json() == 0
+
+
 def test_open_mode_reads_everything_and_acts_on_nothing(runner: Runner) -> None:
     thread = paused_thread(runner, "alice", "acc-alice")
     with TestClient(create_app(runner, {}, schedule_poll=None)) as c:

@@ -25,6 +25,7 @@ from longtask.serve.lgapi._body import (
     strings_field,
     text_field,
 )
+from longtask.serve.lgapi._crons import drop_thread_crons
 from longtask.serve.lgapi._state import (
     config_of,
     empty_state,
@@ -230,6 +231,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         if rec is None:
             get_json(thread_id)
             store.api_thread_delete(thread_id)
+            drop_thread_crons(store, thread_id)  # as LangGraph's server: they go with it
             return
         raise HTTPException(
             409,
