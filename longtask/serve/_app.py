@@ -482,6 +482,7 @@ def create_app(
         *lg_run_routes,
         *lg_runops.routes(lg),
         Route("/mcp", signed_in(mcp.handle), methods=["POST"]),
+        Route("/mcp/", signed_in(mcp.handle), methods=["POST"]),  # LangGraph's spec's path
         *a2a.routes(),
         *kv.routes(),
         Route("/info", public(info)),

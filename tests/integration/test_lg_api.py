@@ -331,23 +331,35 @@ def test_assistants_search_filters_by_metadata(client: TestClient) -> None:
     assert none.json() == []
 
 
-def test_unserved_endpoints_say_what_to_use_instead(runner: Runner, client: TestClient) -> None:
+def test_unserved_endpoints_say_what_to_use_instead(
+    runner: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every endpoint of LangGraph's server is served now (test_lg_contract.py checks it
+    against its spec); one a later server adds is answered with what to use instead, 404
+    for a new path and 405 for a new method on a served path, never a bare "Not Found"."""
     from longtask.serve._hints import Hints
-    from longtask.serve.lgapi._unserved import UNSERVED
+    from longtask.serve.lgapi import _unserved
 
-    # The commands a message names carry the server's --db (issue 29, item 2).
-    hints = Hints(runner.db.url.raw)
-    thread = paused(client)
-    run_id = client.get(f"/threads/{thread}/runs").json()[0]["run_id"]
-    ids = {"thread_id": thread, "run_id": run_id, "cron_id": "c1", "assistant_id": "lg_release"}
-    for path, methods, status, message in UNSERVED:
-        for method in methods:
-            got = client.request(method, path.format(**ids), json={}, headers=ALICE)
-            assert got.status_code == status, (method, path, got.text)
-            assert got.json()["error"] == hints.in_text(f"not served by longtask: {message}")
-    # what is served is answered as before
-    assert client.get(f"/threads/{thread}/runs/{run_id}").json()["run_id"] == run_id
-    assert client.get("/assistants/lg_release").json()["graph_id"] == "lg_release"
+    planted = [
+        ("/threads/{thread_id}/future", ["POST"], 404, "use `longtask resume THREAD`"),
+        ("/threads/{thread_id}/runs/{run_id}", ["PUT"], 405, "cancel it instead"),
+    ]
+    monkeypatch.setattr(_unserved, "UNSERVED", planted)
+    registry = load_registry([RELEASE_REF, SLEEPY_REF])
+    with AdminClient(create_app(runner, TOKENS, registry=registry)) as client:
+        # The commands a message names carry the server's --db (issue 29, item 2).
+        hints = Hints(runner.db.url.raw)
+        thread = paused(client)
+        run_id = client.get(f"/threads/{thread}/runs").json()[0]["run_id"]
+        ids = {"thread_id": thread, "run_id": run_id}
+        for path, methods, status, message in planted:
+            for method in methods:
+                got = client.request(method, path.format(**ids), json={}, headers=ALICE)
+                assert got.status_code == status, (method, path, got.text)
+                assert got.json()["error"] == hints.in_text(f"not served by longtask: {message}")
+        # what is served is answered as before
+        assert client.get(f"/threads/{thread}/runs/{run_id}").json()["run_id"] == run_id
+        assert client.get("/assistants/lg_release").json()["graph_id"] == "lg_release"
     assert runner.status(thread, usage=False).status == "waiting_user"
 
 
