@@ -54,6 +54,7 @@ from longtask.store._kinds import PAUSE_KINDS
 
 try:  # pragma: no cover - the import that works depends on LangGraph's version
     from langgraph._internal._constants import (
+        CONFIG_KEY_CHECKPOINT_MAP,
         CONFIG_KEY_RESUME_MAP,
         CONFIG_KEY_RESUMING,
         CONFIG_KEY_SCRATCHPAD,
@@ -62,11 +63,12 @@ except ImportError:  # pragma: no cover - LangGraph moved them; their values hav
     CONFIG_KEY_SCRATCHPAD = "__pregel_scratchpad"
     CONFIG_KEY_RESUMING = "__pregel_resuming"
     CONFIG_KEY_RESUME_MAP = "__pregel_resume_map"
+    CONFIG_KEY_CHECKPOINT_MAP = "checkpoint_map"
 
 #: the kind of pause an interrupt of a graph step's own graph is
 INTERRUPT_KIND = "interrupt"
 
-__all__ = ["INTERRUPT_KIND", "graph_node", "resolve_graph", "to_json"]
+__all__ = ["INTERRUPT_KIND", "graph_node", "kept_ns", "resolve_graph", "to_json"]
 
 
 def resolve_graph(step: GraphStep, config: RunnableConfig) -> Any:
@@ -89,7 +91,13 @@ def resolve_graph(step: GraphStep, config: RunnableConfig) -> Any:
                 "compiled graph"
             )
     if kind == "builder":
-        return graph.compile()
+        graph = graph.compile()
+    if step.keeps_state:
+        # LangGraph's own way for a subgraph whose state outlives one call: its checkpoints
+        # in one namespace (the step's name, without the task id), on the parent's saver.
+        return graph.copy(update={"checkpointer": True})
+    if kind == "builder":
+        return graph
     saver = getattr(graph, "checkpointer", None)
     if saver is not None and not isinstance(saver, bool):
         return graph.copy(update={"checkpointer": None})
@@ -339,6 +347,34 @@ def _as_pause(
     return GraphInterrupt(tuple(out))
 
 
+def kept_ns(ns: Any) -> str:
+    """The namespace a graph step that keeps its state (``keeps_state``) has its graph's
+    checkpoints in: the node's, without task ids (as LangGraph keeps a ``checkpointer=True``
+    subgraph's)."""
+    return "|".join(part.split(":")[0] for part in str(ns or "").split("|"))
+
+
+def _turn_config(graph: Any, config: RunnableConfig) -> RunnableConfig:
+    """``config`` saying whether this run of a state-keeping graph step continues the
+    graph's run in progress or starts a new one on the state the last left.
+
+    Its checkpoints are in one namespace for every run of the step, so they alone cannot
+    say it: LangGraph would take any earlier checkpoint there as one to resume. The graph
+    continues where its latest checkpoint was made under the same checkpoint of the task
+    (a crash, a pause or a retry: the step's node runs again at the super-step it ran at);
+    a node run at a later checkpoint of the task (a new input) starts a new run of the
+    graph, which applies the input to the state through the graph's reducers."""
+    conf = config.get("configurable") or {}
+    here = (conf.get(CONFIG_KEY_CHECKPOINT_MAP) or {}).get("")
+    try:
+        state = graph.get_state(config)
+        latest = ((state.metadata or {}).get("parents") or {}).get("")
+    except Exception:  # nothing to read: a first run
+        latest = None
+    resuming = here is not None and latest == here
+    return {**config, "configurable": {**conf, CONFIG_KEY_RESUMING: resuming}}
+
+
 def _keep_transcript(env: StepEnv, call: NodeCall, info: StepInfo, final: Any) -> None:
     """A graph whose state has LangChain ``messages`` (an agent's) keeps them, as an agent
     step does: the artifact ``<step>.transcript.json`` (``runner.transcript``)."""
@@ -371,6 +407,8 @@ def graph_node(
         call = NodeCall.from_config(config)
         # where LangGraph keeps the graph's own checkpoints (`longtask history --inner`)
         ns = (config.get("metadata") or {}).get("langgraph_checkpoint_ns")
+        if step.keeps_state:
+            ns = kept_ns(ns)
         step_started(env, call, info, first_attempt(env, call, info), {"checkpoint_ns": ns})
         started = time.monotonic()
         ctx = env.context(call, info, state)
@@ -383,6 +421,8 @@ def graph_node(
             if step.recursion_limit is not None:
                 sub = {**sub, "recursion_limit": step.recursion_limit}
 
+            if step.keeps_state:
+                sub = _turn_config(graph, sub)
             stop = _unanswered_stop(graph, sub, call, info)
             if stop is not None:
                 raise _as_pause(GraphInterrupt((stop,)), env, call, info, graph, sub)

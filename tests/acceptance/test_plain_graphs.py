@@ -389,3 +389,142 @@ def test_the_cli_runs_a_graph_by_reference_and_check_sees_its_changes(
     graph.write_text(graph.read_text().replace('"finish"', '"wrap_up"'))
     changed = _run(sqlite_url, "check", ref, code=1)
     assert "t2" in changed.stdout, changed.stdout
+
+
+# -- a second message on the same thread (the graph runs again on its state) ---------------
+
+FOLLOW_UP = "And in Rome?"
+
+
+def _chat(request: Request) -> Reply:
+    """The agent searches once for each question the user asks, then answers it."""
+    last = request.messages[-1]
+    if last.get("role") == "user":
+        return Reply.tool_calls([("search", {"query": f"weather: {last.get('content')}"})])
+    asked = next(m for m in reversed(request.messages) if m.get("role") == "user")
+    return Reply.text("It is sunny in Paris." if "Paris" in str(asked) else "It rains in Rome.")
+
+
+@pytest.fixture
+def chat_llm() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(_chat) as server:
+        yield server
+
+
+def _said(text: str) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}]}
+
+
+CHAT = ["human", "ai", "tool", "ai"]
+
+
+def test_a_second_message_runs_the_served_agent_again_on_its_state(
+    db_url: str, chat_llm: FakeOpenAI, tmp_path: Path, notes: Path
+) -> None:
+    server = _serve(db_url, chat_llm, tmp_path, notes)
+    server.start()
+
+    async def drive() -> tuple[str, list[Any]]:
+        lg = get_client(url=server.url, api_key=TOKEN)
+        tid = (await lg.threads.create())["thread_id"]
+        first = await lg.runs.wait(tid, "agent", input=_said(QUESTION))
+        assert [m["type"] for m in first["messages"]] == CHAT
+        parts = [
+            (p.event, p.data)
+            async for p in lg.runs.stream(
+                tid, "agent", input=_said(FOLLOW_UP), stream_mode=["values", "updates"]
+            )
+        ]
+        state = await lg.threads.get_state(tid)
+        messages = state["values"]["messages"]
+        assert [m["type"] for m in messages] == CHAT + CHAT, messages
+        assert messages[4]["content"] == FOLLOW_UP
+        assert messages[-1]["content"] == "It rains in Rome."
+        assert state["next"] == [] and (await lg.threads.get(tid))["status"] == "idle"
+        # both runs' checkpoints, newest first: the second run's input checkpoint starts it
+        history = await lg.threads.get_history(tid, limit=20)
+        nexts = [h["next"] for h in history]
+        turn = [[], ["call_model"], ["tools"], ["call_model"], ["__start__"]]
+        assert nexts == turn + turn, nexts
+        assert history[4]["metadata"]["source"] == "input"
+        runs = await lg.runs.list(tid)
+        assert [r["status"] for r in runs] == ["success", "success"]
+        return tid, parts
+
+    try:
+        tid, parts = asyncio.run(drive())
+    finally:
+        server.stop()
+    assert [next(iter(d)) for e, d in parts if e == "updates"] == ["call_model", "tools", "call_model"]
+    values = [d for e, d in parts if e == "values"]
+    assert len(values[0]["messages"]) == 5 and len(values[-1]["messages"]) == 8, values
+    assert _counts(notes) == {
+        "call_model start": 4,
+        "call_model end": 4,
+        "search start": 2,
+        "search end": 2,
+    }
+    # the model saw the whole conversation on the second turn
+    assert len(chat_llm.requests) == 4 and len(chat_llm.requests[2].messages) == 6
+    kinds = [e["kind"] for e in _cli(db_url, "events", tid)]
+    assert kinds.count("model.call") == 4 and kinds.count("turn.started") == 1, kinds
+    assert _cli(db_url, "status", tid)["status"] == "completed"
+
+
+def test_a_second_turn_carries_on_after_serve_is_killed_in_it(
+    db_url: str, chat_llm: FakeOpenAI, tmp_path: Path, notes: Path
+) -> None:
+    server = _serve(db_url, chat_llm, tmp_path, notes)
+    server.start()
+    hold = tmp_path / "hold"
+
+    async def start() -> str:
+        lg = get_client(url=server.url, api_key=TOKEN)
+        tid = (await lg.threads.create())["thread_id"]
+        await lg.runs.wait(tid, "agent", input=_said(QUESTION))
+        hold.touch()  # the tool of the second turn waits while this file exists
+        await lg.runs.create(tid, "agent", input=_said(FOLLOW_UP))
+
+        async def searching() -> bool:
+            return _counts(notes).get("search start", 0) == 2
+
+        await _until(searching, "the second turn's tool to start")
+        return tid
+
+    try:
+        tid = asyncio.run(start())
+        server.kill()  # in the second turn: its model call done, its tool running
+        assert _counts(notes) == {
+            "call_model start": 3,
+            "call_model end": 3,
+            "search start": 2,
+            "search end": 1,
+        }
+        hold.unlink()
+        server.start()
+
+        async def finished() -> None:
+            lg = get_client(url=server.url, api_key=TOKEN)
+
+            async def idle() -> bool:
+                return bool((await lg.threads.get(tid))["status"] == "idle")
+
+            await _until(idle, "the second turn to finish after the restart", timeout=120)
+            state = await lg.threads.get_state(tid)
+            messages = state["values"]["messages"]
+            assert [m["type"] for m in messages] == CHAT + CHAT, messages
+            assert messages[-1]["content"] == "It rains in Rome."
+            runs = await lg.runs.list(tid)
+            assert [r["status"] for r in runs] == ["success", "success"]
+
+        asyncio.run(finished())
+    finally:
+        server.stop()
+    # Neither turn's finished model call was made again; the killed tool ran again.
+    assert _counts(notes) == {
+        "call_model start": 4,
+        "call_model end": 4,
+        "search start": 3,
+        "search end": 2,
+    }
+    assert len(chat_llm.requests) == 4

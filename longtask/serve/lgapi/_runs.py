@@ -286,6 +286,16 @@ def routes(api: Api) -> list[Route]:
             runner.engine.validate_inputs(entry.task, raw_input or {})  # raises, storing nothing
             return new_thread, {"kind": "start", "graph": entry.name, "input": raw_input or {}}
         if raw_input:
+            task = entry.for_thread(rec)
+            if isinstance(task, GraphApp):
+                # A served LangGraph graph runs again on its state, as on LangGraph's
+                # server (the next message of a chat); checked now, storing nothing.
+                if not isinstance(raw_input, dict):
+                    raise InvalidInput("a run's input is an object of the graph's input")
+                raw_input = chat_input(raw_input, task)
+                runner.turns.refusal(rec, task)
+                runner.engine.validate_inputs(task, raw_input)
+                return new_thread, {"kind": "turn", "input": raw_input}
             if rec.status in ("completed", "failed", "cancelled"):
                 raise InvalidInput(
                     f"thread {thread_id!r} has {rec.status} task {entry.name!r}: a longtask "
