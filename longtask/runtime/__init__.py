@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from longtask.runtime._reading import Reads
     from longtask.runtime._streams import Streams
     from longtask.runtime._subtasks import Subtasks
-    from longtask.runtime._turns import Turns
     from longtask.runtime._taskref import find_ref, load_task, load_versions
+    from longtask.runtime._turns import Turns
     from longtask.runtime._usage import StepUsage, ThreadUsage
     from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
     from longtask.runtime._watch import Watch
@@ -93,11 +93,11 @@ __all__ = [
     "StepUsage",
     "Streams",
     "Subtasks",
-    "Turns",
     "ThreadCost",
     "ThreadStatus",
     "ThreadUsage",
     "TimeTravel",
+    "Turns",
     "UpdateHook",
     "Watch",
     "Worker",

@@ -18,10 +18,12 @@ cancelled, is being advanced, or waits for anything but its graph's own ``interr
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from langgraph.types import StateUpdate
 from pydantic import BaseModel
 
 from longtask.errors import InvalidInput, NothingToResume
@@ -32,6 +34,7 @@ from longtask.runtime._reading import _config
 from longtask.runtime._who import check_by, whoami
 from longtask.steps import INPUTS_CHANNEL, INTERRUPT_KIND
 from longtask.store import NewEvent
+from longtask.store._kinds import TURN_STARTED
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
@@ -42,9 +45,11 @@ if TYPE_CHECKING:
     from longtask.store import ThreadRecord, ValueCodec
 
 #: the event a recorded turn stores with its input checkpoint
-TURN_EVENT = "turn.started"
+TURN_EVENT = TURN_STARTED
 #: LangGraph's name for a write that is the graph's input (its next step is its start)
 _INPUT_NODE = "__input__"
+#: the update that drops a checkpoint's unfinished tasks
+_DROP = StateUpdate(None, "__end__")
 #: statuses a thread takes a new input in
 _TAKES_INPUT = frozenset({"completed", "waiting_user", "waiting_external"})
 
@@ -90,10 +95,8 @@ class Turns:
         rec = self._reads.thread(thread_id)
         task = task or self._engine.load(rec)
         self.record(rec, task, inputs, turn=turn, by=by)
-        try:
+        with contextlib.suppress(NothingToResume):  # a repeated turn already carried out
             self._engine.resume(thread_id, task=task, by=by, config=config)
-        except NothingToResume:
-            pass  # a repeated turn already carried out
         return thread_id
 
     def record(
@@ -128,8 +131,13 @@ class Turns:
             )
             # Past the gate, which keeps a finished thread's state as it is: this is no
             # change of what was done but a new run on top of it, checked above.
+            new = StateUpdate({INPUTS_CHANNEL: encoded}, _INPUT_NODE)
+            # A graph waiting at its interrupt() has its node still to run: dropped first
+            # (LangGraph's update "as __end__" with no values), as LangGraph drops a
+            # thread's unfinished tasks when it is invoked with new input.
+            steps = [[new]] if current.status == "completed" else [[_DROP], [new]]
             with trusted():
-                graph.update_state(_config(thread_id), {INPUTS_CHANNEL: encoded}, as_node=_INPUT_NODE)
+                graph.bulk_update_state(_config(thread_id), steps)
             self.db.store.set_status(thread_id, "pending")
         return True
 
@@ -148,8 +156,10 @@ class Turns:
                 "start a new thread",
                 "cancelled": "it was cancelled: start a new thread",
                 "cancelling": "it is being cancelled: start a new thread",
-            }.get(rec.status, "its graph is running: wait for the run to end (or queue the "
-                  "new input behind it)")
+            }.get(
+                rec.status,
+                "its graph is running: wait for the run to end (or queue the new input behind it)",
+            )
             raise InvalidInput(f"thread {thread_id!r} takes no new input now: {what}")
         if rec.status != "completed":
             other = [
@@ -166,6 +176,5 @@ class Turns:
 
     def _recorded(self, thread_id: str, turn: str) -> bool:
         return any(
-            e.data.get("turn") == turn
-            for e in self.db.store.events(thread_id, kinds=[TURN_EVENT])
+            e.data.get("turn") == turn for e in self.db.store.events(thread_id, kinds=[TURN_EVENT])
         )

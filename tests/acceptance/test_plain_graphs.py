@@ -455,7 +455,11 @@ def test_a_second_message_runs_the_served_agent_again_on_its_state(
         tid, parts = asyncio.run(drive())
     finally:
         server.stop()
-    assert [next(iter(d)) for e, d in parts if e == "updates"] == ["call_model", "tools", "call_model"]
+    assert [next(iter(d)) for e, d in parts if e == "updates"] == [
+        "call_model",
+        "tools",
+        "call_model",
+    ]
     values = [d for e, d in parts if e == "values"]
     assert len(values[0]["messages"]) == 5 and len(values[-1]["messages"]) == 8, values
     assert _counts(notes) == {
@@ -528,3 +532,37 @@ def test_a_second_turn_carries_on_after_serve_is_killed_in_it(
         "search end": 2,
     }
     assert len(chat_llm.requests) == 4
+
+
+def test_the_cli_and_runner_give_a_served_graphs_thread_a_new_input(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """``resume T --input JSON`` (``runner.run_again``) runs a finished graph's thread
+    again on its state, and drops the graph's own pending interrupt as LangGraph's server
+    does; a LongTask's thread and a new input beside an answer are refused."""
+    ref = f"{APPS / 'src' / 'ask_graph' / 'graph.py'}:graph#ask"
+    _run(sqlite_url, "run", ref, "--thread", "t1", "--input", '{"topic": "rain"}', code=3)
+    (pause,) = json.loads(_run(sqlite_url, "pending", "t1", "--json").stdout)
+    _run(sqlite_url, "resume", "t1", "--interrupt", pause["interrupt_id"], "--resume", '"ok"')
+    # a new input on the finished graph: it runs from its start again, on its state
+    _run(sqlite_url, "resume", "t1", "--input", '{"topic": "snow"}', code=3)
+    (again,) = json.loads(_run(sqlite_url, "pending", "t1", "--json").stdout)
+    assert again["request"]["value"]["draft"] == "a note on snow"
+    assert again["interrupt_id"] != pause["interrupt_id"]
+    # a new input while it waits at its interrupt(): the interrupt is dropped
+    _run(sqlite_url, "resume", "t1", "--input", '{"topic": "hail"}', code=3)
+    (third,) = json.loads(_run(sqlite_url, "pending", "t1", "--json").stdout)
+    assert third["request"]["value"]["draft"] == "a note on hail"
+    _run(sqlite_url, "resume", "t1", "--interrupt", third["interrupt_id"], "--resume", '"fine"')
+
+    from longtask import Runner
+
+    with Runner(sqlite_url) as runner:
+        assert runner.result("t1", "ask")["final"] == "a note on hail (fine)"
+        turns = runner.events("t1", kinds=["turn.started"])
+        assert [e.data["from_status"] for e in turns] == ["completed", "waiting_user"]
+        inner = runner.inner_history("t1", "ask", limit=100)
+        # each run's checkpoints in the graph's one namespace: three runs' input checkpoints
+        assert [c.source for c in inner].count("input") == 3, inner
+    mixed = _run(sqlite_url, "resume", "t1", "--input", "{}", "--resume", "1", code=2)
+    assert "--input" in mixed.stdout + mixed.stderr
