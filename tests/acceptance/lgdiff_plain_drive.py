@@ -8,7 +8,8 @@ through the JS SDK.
 thread's state, history and thread object. ``ask`` (a graph with its own ``interrupt()``):
 a run to the pause, the paused thread read every way, a resume with ``Command(resume=...)``
 streamed, the state and history; a resume by ``runs.wait``; RemoteGraph invoke to the pause,
-its state, and a streamed resume.
+its state, and a streamed resume. Then a second message on the agent's thread, and a new
+input at the ask graph's pause (``lgdiff_plain_turns``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ the scripted OpenAI-compatible server; a graph with its own ``interrupt()``), na
 the graphs' own state, interrupts and history; the thread is a longtask thread (events,
 costs, status); and a ``serve`` killed (SIGKILL) in the middle of a run carries the run on
 after a restart without running a finished node again (each node notes its body's start
-and end in a file).
+and end in a file). A second message on a finished thread runs the graph again on its
+state, also across a kill in the second run; ``resume --input`` (``runner.run_again``) does
+the same from the CLI.
 """
 
 from __future__ import annotations
@@ -336,6 +338,9 @@ def test_threads_of_served_graphs_are_carried_by_a_worker(
                 tid, "agent", input={"messages": [{"role": "user", "content": QUESTION}]}
             )
             assert out["messages"][-1]["content"] == "It is sunny in Paris."
+            # a second message: the worker runs the graph again on the thread's state
+            out = await lg.runs.wait(tid, "agent", input=_said("Thanks!"))
+            assert [m["type"] for m in out["messages"]] == [*CHAT, "human", "ai"], out
 
         asyncio.run(drive())
     finally:
