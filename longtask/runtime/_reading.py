@@ -217,6 +217,9 @@ class Reads:
         tup = self.db.reader.head(thread_id, load="fix.", search=("out.", SKIP_MARK))
         committed = _committed_in(tup)
         done = _done_in(tup, committed)
+        if tup is not None and _new_input(tup):
+            # a served graph's new run under way: the results are the last run's
+            committed = done = set()
         skipped = _skipped_in(tup)
         waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
         values: dict[str, Any] = dict(tup.checkpoint.get("channel_values", {})) if tup else {}
