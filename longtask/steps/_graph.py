@@ -50,6 +50,7 @@ from longtask.steps._function import (
     step_started,
 )
 from longtask.steps._prices import cost_of
+from longtask.store import NO_CHECKPOINT, CheckpointMark
 from longtask.store._kinds import PAUSE_KINDS
 
 try:  # pragma: no cover - the import that works depends on LangGraph's version
@@ -354,25 +355,54 @@ def kept_ns(ns: Any) -> str:
     return "|".join(part.split(":")[0] for part in str(ns or "").split("|"))
 
 
-def _turn_config(graph: Any, config: RunnableConfig) -> RunnableConfig:
-    """``config`` saying whether this run of a state-keeping graph step continues the
-    graph's run in progress or starts a new one on the state the last left.
+def _turn_config(env: StepEnv, ns: str, config: RunnableConfig) -> RunnableConfig:
+    """``config`` saying where this run of a state-keeping graph step starts the graph: it
+    continues the graph's run in progress, or starts a new one on the state the graph had
+    at this checkpoint of the task.
 
-    Its checkpoints are in one namespace for every run of the step, so they alone cannot
-    say it: LangGraph would take any earlier checkpoint there as one to resume. The graph
-    continues where its latest checkpoint was made under the same checkpoint of the task
-    (a crash, a pause or a retry: the step's node runs again at the super-step it ran at);
-    a node run at a later checkpoint of the task (a new input) starts a new run of the
-    graph, which applies the input to the state through the graph's reducers."""
-    conf = config.get("configurable") or {}
+    Its checkpoints are in one namespace for every run of the step and every branch of the
+    thread, so the latest of them says neither: each notes the task's checkpoint it was
+    made under (LangGraph's ``parents``), and the graph stands on the latest made under a
+    checkpoint whose run of the graph this one has (``_runs_in``). Made under this very
+    checkpoint (a crash, a pause or a retry: the step's node runs again at the super-step
+    it ran at), the graph continues it; made earlier (a new input, a fork), a new run of
+    the graph starts on it and applies the input to its state through the graph's
+    reducers. So a fork of the thread at an earlier checkpoint has the graph's state as
+    it was there, not a later turn's."""
+    conf = dict(config.get("configurable") or {})
     here = (conf.get(CONFIG_KEY_CHECKPOINT_MAP) or {}).get("")
-    try:
-        state = graph.get_state(config)
-        latest = ((state.metadata or {}).get("parents") or {}).get("")
-    except Exception:  # nothing to read: a first run
-        latest = None
-    resuming = here is not None and latest == here
-    return {**config, "configurable": {**conf, CONFIG_KEY_RESUMING: resuming}}
+    thread_id = str(conf.get("thread_id"))
+    made = env.store.checkpoint_marks(thread_id, ns) if here is not None else []
+    stands_on = None
+    if made and here is not None:
+        runs = _runs_in(env.store.checkpoint_marks(thread_id), here)
+        stands_on = next((m for m in reversed(made) if m.made_under in runs), None)
+    conf[CONFIG_KEY_RESUMING] = stands_on is not None and stands_on.made_under == here
+    if stands_on is None and made:
+        # no run of the graph in this line yet (a fork before its first): it starts empty
+        conf["checkpoint_id"] = NO_CHECKPOINT
+    elif stands_on is not None and stands_on.checkpoint_id != made[-1].checkpoint_id:
+        # not the namespace's latest (that is another branch's): the graph reads this one
+        conf["checkpoint_id"] = stands_on.checkpoint_id
+    return {**config, "configurable": conf}
+
+
+def _runs_in(marks: list[CheckpointMark], here: str) -> set[str]:
+    """The task's checkpoints whose run of the graph step the state at ``here`` has: ``here``
+    (a run in progress), and each earlier one on its line whose run went on into the line:
+    its next checkpoint there is the one its run made (``loop``), or its run never made one
+    (it stopped at the graph's interrupt and the line went on from there, as a new input
+    does). A branch made beside a run that finished (a fork at the checkpoint it started
+    at) has none of it."""
+    by_id = {m.checkpoint_id: m for m in marks}
+    finished = {m.parent_id for m in marks if m.source == "loop"}
+    out = {here}
+    node = by_id.get(here)
+    while node is not None and node.parent_id is not None and node.parent_id not in out:
+        if node.source == "loop" or node.parent_id not in finished:
+            out.add(node.parent_id)
+        node = by_id.get(node.parent_id)
+    return out
 
 
 def _keep_transcript(env: StepEnv, call: NodeCall, info: StepInfo, final: Any) -> None:
@@ -422,7 +452,7 @@ def graph_node(
                 sub = {**sub, "recursion_limit": step.recursion_limit}
 
             if step.keeps_state:
-                sub = _turn_config(graph, sub)
+                sub = _turn_config(env, str(ns), sub)
             stop = _unanswered_stop(graph, sub, call, info)
             if stop is not None:
                 raise _as_pause(GraphInterrupt((stop,)), env, call, info, graph, sub)
@@ -452,6 +482,8 @@ def graph_node(
                         CONFIG_KEY_RESUMING: True,
                         CONFIG_KEY_SCRATCHPAD: None,
                     }
+                    # the graph's latest checkpoint is this run's now (`_turn_config`)
+                    conf.pop("checkpoint_id", None)
                     args = (None, {**sub, "configurable": conf})
                 called.append(True)
                 try:

@@ -21,7 +21,9 @@ from longtask.store._schedules import ScheduleRecord
 from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
     FINAL_STATUSES,
+    NO_CHECKPOINT,
     THREAD_STATUSES,
+    CheckpointMark,
     Event,
     PostgresStore,
     SqliteStore,
@@ -45,6 +47,7 @@ __all__ = [
     "DEFAULT_INLINE_LIMIT",
     "EFFECT_STATUSES",
     "FINAL_STATUSES",
+    "NO_CHECKPOINT",
     "NO_ITEM",
     "SCHEMA_VERSION",
     "SKIP_MARK",
@@ -53,6 +56,7 @@ __all__ = [
     "Artifact",
     "Attempts",
     "BudgetState",
+    "CheckpointMark",
     "Effect",
     "Event",
     "EventWriter",

@@ -571,3 +571,66 @@ def test_the_cli_and_runner_give_a_served_graphs_thread_a_new_input(
         assert [c.source for c in inner].count("input") == 3, inner
     mixed = _run(sqlite_url, "resume", "t1", "--input", "{}", "--resume", "1", code=2)
     assert "--input" in mixed.stdout + mixed.stderr
+
+
+# -- time travel: a fork at an earlier turn continues from the graph's state there --------
+
+
+def test_a_fork_after_the_first_turn_has_that_turns_state_only(
+    db_url: str, chat_llm: FakeOpenAI, tmp_path: Path, notes: Path, monkeypatch: Any
+) -> None:
+    """Two turns served, then ``longtask fork`` at the checkpoint after the first with a
+    different second message and ``longtask resume``: the graph runs on its state as it was
+    after the first turn (the second turn's messages are not in the fork); the original
+    line's state is as it was."""
+    server = _serve(db_url, chat_llm, tmp_path, notes)
+    server.start()
+
+    async def two_turns() -> tuple[str, str]:
+        lg = get_client(url=server.url, api_key=TOKEN)
+        tid = (await lg.threads.create())["thread_id"]
+        await lg.runs.wait(tid, "agent", input=_said(QUESTION))
+        await lg.runs.wait(tid, "agent", input=_said(FOLLOW_UP))
+        return tid, (await lg.threads.get_state(tid))["checkpoint_id"]
+
+    try:
+        tid, original_head = asyncio.run(two_turns())
+    finally:
+        server.stop()
+    outer = _cli(db_url, "history", tid, "--limit", "100")
+    turn_two = next(c for c in outer if c["source"] == "input" and c["parent_id"])
+    after_one = turn_two["parent_id"]
+    monkeypatch.setenv("OPENAI_BASE_URL", chat_llm.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-plain")
+    monkeypatch.setenv("LGAPPS_NOTES", str(notes))
+    other = json.dumps(_said("And in Oslo?"))
+    forked = _run(db_url, "fork", tid, after_one, "--inputs", other)
+    assert "longtask resume" in forked.stdout
+    _run(db_url, "resume", tid)
+    # the fork's model call saw the first turn and the new message, not the second turn
+    assert len(chat_llm.requests) == 6
+    # (the system prompt, the first turn's four messages, the new one)
+    assert len(chat_llm.requests[4].messages) == 6, chat_llm.requests[4].messages
+    assert "Rome" not in json.dumps(chat_llm.requests[4].messages)
+
+    server.start()
+
+    async def states() -> None:
+        lg = get_client(url=server.url, api_key=TOKEN)
+        state = await lg.threads.get_state(tid)
+        said = [m["content"] for m in state["values"]["messages"] if m["type"] == "human"]
+        assert said == [QUESTION, "And in Oslo?"], state["values"]["messages"]
+        assert [m["type"] for m in state["values"]["messages"]] == CHAT + CHAT
+        # the original line: its head has both turns, as before the fork
+        before = await lg.threads.get_state(tid, checkpoint_id=original_head)
+        said = [m["content"] for m in before["values"]["messages"] if m["type"] == "human"]
+        assert said == [QUESTION, FOLLOW_UP]
+        assert before["values"]["messages"][-1]["content"] == "It rains in Rome."
+
+    try:
+        asyncio.run(states())
+    finally:
+        server.stop()
+    assert _cli(db_url, "status", tid)["status"] == "completed"
+    # the first turn's nodes did not run again on the fork
+    assert _counts(notes)["call_model start"] == 6
