@@ -33,7 +33,7 @@ from longtask.runtime._interrupts import open_interrupts
 from longtask.runtime._reading import _config
 from longtask.runtime._who import check_by, whoami
 from longtask.steps import INPUTS_CHANNEL, INTERRUPT_KIND
-from longtask.store import NewEvent
+from longtask.store import STANDS_ON, NewEvent
 from longtask.store._kinds import TURN_STARTED
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ class Turns:
         turn: str | None = None,
         by: str | None = None,
         config: Mapping[str, Any] | None = None,
+        at: str | None = None,
     ) -> str:
         """Run the LangGraph graph of ``thread_id`` again with the new input ``inputs``,
         on the state its last run left (messages accumulate through the graph's reducer),
@@ -91,10 +92,13 @@ class Turns:
         advanced here until it completes or pauses (by a worker for a thread served by
         workers: this returns at once). ``turn``: an id that makes the call idempotent (a
         repeated call with it only continues the turn). ``by``: who sends it. ``config`` as
-        for ``start``. Returns the thread id."""
+        for ``start``. ``at``: one of the graph's own checkpoints (``inner_history``), to run
+        it from there instead, as LangGraph's server runs a thread from a past checkpoint:
+        a new branch of the thread on the graph's state at that checkpoint (its later
+        checkpoints stay in the thread's history). Returns the thread id."""
         rec = self._reads.thread(thread_id)
         task = task or self._engine.load(rec)
-        self.record(rec, task, inputs, turn=turn, by=by)
+        self.record(rec, task, inputs, turn=turn, by=by, at=at)
         with contextlib.suppress(NothingToResume):  # a repeated turn already carried out
             self._engine.resume(thread_id, task=task, by=by, config=config)
         return thread_id
@@ -107,11 +111,13 @@ class Turns:
         *,
         turn: str | None = None,
         by: str | None = None,
+        at: str | None = None,
     ) -> bool:
         """Record the new input of ``run_again`` (checked, raising InvalidInput and storing
         nothing when refused); False if the turn ``turn`` was recorded before."""
         thread_id = rec.thread_id
         self.refusal(rec, task)
+        base = self.branch_point(rec, task, at) if at is not None else None
         encoded = self.codec.encode(self._engine.validate_inputs(task, inputs), "the new input")
         by = check_by(by) if by is not None else whoami()
         turn = turn or uuid.uuid4().hex
@@ -126,7 +132,8 @@ class Turns:
                     thread_id,
                     TURN_EVENT,
                     key=f"{TURN_EVENT}/{turn}",
-                    data={"turn": turn, "by": by, "from_status": current.status},
+                    data={"turn": turn, "by": by, "from_status": current.status}
+                    | ({"at": at} if at is not None else {}),
                 )
             )
             # Past the gate, which keeps a finished thread's state as it is: this is no
@@ -136,10 +143,39 @@ class Turns:
             # (LangGraph's update "as __end__" with no values), as LangGraph drops a
             # thread's unfinished tasks when it is invoked with new input.
             steps = [[new]] if current.status == "completed" else [[_DROP], [new]]
+            where: Any = _config(thread_id)
+            if base is not None:
+                # A new branch: from the task's checkpoint the graph's run that made
+                # ``at`` went on to, or (a run that never ended) the one it ran at; the
+                # branch names ``at`` for the graph step to start from (``steps._graph``).
+                steps = [[new]] if base[1] else [[_DROP], [new]]
+                where = _config(thread_id)
+                where["configurable"] |= {"checkpoint_id": base[0], STANDS_ON: at}
             with trusted():
-                graph.bulk_update_state(_config(thread_id), steps)
+                graph.bulk_update_state(where, steps)
             self.db.store.set_status(thread_id, "pending")
         return True
+
+    def branch_point(self, rec: ThreadRecord, task: LongTask, at: str) -> tuple[str, bool]:
+        """The task's checkpoint a new input at the graph's own checkpoint ``at`` branches
+        from, and whether the graph's run that made ``at`` finished there (raises
+        InvalidInput if ``at`` is none of the thread's graph's checkpoints)."""
+        assert isinstance(task, GraphApp)  # refusal() said so
+        ns = task.graph_step.name
+        found = next(
+            (m for m in self.db.store.checkpoint_marks(rec.thread_id, ns) if m.checkpoint_id == at),
+            None,
+        )
+        if found is None or found.made_under is None:
+            raise InvalidInput(
+                f"thread {rec.thread_id!r} has no checkpoint {at!r} of its graph; see "
+                f"`longtask history {rec.thread_id} --inner {ns}`"
+            )
+        outer = self.db.store.checkpoint_marks(rec.thread_id)
+        ended = next(
+            (m for m in outer if m.parent_id == found.made_under and m.source == "loop"), None
+        )
+        return (ended.checkpoint_id, True) if ended is not None else (found.made_under, False)
 
     def refusal(self, rec: ThreadRecord, task: LongTask) -> None:
         """Raise InvalidInput (naming what to do) if ``rec`` takes no new input now."""

@@ -388,7 +388,12 @@ class Executor:
             # A new input on a served graph's thread: recorded under the run's id, so a
             # run carried out again after a restart continues the turn it recorded.
             runner.run_again(
-                run.thread_id, req.get("input") or {}, task=task, turn=run.run_id, by=run.actor
+                run.thread_id,
+                req.get("input") or {},
+                task=task,
+                turn=run.run_id,
+                by=run.actor,
+                at=req.get("at"),
             )
         elif kind == "command":
             command = Command(update=req.get("update"), goto=req.get("goto") or ())

@@ -375,8 +375,11 @@ def _turn_config(env: StepEnv, ns: str, config: RunnableConfig) -> RunnableConfi
     made = env.store.checkpoint_marks(thread_id, ns) if here is not None else []
     stands_on = None
     if made and here is not None:
-        runs = _runs_in(env.store.checkpoint_marks(thread_id), here)
+        runs, marked = _runs_in(env.store.checkpoint_marks(thread_id), here)
         stands_on = next((m for m in reversed(made) if m.made_under in runs), None)
+        if stands_on is None and marked is not None:
+            # a new input given at one of the graph's own past checkpoints
+            stands_on = next((m for m in made if m.checkpoint_id == marked), None)
     conf[CONFIG_KEY_RESUMING] = stands_on is not None and stands_on.made_under == here
     if stands_on is None and made:
         # no run of the graph in this line yet (a fork before its first): it starts empty
@@ -387,22 +390,25 @@ def _turn_config(env: StepEnv, ns: str, config: RunnableConfig) -> RunnableConfi
     return {**config, "configurable": conf}
 
 
-def _runs_in(marks: list[CheckpointMark], here: str) -> set[str]:
+def _runs_in(marks: list[CheckpointMark], here: str) -> tuple[set[str], str | None]:
     """The task's checkpoints whose run of the graph step the state at ``here`` has: ``here``
     (a run in progress), and each earlier one on its line whose run went on into the line:
     its next checkpoint there is the one its run made (``loop``), or its run never made one
     (it stopped at the graph's interrupt and the line went on from there, as a new input
     does). A branch made beside a run that finished (a fork at the checkpoint it started
-    at) has none of it."""
+    at) has none of it. The line is followed back to a checkpoint that names the graph's
+    checkpoint it stands on (``STANDS_ON``: a new input at a past one), returned too."""
     by_id = {m.checkpoint_id: m for m in marks}
     finished = {m.parent_id for m in marks if m.source == "loop"}
     out = {here}
     node = by_id.get(here)
-    while node is not None and node.parent_id is not None and node.parent_id not in out:
+    while node is not None and node.stands_on is None:
+        if node.parent_id is None or node.parent_id in out:
+            break
         if node.source == "loop" or node.parent_id not in finished:
             out.add(node.parent_id)
         node = by_id.get(node.parent_id)
-    return out
+    return out, node.stands_on if node is not None else None
 
 
 def _keep_transcript(env: StepEnv, call: NodeCall, info: StepInfo, final: Any) -> None:

@@ -22,6 +22,7 @@ from longtask.store._schema import SCHEMA_VERSION
 from longtask.store._store import (
     FINAL_STATUSES,
     NO_CHECKPOINT,
+    STANDS_ON,
     THREAD_STATUSES,
     CheckpointMark,
     Event,
@@ -51,6 +52,7 @@ __all__ = [
     "NO_ITEM",
     "SCHEMA_VERSION",
     "SKIP_MARK",
+    "STANDS_ON",
     "THREAD_SORTS",
     "THREAD_STATUSES",
     "Artifact",

@@ -109,6 +109,9 @@ class ThreadRecord:
 #: (a graph step's fork before its graph's first run, ``steps._graph``), and the saver stores
 #: the checkpoint made on it as a first one, with no parent
 NO_CHECKPOINT = "00000000-0000-0000-0000-000000000000"
+#: the metadata key of a root checkpoint that names the subgraph checkpoint a graph step's
+#: graph stands on from there (a new input at one of its past checkpoints, ``Turns``)
+STANDS_ON = "lt_graph_at"
 
 
 @dataclass(frozen=True)
@@ -121,6 +124,8 @@ class CheckpointMark:
     source: str
     #: for a subgraph's: the root checkpoint it was made under
     made_under: str | None
+    #: for a root one: the subgraph checkpoint its graph step's graph stands on (``STANDS_ON``)
+    stands_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -553,12 +558,14 @@ class Store(
         for cid, pid, meta in rows:
             data = json.loads(meta)
             under = (data.get("parents") or {}).get("")
+            on = data.get(STANDS_ON)
             out.append(
                 CheckpointMark(
                     str(cid),
                     None if pid is None else str(pid),
                     str(data.get("source") or ""),
                     None if under is None else str(under),
+                    None if on is None else str(on),
                 )
             )
         return out

@@ -1,7 +1,8 @@
 """The second message of a chat, in the differential test of plain LangGraph apps: a new
 run with input on a thread whose graph has finished runs the graph again on its state
 (messages accumulate through the graph's reducer), through the Python SDK and RemoteGraph;
-and a new run with input on a thread paused at the graph's own ``interrupt()``.
+a new run with input from the checkpoint its first run ended at (a branch on the state
+there); and a new run with input on a thread paused at the graph's own ``interrupt()``.
 ``lgdiff_plain_turns.mjs`` is the same through the JS SDK. Called from
 ``lgdiff_plain_drive.drive`` on the thread of its streamed agent run.
 """
@@ -14,6 +15,7 @@ from lgdiff_drive import Trace, _plain, _snapshot
 
 AGAIN = {"messages": [{"role": "user", "content": "And tomorrow?"}]}
 THIRD = {"messages": [{"role": "user", "content": "Thanks!"}]}
+OTHER = {"messages": [{"role": "user", "content": "And in Oslo?"}]}
 MODES = ["values", "updates", "messages-tuple"]
 
 
@@ -30,6 +32,7 @@ async def second_message(
     await t.call("threads.get_history agent again", lg.threads.get_history(tid, limit=20))
     await t.call("runs.wait agent third", lg.runs.wait(tid, "agent", input=THIRD))
     await t.call("runs.list agent again", lg.runs.list(tid))
+    await from_the_past(t, lg, tid)
 
     # -- ask: a new input while the graph waits at its interrupt()
     thread = await t.call("threads.create ask again", lg.threads.create(metadata=tag))
@@ -55,3 +58,16 @@ async def second_message(
     await t.call("RemoteGraph.invoke agent", invoke(first))
     await t.call("RemoteGraph.invoke agent again", invoke(AGAIN))
     await t.call("RemoteGraph.get_state agent again", _snapshot(remote.aget_state(config)))
+
+
+async def from_the_past(t: Trace, lg: Any, tid: str) -> None:
+    """A run with a new message from the checkpoint the thread's first run ended at (as
+    a chat UI sends an edited second message): a branch on the state there."""
+    history = await lg.threads.get_history(tid, limit=50)
+    first_end = [h["checkpoint_id"] for h in history if h["next"] == []][-1]
+    await t.call(
+        "runs.wait agent from a past checkpoint",
+        lg.runs.wait(tid, "agent", input=OTHER, checkpoint_id=first_end),
+    )
+    await t.call("threads.get_state agent branch", lg.threads.get_state(tid))
+    await t.call("threads.get_history agent branch", lg.threads.get_history(tid, limit=50))

@@ -634,3 +634,66 @@ def test_a_fork_after_the_first_turn_has_that_turns_state_only(
     assert _cli(db_url, "status", tid)["status"] == "completed"
     # the first turn's nodes did not run again on the fork
     assert _counts(notes)["call_model start"] == 6
+
+
+def test_a_run_from_a_past_checkpoint_of_the_graph_branches_the_thread_there(
+    db_url: str, chat_llm: FakeOpenAI, tmp_path: Path, notes: Path
+) -> None:
+    """The Server API's history of a served graph's thread lists the graph's own
+    checkpoints; a run with a new message from the one the first turn ended at (as a chat
+    UI edits the second message) has the first turn and the new message only, and the
+    original line's checkpoints keep their state. A run from a checkpoint the graph does
+    not have is refused, storing nothing."""
+    server = _serve(db_url, chat_llm, tmp_path, notes)
+    server.start()
+
+    async def drive() -> None:
+        lg = get_client(url=server.url, api_key=TOKEN)
+        tid = (await lg.threads.create())["thread_id"]
+        await lg.runs.wait(tid, "agent", input=_said(QUESTION))
+        await lg.runs.wait(tid, "agent", input=_said(FOLLOW_UP))
+        head = (await lg.threads.get_state(tid))["checkpoint_id"]
+        history = await lg.threads.get_history(tid, limit=20)
+        assert [h["next"] for h in history][4:6] == [["__start__"], []]
+        after_one = history[5]["checkpoint_id"]  # the first turn's end
+        assert history[4]["parent_checkpoint_id"] == after_one
+        with pytest.raises(Exception, match="no checkpoint"):
+            await lg.runs.wait(tid, "agent", input=_said("x"), checkpoint_id="1f0-not-one")
+        with pytest.raises(Exception, match="takes the new input"):
+            await lg.runs.wait(tid, "agent", checkpoint_id=after_one)
+        assert (await lg.threads.get_state(tid))["checkpoint_id"] == head
+        done = await lg.runs.wait(
+            tid, "agent", input=_said("And in Oslo?"), checkpoint_id=after_one
+        )
+        said = [m["content"] for m in done["messages"] if m["type"] == "human"]
+        assert said == [QUESTION, "And in Oslo?"], done["messages"]
+        state = await lg.threads.get_state(tid)
+        assert [m["type"] for m in state["values"]["messages"]] == CHAT + CHAT
+        assert state["checkpoint_id"] != head
+        # the branch's first checkpoint stands on the first turn's end
+        branch = await lg.threads.get_history(tid, limit=5)
+        assert branch[4]["next"] == ["__start__"]
+        assert branch[4]["parent_checkpoint_id"] == after_one
+        # the original line is as it was
+        before = await lg.threads.get_state(tid, checkpoint_id=head)
+        said = [m["content"] for m in before["values"]["messages"] if m["type"] == "human"]
+        assert said == [QUESTION, FOLLOW_UP]
+        # and a run from the original line's end goes on from there
+        again = await lg.runs.wait(tid, "agent", input=_said("And in Bern?"), checkpoint_id=head)
+        said = [m["content"] for m in again["messages"] if m["type"] == "human"]
+        assert said == [QUESTION, FOLLOW_UP, "And in Bern?"]
+        # from inside the first turn (its input applied, its model not called yet)
+        assert history[8]["next"] == ["call_model"]
+        inside = await lg.runs.wait(
+            tid, "agent", input=_said("In Lima?"), checkpoint_id=history[8]["checkpoint_id"]
+        )
+        said = [m["content"] for m in inside["messages"] if m["type"] == "human"]
+        assert said == [QUESTION, "In Lima?"] and len(inside["messages"]) == 5, inside
+        runs = await lg.runs.list(tid)
+        assert [r["status"] for r in runs] == ["success"] * 5
+
+    try:
+        asyncio.run(drive())
+    finally:
+        server.stop()
+    assert _counts(notes)["call_model start"] == 10  # no turn's nodes ran twice
