@@ -833,7 +833,8 @@ class Engine:
         its graph (``Runner.run_again``): each end is an event of its own."""
         if not isinstance(task, GraphApp):
             return "longtask.completed"
-        turns = len(self.db.store.events(thread_id, kinds=[TURN_STARTED]))
+        # a fork's run (``longtask fork``, then resume) ends once more too
+        turns = len(self.db.store.events(thread_id, kinds=[TURN_STARTED, "manual.fork"]))
         return f"longtask.completed/{turns}" if turns else "longtask.completed"
 
     def _cancel_won(self, task: LongTask, thread_id: str, run: int) -> None:

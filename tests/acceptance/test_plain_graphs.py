@@ -632,6 +632,8 @@ def test_a_fork_after_the_first_turn_has_that_turns_state_only(
     finally:
         server.stop()
     assert _cli(db_url, "status", tid)["status"] == "completed"
+    kinds = [e["kind"] for e in _cli(db_url, "events", tid)]
+    assert kinds.count("longtask.completed") == 3, kinds  # each run's end, the fork's too
     # the first turn's nodes did not run again on the fork
     assert _counts(notes)["call_model start"] == 6
 
@@ -697,3 +699,65 @@ def test_a_run_from_a_past_checkpoint_of_the_graph_branches_the_thread_there(
     finally:
         server.stop()
     assert _counts(notes)["call_model start"] == 10  # no turn's nodes ran twice
+
+
+def test_a_branch_run_carries_on_after_serve_is_killed_in_it(
+    db_url: str, chat_llm: FakeOpenAI, tmp_path: Path, notes: Path
+) -> None:
+    """A run from a past checkpoint, killed (SIGKILL) in its tool call: after a restart
+    it carries on in its branch, on the first turn's state, without running a finished
+    node again."""
+    server = _serve(db_url, chat_llm, tmp_path, notes)
+    server.start()
+    hold = tmp_path / "hold"
+
+    async def start() -> tuple[str, str]:
+        lg = get_client(url=server.url, api_key=TOKEN)
+        tid = (await lg.threads.create())["thread_id"]
+        await lg.runs.wait(tid, "agent", input=_said(QUESTION))
+        await lg.runs.wait(tid, "agent", input=_said(FOLLOW_UP))
+        head = (await lg.threads.get_state(tid))["checkpoint_id"]
+        after_one = [h for h in await lg.threads.get_history(tid, limit=20) if h["next"] == []]
+        hold.touch()  # the branch's tool waits while this file exists
+        await lg.runs.create(
+            tid, "agent", input=_said("And in Oslo?"), checkpoint_id=after_one[-1]["checkpoint_id"]
+        )
+
+        async def searching() -> bool:
+            return _counts(notes).get("search start", 0) == 3
+
+        await _until(searching, "the branch's tool to start")
+        return tid, head
+
+    try:
+        tid, head = asyncio.run(start())
+        server.kill()
+        hold.unlink()
+        server.start()
+
+        async def finished() -> None:
+            lg = get_client(url=server.url, api_key=TOKEN)
+
+            async def idle() -> bool:
+                return bool((await lg.threads.get(tid))["status"] == "idle")
+
+            await _until(idle, "the branch's run to finish after the restart", timeout=120)
+            state = await lg.threads.get_state(tid)
+            said = [m["content"] for m in state["values"]["messages"] if m["type"] == "human"]
+            assert said == [QUESTION, "And in Oslo?"], state["values"]["messages"]
+            assert [m["type"] for m in state["values"]["messages"]] == CHAT + CHAT
+            before = await lg.threads.get_state(tid, checkpoint_id=head)
+            said = [m["content"] for m in before["values"]["messages"] if m["type"] == "human"]
+            assert said == [QUESTION, FOLLOW_UP]
+
+        asyncio.run(finished())
+    finally:
+        server.stop()
+    # the branch's model call was not made again; the killed tool ran again
+    assert _counts(notes) == {
+        "call_model start": 6,
+        "call_model end": 6,
+        "search start": 4,
+        "search end": 3,
+    }
+    assert len(chat_llm.requests) == 6
