@@ -149,7 +149,6 @@ class Turns:
                 # ``at`` went on to, or (a run that never ended) the one it ran at; the
                 # branch names ``at`` for the graph step to start from (``steps._graph``).
                 steps = [[new]] if base[1] else [[_DROP], [new]]
-                where = _config(thread_id)
                 where["configurable"] |= {"checkpoint_id": base[0], STANDS_ON: at}
             with trusted():
                 graph.bulk_update_state(where, steps)
