@@ -117,6 +117,8 @@ EVENT_NOTES: dict[str, str] = {
     "fix.exhausted": "a fix loop ran out of rounds",
     "definition.migrated": "`longtask migrate` moved the thread to another version (the plan)",
     "definition.forced": "a resume with `--allow-changed-definition` went on under changed code",
+    "turn.started": "a new input on a served LangGraph graph's thread: its graph runs again "
+    "on its state (`resume --input`, `runner.run_again`, a new run with input)",
     "notify.sent": "a notice (a pause, a failure, the end; see Notifications) or a run's "
     "webhook was delivered: URL without credentials or query string, HTTP status, attempt; "
     "recorded once per URL however often it is sent",

@@ -36,6 +36,7 @@ from longtask.runtime._queue import Queue, apply_command, worker_name
 from longtask.runtime._reading import Reads
 from longtask.runtime._streams import Streams
 from longtask.runtime._subtasks import Subtasks
+from longtask.runtime._turns import Turns
 from longtask.runtime._watch import Watch
 from longtask.runtime._who import check_by
 from longtask.store import DEFAULT_INLINE_LIMIT, ValueCodec
@@ -164,6 +165,7 @@ class Runner:
         self.watch = Watch(self.db, self.reads)
         self.travel = TimeTravel(self.db, self.codec, self.reads, self.engine)
         self.streams = Streams(self.engine, self.pauses)
+        self.turns = Turns(self.db, self.codec, self.reads, self.engine, self.queue)
         # the operations
         self.reports = Reports(self.db, self.codec, self.reads)
         self.moves = Moves(self.db)
@@ -199,6 +201,7 @@ class Runner:
     start = via("engine", Engine.start)
     resume = via("engine", Engine.resume)
     submit = via("engine", Engine.submit)
+    run_again = via("turns", Turns.run_again)
     stream = via("streams", Streams.stream)
     astream = via("streams", Streams.astream)
     astream_events = via("streams", Streams.astream_events)

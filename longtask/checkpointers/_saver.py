@@ -57,6 +57,7 @@ from longtask.checkpointers._maps import (
 )
 from longtask.checkpointers._reader import _ABSENT, CheckpointReader, version_key
 from longtask.checkpointers._saver_sql import EVENTS_SQL, Batch
+from longtask.store._store import NO_CHECKPOINT
 
 if TYPE_CHECKING:
     from longtask.checkpointers._saver_sql import Backend
@@ -209,6 +210,8 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         thread_id = str(conf["thread_id"])
         ns = str(conf.get("checkpoint_ns", ""))
         parent_id = conf.get("checkpoint_id")
+        if parent_id == NO_CHECKPOINT:  # a graph started on no checkpoint: a first one
+            parent_id = None
         checkpoint_id = checkpoint["id"]
         cv = checkpoint["channel_versions"]
         vs = checkpoint["versions_seen"]

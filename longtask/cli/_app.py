@@ -363,6 +363,16 @@ def resume(
             help="Which pause --resume answers: its step name or LangGraph interrupt id.",
         ),
     ] = None,
+    new_input: Annotated[
+        str | None,
+        typer.Option(
+            "--input",
+            help=(
+                "A new input (JSON or @file) for a served LangGraph graph's thread that has "
+                "finished: the graph runs again on its state (a chat's next message)."
+            ),
+        ),
+    ] = None,
     allow_changed_definition: Annotated[
         bool,
         typer.Option(
@@ -382,8 +392,8 @@ def resume(
         typer.Option(
             "--by",
             help=(
-                "Who skips (with --goto), answers (with --resume) or changes the state (with "
-                "--update) [default: you]."
+                "Who skips (with --goto), answers (with --resume), changes the state (with "
+                "--update) or sends a new input (with --input) [default: you]."
             ),
             callback=checked_by,
         ),
@@ -393,8 +403,24 @@ def resume(
     """Continue a thread from its last checkpoint.
 
     For a failed, interrupted or paused thread; finished steps do not run again. A --goto
-    past a pending approval or wait is refused unless --skip-pending."""
+    past a pending approval or wait is refused unless --skip-pending. With --input, a
+    served LangGraph graph's finished thread runs its graph again on its state."""
     command = None
+    if new_input is not None:
+        if resume_value is not None or update is not None or goto or interrupt is not None:
+            raise typer.BadParameter(
+                "starts a new run of the graph: use it without --resume, --update, --goto "
+                "and --interrupt",
+                param_hint="--input",
+            )
+        again = _parse_json(new_input, "--input")
+        if not isinstance(again, dict):
+            raise typer.BadParameter(
+                "must be a JSON object of the graph's input", param_hint="--input"
+            )
+        with _runner(db, thread_id, on_update=_printer()) as runner:
+            runner.run_again(thread_id, again, by=by)
+            raise typer.Exit(_finish(runner, thread_id))
     resume_v = _parse_json(resume_value, "--resume")
     if interrupt is not None and (resume_value is None or update is not None or goto):
         raise typer.BadParameter(

@@ -50,6 +50,11 @@ class GraphStep(Step):
     recursion_limit: int | None = None
     #: price per million tokens (input, output) by model name; overrides the built-in table
     prices: dict[str, tuple[float, float]] | None = None
+    #: the graph's state is the thread's, kept from one run of the step to the next (a
+    #: served LangGraph graph, ``model.graph_app``): its checkpoints are in one namespace,
+    #: the step's name, as LangGraph keeps a ``checkpointer=True`` subgraph's, so a new
+    #: input is applied to the state the last run left (``Runner.run_again``)
+    keeps_state: bool = False
     #: a graph step may stop at an interrupt of the graph's own; while one is unanswered the
     #: step's result is guarded like a pause's (see ``graphs._checked``)
     may_pause: ClassVar[bool] = True
@@ -79,6 +84,8 @@ class GraphStep(Step):
             "input": _qualname(self.input) if self.input else None,
             "output": _qualname(self.output) if self.output else None,
             "recursion_limit": self.recursion_limit,
+            # only when set: the hash of every other graph step stays as it was
+            **({"keeps_state": True} if self.keeps_state else {}),
         }
 
 

@@ -43,8 +43,11 @@ def graph_app(name: str, graph: Any, *, description: str = "") -> GraphApp:
     """``graph`` served as the LongTask ``name``: one stage and one graph step (named after
     ``name``), whose input is the run's input and whose result is the graph's final state."""
     step = step_name_for(name)
+    # The graph's state is the thread's: a new input on a finished thread continues it,
+    # as on LangGraph's server (``Runner.run_again``).
+    inner = graph_step(step, graph).model_copy(update={"keeps_state": True})
     return GraphApp(
         name=name,
-        stages=(Stage(step, [graph_step(step, graph)]),),
+        stages=(Stage(step, [inner]),),
         description=description or f"the LangGraph graph {name!r}",
     )

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from longtask.runtime._streams import Streams
     from longtask.runtime._subtasks import Subtasks
     from longtask.runtime._taskref import find_ref, load_task, load_versions
+    from longtask.runtime._turns import Turns
     from longtask.runtime._usage import StepUsage, ThreadUsage
     from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
     from longtask.runtime._watch import Watch
@@ -58,6 +59,7 @@ _LAZY = {
     "StepUsage": "longtask.runtime._usage",
     "Streams": "longtask.runtime._streams",
     "Subtasks": "longtask.runtime._subtasks",
+    "Turns": "longtask.runtime._turns",
     "ThreadCost": "longtask.runtime._costs",
     "ThreadStatus": "longtask.runtime._views",
     "ThreadUsage": "longtask.runtime._usage",
@@ -95,6 +97,7 @@ __all__ = [
     "ThreadStatus",
     "ThreadUsage",
     "TimeTravel",
+    "Turns",
     "UpdateHook",
     "Watch",
     "Worker",

@@ -34,7 +34,7 @@ from longtask.errors import (
     connection_error,
 )
 from longtask.graphs import compile_graph, entry_node
-from longtask.model import LongTask, PauseStep
+from longtask.model import GraphApp, LongTask, PauseStep
 from longtask.runtime._answers import GATE_ANSWER, NotWaiting, refuse_repeated_outcome
 from longtask.runtime._calls import (
     CALL_CONFIG,
@@ -74,7 +74,7 @@ from longtask.store import (
     ValueCodec,
 )
 from longtask.store._fence import lease_lost
-from longtask.store._kinds import GATE_KINDS, SUBTASK_KIND
+from longtask.store._kinds import GATE_KINDS, SUBTASK_KIND, TURN_STARTED
 from longtask.store._limits import settle_statement
 
 if TYPE_CHECKING:
@@ -822,11 +822,20 @@ class Engine:
         # refused once the thread is completed): a cancel that came while the last step ran
         # wins and is carried out here; otherwise the thread completes and the cancel is
         # answered "too late".
-        completed = NewEvent(thread_id, "longtask.completed", "longtask.completed")
+        completed = NewEvent(thread_id, "longtask.completed", self._completed_key(task, thread_id))
         if not self.db.saver.settle(
             thread_id, *settle_statement(thread_id, "completed"), completed
         ):
             self._cancel_won(task, thread_id, run)
+
+    def _completed_key(self, task: LongTask, thread_id: str) -> str:
+        """A thread completes once, but for a served graph's, which completes each run of
+        its graph (``Runner.run_again``): each end is an event of its own."""
+        if not isinstance(task, GraphApp):
+            return "longtask.completed"
+        # a fork's run (``longtask fork``, then resume) ends once more too
+        turns = len(self.db.store.events(thread_id, kinds=[TURN_STARTED, "manual.fork"]))
+        return f"longtask.completed/{turns}" if turns else "longtask.completed"
 
     def _cancel_won(self, task: LongTask, thread_id: str, run: int) -> None:
         request = self.db.store.cancel_request(thread_id) or {"reason": "cancelled"}

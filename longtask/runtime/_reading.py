@@ -117,6 +117,29 @@ def _committed_in(tup: Any) -> set[str]:
     return {c[4:] for c in tup.checkpoint.get("channel_versions", {}) if c[:4] == "out."}
 
 
+#: the task inputs' channel (steps.INPUTS_CHANNEL; not imported: no LangGraph here)
+_INPUTS = "lt.inputs"
+
+
+def _later(a: Any, b: Any) -> bool:
+    """Whether channel version ``a`` is later than ``b`` (LangGraph's versions are ints, or
+    strings that sort as they grow)."""
+    try:
+        return bool(a > b)
+    except TypeError:
+        return str(a) > str(b)
+
+
+def _new_input(tup: Any) -> bool:
+    """Whether the checkpoint's input was written after every step's result: a new run of
+    a served LangGraph graph under way (``Runner.run_again``), whose results so far are
+    the last run's."""
+    versions = tup.checkpoint.get("channel_versions", {})
+    given = versions.get(_INPUTS)
+    results = [v for c, v in versions.items() if c[:4] == "out."]
+    return given is not None and bool(results) and all(_later(given, v) for v in results)
+
+
 def _done_in(tup: Any, committed: set[str] | None = None) -> set[str]:
     if tup is None:
         return set()
@@ -152,7 +175,7 @@ def derived_status(
     # writes (a super-step cut off before its checkpoint) need a resume to finish it.
     if committed is None:
         committed = _committed_in(tup)
-    if steps and all(s.name in committed for s in steps):
+    if steps and all(s.name in committed for s in steps) and not _new_input(tup):
         return "completed", []
     if status == "running":
         pending = open_interrupts(tup)
@@ -194,6 +217,9 @@ class Reads:
         tup = self.db.reader.head(thread_id, load="fix.", search=("out.", SKIP_MARK))
         committed = _committed_in(tup)
         done = _done_in(tup, committed)
+        if tup is not None and _new_input(tup):
+            # a served graph's new run under way: the results are the last run's
+            committed = done = set()
         skipped = _skipped_in(tup)
         waiting = {w["step"]: w["kind"] for w in rec.waiting or ()}
         values: dict[str, Any] = dict(tup.checkpoint.get("channel_values", {})) if tup else {}

@@ -417,6 +417,17 @@ class Executor:
                 if not again:
                     raise
                 # Carried out before the restart; the thread went on from it.
+        elif kind == "turn":
+            # A new input on a served graph's thread: recorded under the run's id, so a
+            # run carried out again after a restart continues the turn it recorded.
+            runner.run_again(
+                run.thread_id,
+                req.get("input") or {},
+                task=task,
+                turn=run.run_id,
+                by=run.actor,
+                at=req.get("at"),
+            )
         elif kind == "command":
             command = Command(update=req.get("update"), goto=req.get("goto") or ())
             runner.resume(run.thread_id, command, task=task, by=run.actor)

@@ -50,10 +50,12 @@ from longtask.steps._function import (
     step_started,
 )
 from longtask.steps._prices import cost_of
+from longtask.store import NO_CHECKPOINT, CheckpointMark
 from longtask.store._kinds import PAUSE_KINDS
 
 try:  # pragma: no cover - the import that works depends on LangGraph's version
     from langgraph._internal._constants import (
+        CONFIG_KEY_CHECKPOINT_MAP,
         CONFIG_KEY_RESUME_MAP,
         CONFIG_KEY_RESUMING,
         CONFIG_KEY_SCRATCHPAD,
@@ -62,11 +64,12 @@ except ImportError:  # pragma: no cover - LangGraph moved them; their values hav
     CONFIG_KEY_SCRATCHPAD = "__pregel_scratchpad"
     CONFIG_KEY_RESUMING = "__pregel_resuming"
     CONFIG_KEY_RESUME_MAP = "__pregel_resume_map"
+    CONFIG_KEY_CHECKPOINT_MAP = "checkpoint_map"
 
 #: the kind of pause an interrupt of a graph step's own graph is
 INTERRUPT_KIND = "interrupt"
 
-__all__ = ["INTERRUPT_KIND", "graph_node", "resolve_graph", "to_json"]
+__all__ = ["INTERRUPT_KIND", "graph_node", "kept_ns", "resolve_graph", "to_json"]
 
 
 def resolve_graph(step: GraphStep, config: RunnableConfig) -> Any:
@@ -89,7 +92,13 @@ def resolve_graph(step: GraphStep, config: RunnableConfig) -> Any:
                 "compiled graph"
             )
     if kind == "builder":
-        return graph.compile()
+        graph = graph.compile()
+    if step.keeps_state:
+        # LangGraph's own way for a subgraph whose state outlives one call: its checkpoints
+        # in one namespace (the step's name, without the task id), on the parent's saver.
+        return graph.copy(update={"checkpointer": True})
+    if kind == "builder":
+        return graph
     saver = getattr(graph, "checkpointer", None)
     if saver is not None and not isinstance(saver, bool):
         return graph.copy(update={"checkpointer": None})
@@ -339,6 +348,69 @@ def _as_pause(
     return GraphInterrupt(tuple(out))
 
 
+def kept_ns(ns: Any) -> str:
+    """The namespace a graph step that keeps its state (``keeps_state``) has its graph's
+    checkpoints in: the node's, without task ids (as LangGraph keeps a ``checkpointer=True``
+    subgraph's)."""
+    return "|".join(part.split(":")[0] for part in str(ns or "").split("|"))
+
+
+def _turn_config(env: StepEnv, ns: str, config: RunnableConfig) -> RunnableConfig:
+    """``config`` saying where this run of a state-keeping graph step starts the graph: it
+    continues the graph's run in progress, or starts a new one on the state the graph had
+    at this checkpoint of the task.
+
+    Its checkpoints are in one namespace for every run of the step and every branch of the
+    thread, so the latest of them says neither: each notes the task's checkpoint it was
+    made under (LangGraph's ``parents``), and the graph stands on the latest made under a
+    checkpoint whose run of the graph this one has (``_runs_in``). Made under this very
+    checkpoint (a crash, a pause or a retry: the step's node runs again at the super-step
+    it ran at), the graph continues it; made earlier (a new input, a fork), a new run of
+    the graph starts on it and applies the input to its state through the graph's
+    reducers. So a fork of the thread at an earlier checkpoint has the graph's state as
+    it was there, not a later turn's."""
+    conf = dict(config.get("configurable") or {})
+    here = (conf.get(CONFIG_KEY_CHECKPOINT_MAP) or {}).get("")
+    thread_id = str(conf.get("thread_id"))
+    made = env.store.checkpoint_marks(thread_id, ns) if here is not None else []
+    stands_on = None
+    if made and here is not None:
+        runs, marked = _runs_in(env.store.checkpoint_marks(thread_id), here)
+        stands_on = next((m for m in reversed(made) if m.made_under in runs), None)
+        if stands_on is None and marked is not None:
+            # a new input given at one of the graph's own past checkpoints
+            stands_on = next((m for m in made if m.checkpoint_id == marked), None)
+    conf[CONFIG_KEY_RESUMING] = stands_on is not None and stands_on.made_under == here
+    if stands_on is None and made:
+        # no run of the graph in this line yet (a fork before its first): it starts empty
+        conf["checkpoint_id"] = NO_CHECKPOINT
+    elif stands_on is not None and stands_on.checkpoint_id != made[-1].checkpoint_id:
+        # not the namespace's latest (that is another branch's): the graph reads this one
+        conf["checkpoint_id"] = stands_on.checkpoint_id
+    return {**config, "configurable": conf}
+
+
+def _runs_in(marks: list[CheckpointMark], here: str) -> tuple[set[str], str | None]:
+    """The task's checkpoints whose run of the graph step the state at ``here`` has: ``here``
+    (a run in progress), and each earlier one on its line whose run went on into the line:
+    its next checkpoint there is the one its run made (``loop``), or its run never made one
+    (it stopped at the graph's interrupt and the line went on from there, as a new input
+    does). A branch made beside a run that finished (a fork at the checkpoint it started
+    at) has none of it. The line is followed back to a checkpoint that names the graph's
+    checkpoint it stands on (``STANDS_ON``: a new input at a past one), returned too."""
+    by_id = {m.checkpoint_id: m for m in marks}
+    finished = {m.parent_id for m in marks if m.source == "loop"}
+    out = {here}
+    node = by_id.get(here)
+    while node is not None and node.stands_on is None:
+        if node.parent_id is None or node.parent_id in out:
+            break
+        if node.source == "loop" or node.parent_id not in finished:
+            out.add(node.parent_id)
+        node = by_id.get(node.parent_id)
+    return out, node.stands_on if node is not None else None
+
+
 def _keep_transcript(env: StepEnv, call: NodeCall, info: StepInfo, final: Any) -> None:
     """A graph whose state has LangChain ``messages`` (an agent's) keeps them, as an agent
     step does: the artifact ``<step>.transcript.json`` (``runner.transcript``)."""
@@ -371,6 +443,8 @@ def graph_node(
         call = NodeCall.from_config(config)
         # where LangGraph keeps the graph's own checkpoints (`longtask history --inner`)
         ns = (config.get("metadata") or {}).get("langgraph_checkpoint_ns")
+        if step.keeps_state:
+            ns = kept_ns(ns)
         step_started(env, call, info, first_attempt(env, call, info), {"checkpoint_ns": ns})
         started = time.monotonic()
         ctx = env.context(call, info, state)
@@ -383,6 +457,8 @@ def graph_node(
             if step.recursion_limit is not None:
                 sub = {**sub, "recursion_limit": step.recursion_limit}
 
+            if step.keeps_state:
+                sub = _turn_config(env, str(ns), sub)
             stop = _unanswered_stop(graph, sub, call, info)
             if stop is not None:
                 raise _as_pause(GraphInterrupt((stop,)), env, call, info, graph, sub)
@@ -412,6 +488,8 @@ def graph_node(
                         CONFIG_KEY_RESUMING: True,
                         CONFIG_KEY_SCRATCHPAD: None,
                     }
+                    # the graph's latest checkpoint is this run's now (`_turn_config`)
+                    conf.pop("checkpoint_id", None)
                     args = (None, {**sub, "configurable": conf})
                 called.append(True)
                 try:

@@ -28,6 +28,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "fix.round",
     "fix.exhausted",
     "definition.migrated",
+    "turn.started",
     "definition.forced",
     "notify.sent",
     "notify.failed",
@@ -36,6 +37,9 @@ EVENT_KINDS: tuple[str, ...] = (
         for k in ("skip", "retry", "resolve", "fork", "copy", "cancel", "budget", "goto", "update")
     ),
 )
+
+#: a new input on a served LangGraph graph's thread: its graph runs again (runtime._turns)
+TURN_STARTED = "turn.started"
 
 #: Events about work in progress: stored within a second of being emitted, in their own small
 #: fenced transactions (see EventWriter), so other processes see a running step. Every other

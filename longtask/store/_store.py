@@ -107,6 +107,29 @@ class ThreadRecord:
         }
 
 
+#: a checkpoint id no thread has: a subgraph addressed at it starts from an empty state
+#: (a graph step's fork before its graph's first run, ``steps._graph``), and the saver stores
+#: the checkpoint made on it as a first one, with no parent
+NO_CHECKPOINT = "00000000-0000-0000-0000-000000000000"
+#: the metadata key of a root checkpoint that names the subgraph checkpoint a graph step's
+#: graph stands on from there (a new input at one of its past checkpoints, ``Turns``)
+STANDS_ON = "lt_graph_at"
+
+
+@dataclass(frozen=True)
+class CheckpointMark:
+    """A checkpoint's place, without its state (``Store.checkpoint_marks``)."""
+
+    checkpoint_id: str
+    parent_id: str | None
+    #: what made it (LangGraph's ``source``: input, loop, update, fork)
+    source: str
+    #: for a subgraph's: the root checkpoint it was made under
+    made_under: str | None
+    #: for a root one: the subgraph checkpoint its graph step's graph stands on (``STANDS_ON``)
+    stands_on: str | None = None
+
+
 @dataclass(frozen=True)
 class Event:
     id: int
@@ -533,6 +556,32 @@ class Store(
             (thread_id,),
         )
         return [(str(r[0]), None if r[1] is None else str(r[1])) for r in rows]
+
+    def checkpoint_marks(self, thread_id: str, ns: str = "") -> list[CheckpointMark]:
+        """Every checkpoint of the thread's namespace ``ns`` (``""``: its root checkpoints;
+        else a subgraph's), in the order they were stored, with its parent, what made it
+        and the root checkpoint it was made under (LangGraph notes the parent graph's
+        checkpoint in a subgraph checkpoint's metadata, ``parents``). Never the state."""
+        rows = self._run(
+            "SELECT checkpoint_id, parent_id, metadata FROM longtask_cp_checkpoints "
+            "WHERE thread_id = ? AND checkpoint_ns = ? ORDER BY seq, checkpoint_id",
+            (thread_id, ns),
+        )
+        out: list[CheckpointMark] = []
+        for cid, pid, meta in rows:
+            data = json.loads(meta)
+            under = (data.get("parents") or {}).get("")
+            on = data.get(STANDS_ON)
+            out.append(
+                CheckpointMark(
+                    str(cid),
+                    None if pid is None else str(pid),
+                    str(data.get("source") or ""),
+                    None if under is None else str(under),
+                    None if on is None else str(on),
+                )
+            )
+        return out
 
     # -- blobs -------------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@
 //   node lgdiff_plain_drive.mjs URL API_KEY      (run where node_modules holds the SDK)
 import { createRequire } from "node:module";
 import path from "node:path";
+import { secondMessage } from "./lgdiff_plain_turns.mjs";
 
 // The SDK is installed by the test outside the repository: resolve it from the directory
 // the test runs this in.
@@ -71,6 +72,7 @@ await call("threads.get agent done", client.threads.get(tid));
 await call("threads.get_state agent done", client.threads.getState(tid));
 await call("threads.get_history agent", client.threads.getHistory(tid, { limit: 10 }));
 await call("runs.list agent", client.runs.list(tid));
+const agentThread = tid;
 
 // -- ask: to the pause, read it, resume with a command
 thread = await call("threads.create ask", client.threads.create({ metadata: tag }));
@@ -92,5 +94,8 @@ tid = thread.thread_id;
 await call("runs.wait ask to pause", client.runs.wait(tid, "ask", { input: TOPIC }));
 await call("runs.wait ask resume", client.runs.wait(tid, "ask", { command: { resume: REVIEW } }));
 await call("threads.get ask wait done", client.threads.get(tid));
+
+// -- a second message on the agent's thread (and a new input at a pause)
+await secondMessage({ client, call, stream, tid: agentThread, tag });
 
 process.stdout.write(JSON.stringify(trace));

@@ -8,7 +8,8 @@ through the JS SDK.
 thread's state, history and thread object. ``ask`` (a graph with its own ``interrupt()``):
 a run to the pause, the paused thread read every way, a resume with ``Command(resume=...)``
 streamed, the state and history; a resume by ``runs.wait``; RemoteGraph invoke to the pause,
-its state, and a streamed resume.
+its state, and a streamed resume. Then a second message on the agent's thread, and a new
+input at the ask graph's pause (``lgdiff_plain_turns``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from langgraph_sdk import get_client
 from lgdiff_drive import Trace, _ok, _plain, _snapshot
+from lgdiff_plain_turns import second_message
 
 CHAT = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
 TOPIC = {"topic": "rain"}
@@ -46,6 +48,7 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     await t.call("threads.get_state agent done", lg.threads.get_state(tid))
     await t.call("threads.get_history agent", lg.threads.get_history(tid, limit=10))
     await t.call("runs.list agent", lg.runs.list(tid))
+    agent_thread = tid
 
     # -- ask: to the pause, read it, resume with a command
     thread = await t.call("threads.create ask", lg.threads.create(metadata=tag))
@@ -103,6 +106,9 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     await t.call("RemoteGraph.get_state", _snapshot(remote.aget_state(config)))
     await t.call("RemoteGraph.stream v2 resume", stream_v2())
     await t.call("RemoteGraph.get_state done", _snapshot(remote.aget_state(config)))
+
+    # -- a second message on the agent's thread (and a new input at a pause)
+    await second_message(t, lg, url, api_key, agent_thread, tag)
     return t.items
 
 

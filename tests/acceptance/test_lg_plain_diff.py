@@ -3,7 +3,8 @@
 served by LangGraph's own server (``langgraph-api``, in memory) and by
 ``longtask serve --config lgapps/langgraph.json``, driven by one script through the Python
 SDK and RemoteGraph (``lgdiff_plain_drive.py``) and the JS SDK
-(``lgdiff_plain_drive.mjs``): run, stream, pause, resume, state, history. Answers are
+(``lgdiff_plain_drive.mjs``): run, stream, pause, resume, state, history, and a second
+message on a finished thread and a new input at a pause (``lgdiff_plain_turns``). Answers are
 compared by shape as in ``test_lg_differential.py``; what differs on purpose is
 ``lgdiff_shapes.PLAIN_INTENDED``, each with its reason; anything else fails the test.
 """

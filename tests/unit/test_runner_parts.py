@@ -20,6 +20,7 @@ from longtask.runtime import (
     Streams,
     Subtasks,
     TimeTravel,
+    Turns,
     Watch,
 )
 
@@ -35,6 +36,7 @@ PARTS = {
     "travel": TimeTravel,
     "streams": Streams,
     "subtasks": Subtasks,
+    "turns": Turns,
     "reports": Reports,
     "moves": Moves,
     "copies": Copies,

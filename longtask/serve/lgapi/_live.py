@@ -225,7 +225,9 @@ class LiveParts:
                 return []
             intrs = _graph_interrupts(chunk[_INTERRUPT])
             return [sse("values", {**(self._last_values or {}), _INTERRUPT: intrs})]
-        if not ns[0].startswith(f"{self.plain}:"):
+        # the step's node's namespace (``step:task``), or the graph's own one it keeps its
+        # state in (``step``)
+        if ns[0] != self.plain and not ns[0].startswith(f"{self.plain}:"):
             return []
         inner = ns[1:]
         if inner and not self.subgraphs:

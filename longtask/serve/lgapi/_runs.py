@@ -23,7 +23,7 @@ from longtask.serve._executor import FINAL_RUN
 from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
 from longtask.serve.lgapi._assistant_body import inputs_with_context, run_settings
-from longtask.serve.lgapi._body import mapping_field, query_integer
+from longtask.serve.lgapi._body import id_text, mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
 from longtask.serve.lgapi._json import run_json, sse
@@ -114,6 +114,24 @@ def _at_head(api: Api, thread_id: str | None, body: dict[str, Any]) -> dict[str,
     ):
         return {k: v for k, v in body.items() if k not in ("checkpoint_id", "checkpoint")}
     return body
+
+
+def _plain_at(api: Api, thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with a past checkpoint of a served plain graph's thread named as its
+    ``checkpoint_id`` only (one of the graph's own checkpoints, which its history lists): a
+    run from there is carried out (a new input on a branch, ``Runner.run_again(at=)``)."""
+    given = body.get("checkpoint_id")
+    checkpoint = body.get("checkpoint")
+    if isinstance(checkpoint, dict):
+        given = given or checkpoint.get("checkpoint_id")
+    if not given or thread_id is None:
+        return body
+    rec = api.runner.db.store.get_thread(thread_id)
+    entry = api.registry.find(rec.task_name) if rec is not None else None
+    if rec is None or entry is None or not isinstance(entry.for_thread(rec), GraphApp):
+        return body
+    rest = {k: v for k, v in body.items() if k != "checkpoint"}
+    return {**rest, "checkpoint_id": given}
 
 
 def _plain_head(api: Api, thread_id: str) -> str | None:
@@ -283,6 +301,11 @@ def routes(api: Api) -> list[Route]:
             )
         command = body.get("command")
         raw_input = body.get("input")
+        if command and body.get("checkpoint_id") is not None:
+            raise InvalidInput(
+                "a command from a past checkpoint of a served graph's thread is not supported: "
+                "send a new input from there, or answer the thread's latest interrupt"
+            )
         if command:
             if rec is None:
                 raise InvalidInput(f"thread {thread_id!r} has not started: send input to start it")
@@ -295,7 +318,28 @@ def routes(api: Api) -> list[Route]:
             raw_input = chat_input(raw_input, entry.task)
             raw_input = inputs_with_context(runner, entry.task, raw_input, defaults)
             return new_thread, {"kind": "start", "graph": entry.name, "input": raw_input or {}}
+        at = body.get("checkpoint_id")
+        if at is not None and not raw_input:
+            raise InvalidInput(
+                "a run from a past checkpoint of a served graph's thread takes the new input "
+                "to run it with (a run of it as it was is not supported): send input, or fork "
+                f"with `longtask fork {thread_id} CHECKPOINT` and resume"
+            )
         if raw_input:
+            task = entry.for_thread(rec)
+            if isinstance(task, GraphApp):
+                # A served LangGraph graph runs again on its state, as on LangGraph's
+                # server (the next message of a chat); checked now, storing nothing.
+                if not isinstance(raw_input, dict):
+                    raise InvalidInput("a run's input is an object of the graph's input")
+                raw_input = chat_input(raw_input, task)
+                runner.turns.refusal(rec, task)
+                runner.engine.validate_inputs(task, raw_input)
+                if at is None:
+                    return new_thread, {"kind": "turn", "input": raw_input}
+                id_text(at, "checkpoint_id")
+                runner.turns.branch_point(rec, task, at)
+                return new_thread, {"kind": "turn", "input": raw_input, "at": at}
             if rec.status in ("completed", "failed", "cancelled"):
                 raise InvalidInput(
                     f"thread {thread_id!r} has {rec.status} task {entry.name!r}: a longtask "
@@ -337,8 +381,10 @@ def routes(api: Api) -> list[Route]:
         dry: bool,
     ) -> ApiRun | None:
         thread_id_given = thread_id
-        body = _at_head(api, thread_id, body)
-        refuse_unsupported(body)
+        given = _at_head(api, thread_id, body)
+        body = _plain_at(api, thread_id, given)
+        plain_at = body is not given  # carried out: not an unsupported option here
+        refuse_unsupported({k: v for k, v in body.items() if k != "checkpoint_id" or not plain_at})
         config = _config_of(body)
         settings = run_settings(assistant, body, config)
         shown_id = assistant.assistant_id if assistant is not None else entry.assistant_id
@@ -381,7 +427,11 @@ def routes(api: Api) -> list[Route]:
                 _one_of(body.get("input"))
             if dry:
                 return None
-            asked = {k: body[k] for k in ("input", "command", "if_not_exists") if k in body}
+            asked = {
+                k: body[k]
+                for k in ("input", "command", "if_not_exists", "checkpoint_id")
+                if k in body
+            }
             request = {"kind": "queued", "body": asked, **shown}
             return record(
                 api,
