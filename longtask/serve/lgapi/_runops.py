@@ -198,14 +198,22 @@ def routes(api: Api) -> list[Route]:
             ]
         if not runs:
             raise HTTPException(404, "No runs found to cancel.")
-        return runs
+        open_runs = [r for r in runs if r.status not in FINAL_RUN]
+        if not open_runs:
+            # Found, but every one has ended: nothing to cancel, as LangGraph's server says
+            raise HTTPException(
+                404,
+                "No matching runs to cancel: the runs named have ended (GET "
+                f"/threads/{runs[0].thread_id}/runs lists a thread's runs and their status)",
+            )
+        return open_runs
 
     async def cancel_many(request: Request, actor: str) -> Response:
         refuse_action(request)
         body = await api.json_body(request)
         runs = await api.call(to_cancel, caller_of(request), body)
         for run in runs:
-            # A run that has ended is left as it is, as LangGraph's server leaves it.
+            # A run that ends meanwhile is left as it is (cancel_run cancels an open one).
             await cancel_run(api, run, actor)
         return Response(status_code=204)
 
