@@ -1,8 +1,8 @@
 """The differential test's calls of ``runs.cancel_many`` and an assistant's subgraphs by
 namespace (issue 43), through the Python SDK: a cancel of a run that has ended, of a run
 that does not exist and with both of the body's forms (each refused, on both servers),
-and the subgraphs under the chat task's step names (none on either server: the chat
-graph has no subgraph, the task's agent step is built when it runs). ``lgdiff_more.mjs``
+and the subgraphs under the chat task's step names (the agent that ``answer`` runs, on both
+servers; none under ``approve``). ``lgdiff_more.mjs``
 makes the same calls, with the same labels, through the JS SDK; ``lgdiff_drive.drive``
 calls ``drive`` here. A cancel by ``status`` is not called: it would cancel the runs other
 parts of the script leave open (the batch's), at whatever point each server has them."""

@@ -16,9 +16,11 @@ from typing_extensions import TypedDict
 
 from longtask import (
     LongTask,
+    Prompt,
     Runner,
     Stage,
     StepContext,
+    agent_step,
     approval,
     function_step,
     graph_step,
@@ -79,10 +81,22 @@ _outer.add_node("child", _child.compile())
 _outer.add_edge(START, "child")
 _outer.add_edge("child", END)
 
-#: a task with one graph step, whose graph has a subgraph of its own
+
+def lookup(topic: str) -> str:
+    """Look a topic up."""
+    return f"facts about {topic}"
+
+
+#: a task with a graph step, whose graph has a subgraph of its own, and an agent step
 GRAPHED = LongTask(
     "more_graphed",
-    stages=[Stage("g", [graph_step("inner", _outer.compile(), input=lambda ctx: {"n": 1})])],
+    stages=[
+        Stage("g", [graph_step("inner", _outer.compile(), input=lambda ctx: {"n": 1})]),
+        Stage(
+            "a",
+            [agent_step("ask", prompt=Prompt(name="ask", template="hello"), tools=[lookup])],
+        ),
+    ],
 )
 
 
@@ -247,13 +261,18 @@ def test_an_assistant_s_subgraphs_are_its_graph_steps_by_namespace(client: TestC
         return got.json()
 
     every = get("")
-    assert list(every) == ["inner"]
+    assert list(every) == ["inner", "ask"]
     assert every["inner"]["input_schema"]["properties"] == {"n": {"title": "N", "type": "integer"}}
-    assert get("/inner") == every
+    assert list(every["inner"]["state_schema"]["properties"]) == ["n"]
+    # The agent step's agent, built without a model call or a key: its messages state.
+    assert "messages" in every["ask"]["input_schema"]["properties"]
+    assert "messages" in every["ask"]["state_schema"]["properties"]
+    assert get("/inner") == {"inner": every["inner"]}
+    assert get("/ask") == {"ask": every["ask"]}
     assert get("/inner|child") == {}  # a nested namespace needs recurse, as on LangGraph's
     nested = get("/inner|child", recurse="true")
     assert list(nested) == ["inner|child"]
-    assert list(get("", recurse="true")) == ["inner", "inner|child"]
+    assert list(get("", recurse="true")) == ["inner", "inner|child", "ask"]
     assert get("/no-such-step") == {}
     # A task without graph steps has none, under any namespace.
     assert client.get("/assistants/more_held/subgraphs/held", headers=BOB).json() == {}
