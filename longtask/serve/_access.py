@@ -539,6 +539,14 @@ class Access:
             # prune: the threads it names, as LangGraph's server asks its handlers
             body = await _json_object(request)
             value = {"thread_ids": body.get("thread_ids"), "strategy": body.get("strategy")}
+        elif thread_id is None and action == "update":
+            # POST /runs/cancel: the values LangGraph's server gives its handler
+            body = await _json_object(request)
+            value = {
+                "thread_id": body.get("thread_id"),
+                "action": request.query_params.get("action", "interrupt"),
+                "metadata": {"run_ids": body.get("run_ids"), "status": body.get("status")},
+            }
         elif thread_id is None and action == "search":
             body = await _json_object(request) if request.method == "POST" else {}
             value = {k: body.get(k) for k in ("metadata", "values", "status", "limit", "offset")}
@@ -550,8 +558,9 @@ class Access:
             # thread the run creates is made with it, as on LangGraph's server.
             request.state.handler_metadata = value["metadata"]
         if thread_id is None:
-            if action in ("search", "delete"):
-                # A list's filter (search), or the threads a prune may act on.
+            if action in ("search", "delete", "update"):
+                # A list's filter (search), or the threads a prune or a cancel of many
+                # runs may act on.
                 request.state.caller = Caller(
                     caller.name, caller.role, caller.user, caller.permissions, {"filter": found}
                 )
@@ -620,6 +629,8 @@ def _action(rule: Rule, request: Request) -> str:
         return "read"  # the source; the route asks the create handler for the copy
     if path == "/threads/prune":
         return "delete"
+    if path == "/runs/cancel":
+        return "update"  # the threads whose runs it cancels, as LangGraph's server asks
     if rule in (Rule.READ, Rule.PAGE):
         return "read" if has_thread else "search"
     if rule is Rule.ANSWER or path.endswith(("/runs", "/runs/stream", "/runs/wait", "/runs/batch")):

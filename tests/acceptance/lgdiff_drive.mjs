@@ -14,6 +14,7 @@ const { Client } = require("@langchain/langgraph-sdk");
 const { driveAssistants } = await import(new URL("./lgdiff_assistants.mjs", import.meta.url));
 const { driveCrons } = await import(new URL("./lgdiff_crons.mjs", import.meta.url));
 const { driveMisc } = await import("./lgdiff_misc.mjs");
+const { driveMore } = await import("./lgdiff_more.mjs");
 
 const [url, apiKey] = process.argv.slice(2);
 const GRAPH = "chat";
@@ -145,6 +146,8 @@ await call("store.get_item deleted", client.store.getItem(ns, "prefs"));
 await driveAssistants(client, call, ok, tag);
 // -- copy, prune, a thread's stream, runs.delete, batches, history filters (issue 43)
 await driveMisc(client, call, stream, trace, tag);
+// -- runs.cancelMany, subgraphs by namespace (lgdiff_more.mjs)
+await driveMore(client, call, trace, tag);
 
 // -- crons (lgdiff_crons.mjs)
 await driveCrons(client, call, GRAPH, CHAT, tag);

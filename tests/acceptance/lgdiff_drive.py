@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 import lgdiff_misc
+import lgdiff_more
 from langgraph_sdk import get_client
 from lgdiff_assistants import drive_assistants
 from lgdiff_crons import drive_crons
@@ -203,6 +204,8 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     await drive_assistants(t, lg, tag)
     # -- copy, prune, a thread's stream, runs.delete, batches, history filters (issue 43)
     await lgdiff_misc.drive(t, lg, tag)
+    # -- runs.cancel_many, subgraphs by namespace (lgdiff_more)
+    await lgdiff_more.drive(t, lg, tag)
 
     # -- crons (lgdiff_crons)
     await drive_crons(t, lg, GRAPH, CHAT, tag)

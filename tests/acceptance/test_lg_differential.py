@@ -32,6 +32,7 @@ from typing import Any
 import lgdiff_assistants
 import lgdiff_drive
 import lgdiff_misc
+import lgdiff_more
 import lgdiff_servers
 import lgdiff_shapes
 import pytest
@@ -131,7 +132,7 @@ def _check_reference(trace: list[tuple[str, Any]]) -> None:
     """The script is ordinary LangGraph use: the reference server refuses none of it, but
     the calls made to be refused (``lgdiff_assistants.REFUSED``: a second create of one
     assistant, a deleted one's get; ``lgdiff_misc.REFUSED``: reads of what was deleted)."""
-    meant = {*lgdiff_assistants.REFUSED, *lgdiff_misc.REFUSED}
+    meant = {*lgdiff_assistants.REFUSED, *lgdiff_misc.REFUSED, *lgdiff_more.REFUSED}
     refused = [
         (label, answer)
         for label, answer in trace

@@ -125,6 +125,7 @@ def concrete(path: str, thread: str, checkpoint: str) -> str:
         .replace("{checkpoint_id}", checkpoint)
         .replace("{name:path}", "notes.md")
         .replace("{cron_id}", "no-such-cron")
+        .replace("{namespace}", "no-such-step")
     )
 
 

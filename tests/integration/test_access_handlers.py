@@ -135,6 +135,42 @@ def test_copies_and_prunes_ask_the_handlers_as_langgraphs_server_does(
     assert sum(1 for c in calls(log) if c.get("action") == "create_run") == before + 4
 
 
+def test_a_cancel_of_many_runs_asks_the_update_handler_and_keeps_to_its_filter(
+    client: TestClient, log: Path
+) -> None:
+    """``POST /runs/cancel`` asks the threads ``update`` handler, as LangGraph's server does;
+    a run of a thread its filter does not pass is not found (404), and nothing changes."""
+    one = client.post("/threads", json={}, headers=USER1).json()["thread_id"]
+    run = client.post(
+        f"/threads/{one}/runs", json={"assistant_id": "access_task", "input": {}}, headers=USER1
+    ).json()
+    runner = client.runner  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 30
+    url = f"/threads/{one}/runs/{run['run_id']}"
+    while client.get(url, headers=USER1).json()["status"] in ("pending", "running"):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    from test_access import tables
+
+    before = tables(runner)
+    named = {"thread_id": one, "run_ids": [run["run_id"]]}
+    start = len(calls(log))
+    refused = client.post("/runs/cancel", json=named, headers=USER2)
+    assert refused.status_code == 404, refused.text
+    assert client.post("/runs/cancel", json={"status": "all"}, headers=USER2).status_code == 404
+    # the owner passes the filter: the run is found, and has ended (nothing to cancel)
+    ended = client.post("/runs/cancel", json=named, headers=USER1)
+    assert ended.status_code == 404 and "have ended" in ended.text, ended.text
+    assert "not found" not in refused.text and "have ended" not in refused.text
+    asked = [c for c in calls(log)[start:] if c["call"] == "on"]
+    assert [(c["resource"], c["action"], c["user"]) for c in asked] == [
+        ("threads", "update", "user2"),
+        ("threads", "update", "user2"),
+        ("threads", "update", "user1"),
+    ]
+    assert tables(runner) == before
+
+
 def _mcp(client: TestClient, who: dict[str, str], name: str, arguments: dict[str, object]) -> Any:
     body = {
         "jsonrpc": "2.0",

@@ -33,6 +33,7 @@ from longtask.serve.lgapi._assistant_body import (
     synced,
 )
 from longtask.serve.lgapi._body import integer_field, mapping_field, strings_field, text_field
+from longtask.serve.lgapi._subgraphs import subgraphs as subgraphs_of
 from longtask.store._assistants import AssistantRow
 
 if TYPE_CHECKING:
@@ -202,8 +203,11 @@ def routes(api: Api) -> list[Route]:
         return JSONResponse(_schemas((await read(request))[0]))
 
     async def subgraphs(request: Request) -> Response:
-        await read(request)
-        return JSONResponse({})
+        entry = (await read(request))[0]
+        namespace = request.path_params.get("namespace")
+        recurse = request.query_params.get("recurse", "False") in ("true", "True")
+        found = await api.call(subgraphs_of, entry.task, namespace, recurse)
+        return JSONResponse(json.loads(json.dumps(found, default=str)))
 
     async def versions(request: Request) -> Response:
         assistant_id = request.path_params["assistant_id"]
@@ -370,4 +374,5 @@ def routes(api: Api) -> list[Route]:
         Route(one + "/graph", reader(graph)),
         Route(one + "/schemas", reader(schemas)),
         Route(one + "/subgraphs", reader(subgraphs)),
+        Route(one + "/subgraphs/{namespace}", reader(subgraphs)),
     ]

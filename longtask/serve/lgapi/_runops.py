@@ -1,5 +1,6 @@
-"""More of the LangGraph Server API's runs: delete a finished run's record, create a batch
-of stateless runs, and join a thread's stream (``threads.join_stream``).
+"""More of the LangGraph Server API's runs: cancel one run or many (``runs.cancel_many``),
+delete a finished run's record, create a batch of stateless runs, and join a thread's
+stream (``threads.join_stream``).
 
 As everywhere, a request records and reads: the executor carries the runs out.
 """
@@ -16,7 +17,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from longtask.errors import InvalidInput
+from longtask.errors import InvalidInput, ThreadNotFound, TooLateToCancel
+from longtask.serve._access import caller_of
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._json_body import read_json_body
 from longtask.serve.lgapi._json import run_json, sse
@@ -33,6 +35,72 @@ THREAD_MODES = ("run_modes", "lifecycle", "state_update")
 _EVENT_ID = re.compile(r"^(-|[0-9]+(-([0-9]+|\*))?)$")
 #: seconds between reads of a run's status while the thread's stream waits for its end
 _POLL = 0.1
+
+
+#: what ``POST /runs/cancel`` cancels by status, as LangGraph's server names them
+CANCEL_STATUSES = {"pending": ("pending",), "running": ("running",), "all": ("pending", "running")}
+
+
+def refuse_action(request: Request) -> None:
+    """A cancel's ``action`` other than ``interrupt``: a 422 saying what a cancel does."""
+    action = request.query_params.get("action", "interrupt")
+    if action != "interrupt":
+        raise HTTPException(
+            422,
+            f"cancel action {action!r} is not supported: a cancel stops the run at its "
+            "next step and undoes what the task's compensations undo (action=interrupt, "
+            "the default); a thread's history is never rolled back or deleted by a cancel",
+        )
+
+
+async def cancel_run(api: Api, run: ApiRun, actor: str) -> None:
+    """Cancel one run: a pending one ends ``interrupted`` (it never started); a running one's
+    cancel is recorded and carried out by the executor (a finished one is left as it is)."""
+    if run.status == "pending":
+        await api.call(api.executor.end_run, run, "interrupted", None)
+    elif run.status == "running":
+        reason = f"run {run.run_id} cancelled"
+        # Recorded before the answer: the run advancing the thread stops at its next step
+        # and compensates, even if this process dies before its executor gets to the
+        # cancel (which finishes one the run cannot, such as a paused thread's).
+        too_late = False
+        try:
+            await api.call(api.runner.record_cancel, run.thread_id, reason=reason, by=actor)
+        except TooLateToCancel:
+            too_late = True  # the run has just completed: nothing to cancel
+        except ThreadNotFound:
+            pass  # taken a moment ago, not recorded yet: the executor cancels it
+        if not too_late:
+            api.executor.submit_cancel(run.thread_id, reason, actor)
+
+
+def _cancel_body(body: dict[str, Any]) -> tuple[str | None, list[str], tuple[str, ...]]:
+    """``POST /runs/cancel``'s body checked as LangGraph's server checks it: a ``status``,
+    or a ``thread_id`` and its ``run_ids``, never both. (thread id, run ids, statuses)."""
+    status = body.get("status")
+    thread_id = body.get("thread_id")
+    run_ids = body.get("run_ids")
+    if status is not None:
+        if not isinstance(status, str) or status.lower() not in CANCEL_STATUSES:
+            raise HTTPException(
+                422, f"Invalid status {status!r}: must be 'pending', 'running', or 'all'"
+            )
+        if thread_id or run_ids:
+            raise HTTPException(
+                422,
+                "When providing a 'status', 'thread_id' and 'run_ids' must be omitted: "
+                "a status cancels the runs with that status on every thread you may act on",
+            )
+        return None, [], CANCEL_STATUSES[status.lower()]
+    if not isinstance(thread_id, str) or not thread_id or not isinstance(run_ids, list):
+        raise HTTPException(
+            422,
+            'the body of /runs/cancel is {"thread_id": ..., "run_ids": [...]} or '
+            '{"status": "pending" | "running" | "all"}',
+        )
+    if not all(isinstance(r, str) and r for r in run_ids):
+        raise HTTPException(422, f"run_ids must be a list of run ids, not {run_ids!r}")
+    return thread_id, run_ids, ()
 
 
 def _thread_modes(request: Request) -> list[str]:
@@ -106,6 +174,48 @@ def routes(api: Api) -> list[Route]:
         checked = check_batch(items, actor)
         # Checked, each a run of a new thread of its own: recorded one after another.
         return [api.prepare(None, entry, body, actor) for entry, body in checked]
+
+    def to_cancel(caller: Any, body: dict[str, Any]) -> list[ApiRun]:
+        """The runs a cancel names that the caller may act on (checked, nothing written)."""
+        thread_id, run_ids, statuses = _cancel_body(body)
+        if thread_id is not None:
+            may = api.access.acts_on(caller, thread_id)
+            if may is None:
+                raise HTTPException(404, f"no thread {thread_id!r}")
+            if not may:
+                raise HTTPException(
+                    403, f"{caller.name!r} may not cancel the runs of thread {thread_id!r}"
+                )
+            found = [store.api_run(r) for r in dict.fromkeys(run_ids)]
+            runs = [r for r in found if r is not None and r.thread_id == thread_id]
+        else:
+            # Every open run with that status, of the threads the caller may act on: a
+            # user's own (or those the auth handler's filter passes), an admin's every one.
+            runs = [
+                r
+                for r in store.api_runs_open()
+                if r.status in statuses and api.access.acts_on(caller, r.thread_id)
+            ]
+        if not runs:
+            raise HTTPException(404, "No runs found to cancel.")
+        open_runs = [r for r in runs if r.status not in FINAL_RUN]
+        if not open_runs:
+            # Found, but every one has ended: nothing to cancel, as LangGraph's server says
+            raise HTTPException(
+                404,
+                "No matching runs to cancel: the runs named have ended (GET "
+                f"/threads/{runs[0].thread_id}/runs lists a thread's runs and their status)",
+            )
+        return open_runs
+
+    async def cancel_many(request: Request, actor: str) -> Response:
+        refuse_action(request)
+        body = await api.json_body(request)
+        runs = await api.call(to_cancel, caller_of(request), body)
+        for run in runs:
+            # A run that ends meanwhile is left as it is (cancel_run cancels an open one).
+            await cancel_run(api, run, actor)
+        return Response(status_code=204)
 
     async def create_batch(request: Request, actor: str) -> Response:
         items = await read_json_body(request)
@@ -190,6 +300,7 @@ def routes(api: Api) -> list[Route]:
 
     return [
         Route("/runs/batch", api.actor(create_batch), methods=["POST"]),
+        Route("/runs/cancel", api.actor(cancel_many), methods=["POST"]),
         Route("/threads/{thread_id}/runs/{run_id}", api.actor(delete_run), methods=["DELETE"]),
         Route("/threads/{thread_id}/stream", api.reader(join_thread_stream), methods=["GET"]),
     ]

@@ -17,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound, TooLateToCancel
+from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound
 from longtask.model import GraphApp
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._handlers import matches
@@ -28,6 +28,7 @@ from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
 from longtask.serve.lgapi._json import run_json, sse
 from longtask.serve.lgapi._plain import plain_head
+from longtask.serve.lgapi._runops import cancel_run, refuse_action
 from longtask.serve.lgapi._state import current_state, thread_state
 from longtask.serve.lgapi._stream import MODES, follow, modes_of
 
@@ -630,31 +631,9 @@ def routes(api: Api) -> list[Route]:
         return stream_response(run, sorted(modes_of(raw)) if raw else None)
 
     async def cancel(request: Request, actor: str) -> Response:
-        action = request.query_params.get("action", "interrupt")
-        if action != "interrupt":
-            raise HTTPException(
-                422,
-                f"cancel action {action!r} is not supported: a cancel stops the run at its "
-                "next step and undoes what the task's compensations undo (interrupt); a "
-                "thread's history is never rolled back or deleted by a cancel",
-            )
+        refuse_action(request)
         run = await one(request)
-        if run.status == "pending":
-            await api.call(api.executor.end_run, run, "interrupted", None)
-        elif run.status == "running":
-            reason = f"run {run.run_id} cancelled"
-            # Recorded before the answer: the run advancing the thread stops at its next
-            # step and compensates, even if this process dies before its executor gets to
-            # the cancel (which finishes one the run cannot, such as a paused thread's).
-            too_late = False
-            try:
-                await api.call(runner.record_cancel, run.thread_id, reason=reason, by=actor)
-            except TooLateToCancel:
-                too_late = True  # the run has just completed: nothing to cancel
-            except ThreadNotFound:
-                pass  # taken a moment ago, not recorded yet: the executor cancels it
-            if not too_late:
-                api.executor.submit_cancel(run.thread_id, reason, actor)
+        await cancel_run(api, run, actor)
         if request.query_params.get("wait") in ("1", "true"):
             run = await finished(run.run_id)
             return JSONResponse(run_json(run))

@@ -1,5 +1,7 @@
 """The LangGraph Server API's thread copies and prunes (``threads.copy``,
-``threads.prune``), on longtask's own copy (``ops._copy``) and retention (``ops._prune``).
+``threads.prune``), on longtask's own copy (``ops._copy``) and retention (``ops._prune``),
+and a thread's storage (``GET /threads/{thread_id}/storage``: the bytes its checkpoints
+occupy, see ``store._storage``).
 
 A copy is a longtask thread of its own, owned by whoever copied it, with the source's
 state, history and effect ledger (see ``ops._copy`` for what a copy of a paused thread
@@ -23,6 +25,7 @@ from longtask.runtime._threadid import check_thread_id
 from longtask.serve._access import Caller, caller_of, copier
 from longtask.serve.lgapi._state import thread_json
 from longtask.store import FINAL_STATUSES
+from longtask.store._storage import thread_storage
 
 if TYPE_CHECKING:
     from longtask.serve.lgapi._common import Api
@@ -143,7 +146,16 @@ def routes(api: Api) -> list[Route]:
         count = await api.call(prune, ids, strategy, caller_of(request))
         return JSONResponse({"pruned_count": count})
 
+    async def storage(request: Request) -> Response:
+        thread_id = request.path_params["thread_id"]
+        exists, _ = await api.call(store.thread_owner, thread_id)
+        if not exists:
+            raise HTTPException(404, f"no thread {thread_id!r}")
+        found = await api.call(thread_storage, store, thread_id)
+        return JSONResponse({"thread_id": thread_id, **found})
+
     return [
         Route("/threads/prune", api.actor(prune_threads), methods=["POST"]),
+        Route("/threads/{thread_id}/storage", api.reader(storage), methods=["GET"]),
         Route("/threads/{thread_id}/copy", copier(copy_thread), methods=["POST"]),
     ]
