@@ -208,19 +208,7 @@ class Retention:
         Refused (nothing changes) for a thread that has not ended (running, paused, waiting:
         cancel it first), one a process is advancing, or one with a command waiting for a
         worker. ``dry_run``: change nothing and report what would go."""
-        store = self.db.store
-        rows = store._run(
-            "SELECT status, updated_at FROM longtask_threads WHERE thread_id = ?", (thread_id,)
-        )
-        if not rows:
-            raise ThreadNotFound(thread_id, self.db.url.redacted)
-        cand = ret.Candidate(thread_id, str(rows[0][0]), float(rows[0][1]))
-        if cand.status not in FINAL_STATUSES:
-            raise InvalidInput(
-                f"thread {thread_id!r} is {cand.status}, not ended: only a completed, failed "
-                f"or cancelled thread can be deleted. Cancel it first (`longtask cancel "
-                f"{thread_id}`), then delete it"
-            )
+        cand = self._ended(thread_id, "delete")
         report = PruneReport(dry_run=dry_run, keep_last_checkpoint=False)
         started = time.time()
         blobs: set[str] = set()
@@ -239,24 +227,30 @@ class Retention:
         self._free(report, {thread_id}, started, blobs, files)
         return report
 
-    def trim(self, thread_id: str) -> PruneReport:
-        """Keep one ended thread with only its latest checkpoint, now: what ``prune`` does
-        with ``keep_last_checkpoint`` to an old one (its results, artifacts, map results and
-        effect ledger stay; older checkpoints, events, attempts, timers and API runs go).
-        Refused as ``delete`` refuses (a thread that has not ended, or is busy)."""
-        store = self.db.store
-        rows = store._run(
+    def _ended(self, thread_id: str, verb: str) -> ret.Candidate:
+        """The thread as a candidate to ``verb`` (delete, prune): ThreadNotFound, or
+        InvalidInput naming the cancel, unless it has ended."""
+        rows = self.db.store._run(
             "SELECT status, updated_at FROM longtask_threads WHERE thread_id = ?", (thread_id,)
         )
         if not rows:
             raise ThreadNotFound(thread_id, self.db.url.redacted)
         cand = ret.Candidate(thread_id, str(rows[0][0]), float(rows[0][1]))
         if cand.status not in FINAL_STATUSES:
+            past = "deleted" if verb == "delete" else "pruned"
             raise InvalidInput(
                 f"thread {thread_id!r} is {cand.status}, not ended: only a completed, failed "
-                f"or cancelled thread can be pruned. Cancel it first (`longtask cancel "
-                f"{thread_id}`), then prune it"
+                f"or cancelled thread can be {past}. Cancel it first (`longtask cancel "
+                f"{thread_id}`), then {verb} it"
             )
+        return cand
+
+    def trim(self, thread_id: str) -> PruneReport:
+        """Keep one ended thread with only its latest checkpoint, now: what ``prune`` does
+        with ``keep_last_checkpoint`` to an old one (its results, artifacts, map results and
+        effect ledger stay; older checkpoints, events, attempts, timers and API runs go).
+        Refused as ``delete`` refuses (a thread that has not ended, or is busy)."""
+        cand = self._ended(thread_id, "prune")
         report = PruneReport(dry_run=False, keep_last_checkpoint=True)
         started = time.time()
         blobs: set[str] = set()
