@@ -236,6 +236,12 @@ def test_the_sdk_pauses_and_resumes_a_served_graphs_own_interrupt(
         assert [i["id"] for i in state["interrupts"]] == [asked["id"]]
         assert [t["name"] for t in state["tasks"]] == ["ask"]
         assert (await lg.threads.get(tid))["status"] == "interrupted"
+        # its state is the graph's own: update_state is refused, and nothing changes
+        with pytest.raises(httpx.HTTPStatusError) as refused:
+            await lg.threads.update_state(tid, {"draft": "edited"})
+        assert refused.value.response.status_code == 409
+        assert "served LangGraph graph" in refused.value.response.json()["detail"]
+        assert (await lg.threads.get_state(tid))["values"] == state["values"]
         parts = [
             (p.event, p.data)
             async for p in lg.runs.stream(

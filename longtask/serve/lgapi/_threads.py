@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, ThreadNotFound
+from longtask.model import GraphApp
 from longtask.runtime._gate import through
 from longtask.runtime._threadid import check_thread_id
 from longtask.serve._access import Caller, caller_of
@@ -197,6 +198,16 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             raise InvalidInput(f"checkpoint_id must be a checkpoint id, not {checkpoint_id!r}")
         entry = api.registry.find(rec.task_name)
         task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
+        if isinstance(task, GraphApp):
+            # Its state is the served graph's own, which a run changes: refused rather than
+            # written to the task around it (nothing is stored).
+            raise HTTPException(
+                409,
+                f"thread {thread_id!r} runs a served LangGraph graph: update_state of its "
+                "state is not supported. Send the change as a run's input (POST "
+                f"/threads/{thread_id}/runs with input), or branch the thread with a run with "
+                "input from a past checkpoint_id",
+            )
         # The gate decides (runtime._gate): this door only names itself and who asks.
         with through("server.state", actor):
             config = runner.graph(task).update_state(
