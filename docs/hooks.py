@@ -251,6 +251,7 @@ RUNNER_INTERNAL = frozenset(
 #: the heading of each of the Runner's parts
 RUNNER_PARTS = {
     "engine": "Starting and resuming",
+    "turns": "A new input for a served graph",
     "streams": "Streams and asyncio",
     "reads": "Reading threads",
     "pauses": "Answering pauses",

@@ -63,7 +63,7 @@ def test_python_sdk_sees_a_served_plain_graph_as_langgraphs_server_does(
     reference: lgdiff_servers.Server, longtask: lgdiff_servers.Server
 ) -> None:
     ref = lgdiff_plain_drive.run(reference.url, TOKEN)
-    _check_reference(ref)
+    _check_reference(ref, chat=False)
     _judge(
         "Python SDK (plain graphs)", ref, lgdiff_plain_drive.run(longtask.url, TOKEN), plain=True
     )
@@ -74,5 +74,5 @@ def test_js_sdk_sees_a_served_plain_graph_as_langgraphs_server_does(
 ) -> None:
     script = HERE / "lgdiff_plain_drive.mjs"
     ref: list[tuple[str, Any]] = _drive_js(js_dir, reference.url, script)
-    _check_reference(ref)
+    _check_reference(ref, chat=False)
     _judge("JS SDK (plain graphs)", ref, _drive_js(js_dir, longtask.url, script), plain=True)
