@@ -40,11 +40,35 @@ async def read_json_body(request: Request) -> Any:
         return None
     _refuse_deep(raw)
     try:
-        return json.loads(raw)
+        data = json.loads(raw)
     except ValueError as exc:
         raise HTTPException(400, f"the body is not JSON: {exc}") from None
     except RecursionError:  # pragma: no cover - _refuse_deep bounds the depth first
         raise HTTPException(400, _too_deep(None)) from None
+    if b"\\u0000" in raw:  # the only way JSON spells a NUL: look closer
+        _refuse_nul(data, "the body")
+    return data
+
+
+def _refuse_nul(value: Any, where: str) -> None:
+    """422 for a NUL character in any text of the body, naming where (``metadata.key``):
+    PostgreSQL stores none (in text or JSON), so it is refused on every backend before
+    anything is stored, rather than failing deep in a write on one of them."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise HTTPException(
+                422,
+                f"{where} holds a NUL byte (\\u0000), which the database cannot store; "
+                "remove it (send binary data base64-encoded)",
+            )
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            inner = key if where == "the body" else f"{where}.{key}"
+            _refuse_nul(key, f"a key of {where}")
+            _refuse_nul(item, inner)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_nul(item, f"{where}[{i}]")
 
 
 def _refuse_deep(raw: bytes) -> None:

@@ -206,3 +206,28 @@ def test_a_refused_run_on_a_new_thread_stores_nothing(
     got = client.post(path.format(new="fresh-thread"), json=request, headers=ALICE)
     assert got.status_code in (409, 422), got.text
     assert contents(runner) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        # what the contract run sent PostgreSQL (a 500 there before): a NUL in any text
+        (
+            "PUT",
+            "/store/items",
+            {"namespace": ["a"], "key": "k", "value": {"x": "a\x00"}},
+            "value.x",
+        ),
+        ("POST", "/store/items/search", {"filter": {"a\x00": None}}, "a key of filter"),
+        ("POST", "/threads", {"metadata": {"note": ["ok", "\x00"]}}, "metadata.note[1]"),
+        ("POST", "/assistants", {"graph_id": "lg_release", "description": "\x00"}, "description"),
+    ],
+)
+def test_a_nul_byte_in_any_text_of_a_body_is_a_422_on_every_backend(
+    runner: Runner, client: TestClient, method: str, path: str, body: dict[str, Any], field: str
+) -> None:
+    before = contents(runner)
+    got = client.request(method, path, json=body, headers=ALICE)
+    assert got.status_code == 422, got.text
+    assert got.json()["detail"].startswith(f"{field} holds a NUL byte"), got.text
+    assert contents(runner) == before
