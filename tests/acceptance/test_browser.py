@@ -119,6 +119,12 @@ def new_page(browser: Any, **kw: Any) -> Any:
     return page
 
 
+def set_token(page: Any, value: str) -> None:
+    """Types a token as a person does: the page takes it when the field loses focus."""
+    page.fill("#token", value)
+    page.locator("#token").press("Tab")
+
+
 def test_a_missing_thread_has_a_page_that_says_so(server: str, browser: Any) -> None:
     from playwright.sync_api import expect
 
@@ -177,14 +183,18 @@ def test_approve_on_the_page_and_watch_the_thread_complete(
     if os.environ.get("LT_UPDATE_DOCS_IMAGE"):
         shutil.copyfile(ARTIFACTS / "browser-pending.png", README_IMAGE)
 
-    # A wrong token is refused on the page, and the thread still waits.
-    page.fill("#token", "not-the-token")
+    # A wrong token is refused on the page, and the thread still waits. A new token makes
+    # the page read again, and the refusal it shows moves the buttons down: wait for it
+    # before clicking, or the press and the release land on different elements (no click).
+    set_token(page, "not-the-token")
+    expect(page.locator("#load-error")).to_contain_text("invalid bearer token", timeout=WAIT)
     page.click(f'.pending[data-step="{STEP}"] button.ok')
     expect(page.locator("#message")).to_contain_text("invalid bearer token", timeout=WAIT)
     with Runner(sqlite_url) as runner:
         assert runner.status(THREAD).status == "waiting_user"
 
-    page.fill("#token", TOKEN)
+    set_token(page, TOKEN)
+    expect(page.locator("#load-error")).to_have_text("", timeout=WAIT)
     page.fill(f'.pending[data-step="{STEP}"] textarea.comment', "numbers look right")
     page.click(f'.pending[data-step="{STEP}"] button.ok')
     expect(status).to_have_text("completed", timeout=WAIT)
