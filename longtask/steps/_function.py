@@ -313,6 +313,17 @@ class StepEnv:
     def is_cancelled(self, thread_id: str) -> bool:
         return thread_id in self._cancelled
 
+    def cancel_stored(self, thread_id: str) -> bool:
+        """Whether a cancel is recorded for the thread, asking the store when this process
+        has not heard of one: the run's watch polls only every ``cancel_poll`` seconds, and
+        a step must not start after a cancel was acknowledged to whoever asked for it."""
+        if self.is_cancelled(thread_id):
+            return True
+        if self.store.cancel_request(thread_id) is None:
+            return False
+        self.cancel(thread_id)
+        return True
+
     def set_ancestors(self, thread_id: str, ancestors: tuple[str, ...]) -> None:
         with self._lock:
             self._ancestors[thread_id] = ancestors
@@ -448,10 +459,11 @@ def step_started(
     """Record ``step.started`` with the number of the attempt about to run (a step run again
     after failed attempts, by a fix round or ``longtask retry``, goes on counting).
 
-    Not once the thread is cancelled: the attempt's own check (``check_limits``) stops the
-    step before its code runs, and a step that never ran must not be recorded as started
-    (nor given a usage row) after the cancel."""
-    if env.is_cancelled(call.thread_id):
+    Not once the thread is cancelled (asked of the store: this is the step boundary every
+    kind of step passes): the attempt's own check (``check_limits``) stops the step before
+    its code runs, and a step that never ran must not be recorded as started (nor given a
+    usage row) after the cancel."""
+    if env.cancel_stored(call.thread_id):
         return
     stage_key = f"stage.started/{info.stage}"
     if env.first_time(call.thread_id, stage_key):

@@ -219,10 +219,11 @@ def map_node(step: MapStep, info: StepInfo, env: StepEnv) -> Node:
         reason = skipped_by(state, info, env.pauses)
         if reason:
             return skip_update(env, call, info, reason)
-        check_limits(env, call, info)
         # Numbered after an attempt a dead process abandoned (as a function step's are).
         attempt = first_attempt(env, call, info)
+        # Started first, as every kind of step is: it is where a stored cancel is seen.
         step_started(env, call, info, attempt)
+        check_limits(env, call, info)
         digest = _digest(state, info)
         stored = store.map_run(call.thread_id, step.name, digest)
         if stored is None:

@@ -13,6 +13,7 @@ import pytest
 
 from longtask import (
     InvalidInput,
+    ItemContext,
     LongTask,
     NothingToResume,
     Runner,
@@ -21,6 +22,7 @@ from longtask import (
     StepFailed,
     approval,
     function_step,
+    map_step,
 )
 from longtask.errors import CompensationFailed
 
@@ -316,6 +318,58 @@ def test_a_cancel_just_after_completion_is_too_late_and_leaves_nothing(
     runner.resume("t-after", task=task)
     assert runner.status("t-after").status == "completed"
     assert undo_order(service) == []
+
+
+@pytest.mark.parametrize("kind", ["function", "map"])
+def test_no_step_starts_after_a_cancel_the_run_has_not_seen(db_url: str, kind: str) -> None:
+    """A cancel recorded while a step runs stops the run before the next step, even when the
+    run's cancel watch has not polled yet (a long poll interval): the next step's code never
+    runs, and it is not recorded as started."""
+    ran = Counter[str]()
+    started, finish = threading.Event(), threading.Event()
+
+    def first(ctx: StepContext) -> str:
+        started.set()
+        assert finish.wait(30)
+        ran["first"] += 1
+        return "first"
+
+    def second(ctx: StepContext) -> str:
+        ran["second"] += 1
+        return "second"
+
+    def item(ctx: ItemContext, value: int) -> int:
+        ran["item"] += 1
+        return value
+
+    def over(ctx: StepContext) -> list[int]:
+        ran["over"] += 1
+        return [1, 2, 3]
+
+    after = (
+        function_step(second, name="second")
+        if kind == "function"
+        else map_step(item, over=over, name="second")
+    )
+    task = LongTask(
+        f"unseen_cancel_{kind}",
+        stages=[Stage("one", [function_step(first, name="first")]), Stage("two", [after])],
+    )
+    thread = f"t-next-{kind}"
+    with Runner(db_url, cancel_poll=3600) as holder:
+        worker = threading.Thread(target=holder.start, args=(task,), kwargs={"thread_id": thread})
+        worker.start()
+        assert started.wait(30)
+        with Runner(db_url) as other:
+            other.cancel(thread, by="ops", task=task)
+        finish.set()
+        worker.join(30)
+        assert not worker.is_alive()
+        assert holder.status(thread).status == "cancelled"
+        events = holder.events(thread)
+    assert ran == Counter(first=1)
+    assert [e.kind for e in events if e.step == "second"] == []
+    assert "stage.started" not in [e.kind for e in events if e.stage == "two"]
 
 
 def test_a_cancel_the_run_has_not_seen_does_not_leave_it_waiting(db_url: str) -> None:
