@@ -20,13 +20,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-import longtask.serve.lgapi._assistants as lg_assistants
-import longtask.serve.lgapi._crons as lg_crons
 import longtask.serve.lgapi._runops as lg_runops
 import longtask.serve.lgapi._runs as lg_runs
 import longtask.serve.lgapi._threadops as lg_threadops
 import longtask.serve.lgapi._threads as lg_threads
 import longtask.serve.lgapi._unserved as lg_unserved
+import longtask.serve.lgapi.resources._assistants as lg_assistants
+import longtask.serve.lgapi.resources._crons as lg_crons
 from longtask._version import __version__
 from longtask.errors import (
     InvalidInput,
@@ -78,11 +78,11 @@ from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
 from longtask.serve._webhooks import WebhookPolicy
-from longtask.serve.lgapi._a2a import A2aEndpoint
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._common import Api
-from longtask.serve.lgapi._mcp import McpEndpoint
-from longtask.serve.lgapi._store import StoreRoutes
+from longtask.serve.lgapi.protocols._a2a import A2aEndpoint
+from longtask.serve.lgapi.protocols._mcp import McpEndpoint
+from longtask.serve.lgapi.resources._store import StoreRoutes
 from longtask.store import THREAD_SORTS
 
 if TYPE_CHECKING:

@@ -53,7 +53,7 @@ class ScheduleRecord:
     #: recorded; its threads are then owned by the user of the process that fires them)
     owner: str | None = None
     #: a cron of the LangGraph Server API (origin "api"): what each tick records (see
-    #: ``longtask.serve.lgapi._crons``); None for longtask's own schedules
+    #: ``longtask.serve.lgapi.resources._crons``); None for longtask's own schedules
     api: dict[str, Any] | None = None
 
     def next_fire_local(self) -> datetime:

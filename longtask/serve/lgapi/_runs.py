@@ -22,7 +22,6 @@ from longtask.model import GraphApp
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
-from longtask.serve.lgapi._assistant_body import inputs_with_context, run_settings
 from longtask.serve.lgapi._body import id_text, mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
@@ -31,6 +30,7 @@ from longtask.serve.lgapi._plain import plain_head
 from longtask.serve.lgapi._runops import cancel_run, refuse_action
 from longtask.serve.lgapi._state import current_state, thread_state
 from longtask.serve.lgapi._stream import MODES, follow, modes_of
+from longtask.serve.lgapi.resources._assistant_body import inputs_with_context, run_settings
 
 if TYPE_CHECKING:
     from longtask.serve._registry import Registered

@@ -26,7 +26,6 @@ from longtask.serve.lgapi._body import (
     strings_field,
     text_field,
 )
-from longtask.serve.lgapi._crons import drop_thread_crons
 from longtask.serve.lgapi._state import (
     config_of,
     empty_state,
@@ -34,6 +33,7 @@ from longtask.serve.lgapi._state import (
     thread_json,
     thread_state,
 )
+from longtask.serve.lgapi.resources._crons import drop_thread_crons
 from longtask.store._visible import VISIBLE_ORDER
 
 if TYPE_CHECKING:

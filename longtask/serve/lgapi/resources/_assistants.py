@@ -25,15 +25,15 @@ from starlette.routing import Route
 
 from longtask.serve._access import about, caller_of
 from longtask.serve._handlers import matches
-from longtask.serve.lgapi._assistant_body import (
+from longtask.serve.lgapi._body import integer_field, mapping_field, strings_field, text_field
+from longtask.serve.lgapi._subgraphs import subgraphs as subgraphs_of
+from longtask.serve.lgapi.resources._assistant_body import (
     FIELDS,
     SORTS,
     check_body,
     row_json,
     synced,
 )
-from longtask.serve.lgapi._body import integer_field, mapping_field, strings_field, text_field
-from longtask.serve.lgapi._subgraphs import subgraphs as subgraphs_of
 from longtask.store._assistants import AssistantRow
 
 if TYPE_CHECKING:

@@ -41,7 +41,8 @@ from starlette.routing import Route
 from longtask.errors import LongTaskError, TooLateToCancel
 from longtask.serve._access import Caller, caller_of, signed_in
 from longtask.serve._executor import FINAL_RUN
-from longtask.serve.lgapi._a2a_shapes import (
+from longtask.serve.lgapi._state import thread_state
+from longtask.serve.lgapi.protocols._a2a_shapes import (
     ALIASES,
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -67,8 +68,7 @@ from longtask.serve.lgapi._a2a_shapes import (
     parts_of,
     rpc_error,
 )
-from longtask.serve.lgapi._assistants import _schemas
-from longtask.serve.lgapi._state import thread_state
+from longtask.serve.lgapi.resources._assistants import _schemas
 
 if TYPE_CHECKING:
     from longtask.serve._registry import Registered

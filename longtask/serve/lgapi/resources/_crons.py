@@ -28,11 +28,11 @@ from longtask.model._schedule import cron_problems, next_tick, timezone_problem
 from longtask.serve._access import about, caller_of
 from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
-from longtask.serve.lgapi._assistant_body import inputs_with_context, run_settings
 from longtask.serve.lgapi._body import integer_field, mapping_field, text_field
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._runs import _config_of, _kwargs, refuse_unsupported
 from longtask.serve.lgapi._stream import MODES, modes_of
+from longtask.serve.lgapi.resources._assistant_body import inputs_with_context, run_settings
 from longtask.store import ScheduleRecord
 
 if TYPE_CHECKING:

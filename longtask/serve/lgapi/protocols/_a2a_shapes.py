@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from longtask._version import __version__
-from longtask.serve.lgapi._assistants import _schemas
+from longtask.serve.lgapi.resources._assistants import _schemas
 
 if TYPE_CHECKING:
     from longtask.serve._registry import Registered
