@@ -346,6 +346,15 @@ class Access:
         found = await self._handler_filter(caller, action, {"thread_id": thread_id})
         if isinstance(found, Response):
             raise HTTPException(found.status_code, bytes(found.body).decode(errors="replace"))
+        return await self._handler_level(caller, thread_id, found)
+
+    async def _handler_level(
+        self, caller: Caller, thread_id: str, found: dict[str, Any] | None
+    ) -> str:
+        """The caller's level on a thread that exists, by the filter its threads handler
+        returned: ``act`` if the thread's metadata matches it, else ``answer`` if a pending
+        approval names the caller, else ``none``. The one decision the gate (a thread in
+        the path) and ``level_for`` (a thread in the body) share."""
         metadata = await run_in_threadpool(self.metadata_of, thread_id)
         if matches(metadata, found):
             return "act"
@@ -571,17 +580,11 @@ class Access:
         exists = await run_in_threadpool(self.runner.db.store.thread_owner, thread_id)
         if not exists[0]:
             return None  # the route answers 404 (or creates the thread)
-        metadata = await run_in_threadpool(self.metadata_of, thread_id)
-        if matches(metadata, found):
-            return None
-        if (
-            rule is not Rule.COPY
-            and _LEVEL[_NEEDS[rule]] <= _LEVEL["answer"]
-            and caller.name is not None
+        level = await self._handler_level(caller, thread_id, found)
+        if level == "act" or (
+            level == "answer" and rule is not Rule.COPY and _LEVEL[_NEEDS[rule]] <= _LEVEL[level]
         ):
-            named = await run_in_threadpool(self.named_by_pause, caller.name, thread_id)
-            if named:
-                return None
+            return None
         return error(404, f"no thread {thread_id!r}")
 
     def protect(self, routes: Sequence[BaseRoute]) -> tuple[list[BaseRoute], list[str]]:
