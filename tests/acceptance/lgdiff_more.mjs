@@ -24,6 +24,7 @@ export async function driveMore(client, call, trace, tag) {
   if (ok(runs) && runs.length) {
     const rid = runs[0].run_id;
     await call("runs.cancel_many ended", client.runs.cancelMany({ threadId: tid, runIds: [rid] }));
+    await call("runs.cancel ended", client.runs.cancel(tid, rid));
     await call("runs.get after cancel_many", client.runs.get(tid, rid));
     await call(
       "runs.cancel_many both forms",

@@ -1,10 +1,10 @@
 """The differential test's calls of ``runs.cancel_many`` and an assistant's subgraphs by
-namespace (issue 43), through the Python SDK: a cancel of a run that has ended, of a run
-that does not exist and with both of the body's forms (each refused, on both servers),
-and the subgraphs under the chat task's step names (the agent that ``answer`` runs, on both
-servers; none under ``approve``). ``lgdiff_more.mjs``
-makes the same calls, with the same labels, through the JS SDK; ``lgdiff_drive.drive``
-calls ``drive`` here. A cancel by ``status`` is not called: it would cancel the runs other
+namespace (issue 43), through the Python SDK: a cancel of a run that has ended (alone and
+among many), of a run that does not exist and with both of the body's forms (each refused,
+on both servers), and the subgraphs under the chat task's step names (the agent that
+``answer`` runs, on both servers; none under ``approve``). ``lgdiff_more.mjs`` makes the
+same calls, with the same labels, through the JS SDK; ``lgdiff_drive.drive`` calls
+``drive`` here. A cancel by ``status`` is not called: it would cancel the runs other
 parts of the script leave open (the batch's), at whatever point each server has them."""
 
 from __future__ import annotations
@@ -18,10 +18,15 @@ if TYPE_CHECKING:
 GRAPH = "chat"
 CHAT = {"messages": [{"role": "user", "content": "What is the weather?"}]}
 #: calls the reference server refuses, as the script means it to: a run that has ended has
-#: nothing to cancel and one that does not exist is not found (404); a status beside run
-#: ids is refused (422)
+#: nothing to cancel (alone or among many) and one that does not exist is not found (404);
+#: a status beside run ids is refused (422)
 REFUSED = frozenset(
-    {"runs.cancel_many ended", "runs.cancel_many missing", "runs.cancel_many both forms"}
+    {
+        "runs.cancel_many ended",
+        "runs.cancel ended",
+        "runs.cancel_many missing",
+        "runs.cancel_many both forms",
+    }
 )
 
 
@@ -49,6 +54,7 @@ async def drive(t: Trace, lg: Any, tag: dict[str, str]) -> None:
     if _ok(runs) and runs:
         rid = runs[0]["run_id"]
         await t.call("runs.cancel_many ended", lg.runs.cancel_many(thread_id=tid, run_ids=[rid]))
+        await t.call("runs.cancel ended", lg.runs.cancel(tid, rid))
         await t.call("runs.get after cancel_many", lg.runs.get(tid, rid))
         await t.call(
             "runs.cancel_many both forms",

@@ -220,6 +220,11 @@ def test_a_cancel_of_named_runs_is_checked_whole_and_refused_with_nothing_writte
     # answers.
     ended = client.post("/runs/cancel", json=named, headers=ALICE)
     assert ended.status_code == 404 and "have ended" in ended.json()["detail"], ended.text
+    # So is the cancel of that run alone, waiting for it or not.
+    for query in ("", "?wait=1"):
+        alone = client.post(f"/threads/{thread}/runs/{run_id}/cancel{query}", headers=ALICE)
+        assert alone.status_code == 404, alone.text
+        assert "has ended" in alone.json()["detail"], alone.text
     assert tables(runner) == before
 
 

@@ -633,6 +633,13 @@ def routes(api: Api) -> list[Route]:
     async def cancel(request: Request, actor: str) -> Response:
         refuse_action(request)
         run = await one(request)
+        if run.status in FINAL_RUN:
+            # Nothing to cancel, as LangGraph's server answers (and nothing is recorded).
+            raise HTTPException(
+                404,
+                f"No matching runs to cancel: run {run.run_id} has ended ({run.status}); "
+                f"GET /threads/{run.thread_id}/runs/{run.run_id} shows it",
+            )
         await cancel_run(api, run, actor)
         if request.query_params.get("wait") in ("1", "true"):
             run = await finished(run.run_id)
