@@ -283,3 +283,27 @@ def test_an_assistant_s_subgraphs_are_its_graph_steps_by_namespace(client: TestC
     assert client.get("/assistants/more_held/subgraphs/held", headers=BOB).json() == {}
     missing = client.get("/assistants/no-such/subgraphs/inner", headers=BOB)
     assert missing.status_code == 404
+
+
+def test_an_unknown_or_malformed_stream_mode_is_a_422_for_runs_and_crons(
+    runner: Runner, client: TestClient
+) -> None:
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    before = tables(runner)
+    doors = (
+        (f"/threads/{thread}/runs", {}),
+        ("/runs/crons", {"schedule": "0 * * * *"}),
+        (f"/threads/{thread}/runs/crons", {"schedule": "0 * * * *"}),
+    )
+    for mode, says in (
+        ("nope", "unknown stream mode nope"),
+        (["values", "nope"], "unknown stream mode nope"),
+        (5, "a mode or a list of modes"),
+        ({"values": 1}, "a mode or a list of modes"),
+    ):
+        for path, extra in doors:
+            body = {"assistant_id": "more_paused", "stream_mode": mode, **extra}
+            got = client.post(path, json=body, headers=ALICE)
+            assert got.status_code == 422, (path, mode, got.text)
+            assert says in got.json()["detail"], (path, mode, got.text)
+    assert tables(runner) == before

@@ -29,7 +29,7 @@ from longtask.serve.lgapi._json import run_json, sse
 from longtask.serve.lgapi._plain import plain_head
 from longtask.serve.lgapi._runops import cancel_run, refuse_action
 from longtask.serve.lgapi._state import current_state, thread_state
-from longtask.serve.lgapi._stream import MODES, follow, modes_of
+from longtask.serve.lgapi._stream import checked_modes, follow, modes_of
 from longtask.serve.lgapi.resources._assistant_body import inputs_with_context, run_settings
 
 if TYPE_CHECKING:
@@ -396,13 +396,7 @@ def routes(api: Api) -> list[Route]:
             raise HTTPException(
                 422, f"command must be an object of resume, update and goto, not {command!r}"
             )
-        modes = modes_of(body.get("stream_mode"))
-        unknown = modes - MODES
-        if unknown:
-            raise InvalidInput(
-                f"unknown stream mode {', '.join(sorted(unknown))}; this server streams "
-                f"{', '.join(sorted(MODES))}"
-            )
+        modes = checked_modes(body.get("stream_mode"))
         # A thread of its own for a stateless run, or one if_not_exists asks for: recorded
         # with the run, once every check has passed; a refused run stores nothing.
         new_thread = thread_id is None

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
+from starlette.exceptions import HTTPException
 
 from longtask.graphs import read_agent_messages
 from longtask.serve._executor import FINAL_RUN
@@ -52,6 +53,23 @@ def modes_of(raw: Any) -> set[str]:
         return {"values"}
     items = [raw] if isinstance(raw, str) else list(raw)
     return {str(m) for m in items}
+
+
+def checked_modes(raw: Any) -> set[str]:
+    """A run's (or a cron's) ``stream_mode`` as ``modes_of`` reads it, refused whole (422, as
+    LangGraph's server refuses a mode it does not know) if it names one this server does
+    not stream."""
+    if raw is not None and not isinstance(raw, str | list):
+        raise HTTPException(422, f"stream_mode must be a mode or a list of modes, not {raw!r}")
+    modes = modes_of(raw)
+    unknown = modes - MODES
+    if unknown:
+        raise HTTPException(
+            422,
+            f"unknown stream mode {', '.join(sorted(unknown))}; this server streams "
+            f"{', '.join(sorted(MODES))}",
+        )
+    return modes
 
 
 class _Reader:

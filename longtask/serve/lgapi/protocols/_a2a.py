@@ -482,13 +482,21 @@ class A2aEndpoint:
 
     # -- tasks/get, tasks/cancel --------------------------------------------------------
 
-    async def _get(
-        self, entry: Registered, params: dict[str, Any], caller: Caller
-    ) -> dict[str, Any]:
+    async def _task_of(
+        self, entry: Registered, params: dict[str, Any], caller: Caller, needed: str
+    ) -> tuple[str, str, ApiRun]:
+        """The task ``params`` name (its id, thread and run), once the caller may do what
+        ``needed`` says with it (else the RpcError the doors answer with)."""
         task_id = params.get("id")
         thread_id, run = await self.api.call(self._resolve, entry, task_id, params.get("contextId"))
         assert isinstance(task_id, str)
-        await self._may(caller, thread_id, "read", task_id)
+        await self._may(caller, thread_id, needed, task_id)
+        return task_id, thread_id, run
+
+    async def _get(
+        self, entry: Registered, params: dict[str, Any], caller: Caller
+    ) -> dict[str, Any]:
+        task_id, thread_id, run = await self._task_of(entry, params, caller, "read")
         history = params.get("historyLength")
         if history is not None and (not isinstance(history, int) or history < 0):
             raise RpcError(INVALID_PARAMS, "historyLength must be a non-negative integer")
@@ -502,10 +510,7 @@ class A2aEndpoint:
     async def _cancel(
         self, entry: Registered, params: dict[str, Any], caller: Caller
     ) -> dict[str, Any]:
-        task_id = params.get("id")
-        thread_id, _ = await self.api.call(self._resolve, entry, task_id, params.get("contextId"))
-        assert isinstance(task_id, str)
-        await self._may(caller, thread_id, "act", task_id)
+        task_id, thread_id, _ = await self._task_of(entry, params, caller, "act")
         if caller.name is None:
             raise RpcError(INVALID_PARAMS, "acting needs a bearer token: open mode only reads")
         try:

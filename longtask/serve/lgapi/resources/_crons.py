@@ -31,7 +31,7 @@ from longtask.serve._webhooks import check_url, redacted
 from longtask.serve.lgapi._body import integer_field, mapping_field, text_field
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._runs import _config_of, _kwargs, refuse_unsupported
-from longtask.serve.lgapi._stream import MODES, modes_of
+from longtask.serve.lgapi._stream import checked_modes
 from longtask.serve.lgapi.resources._assistant_body import inputs_with_context, run_settings
 from longtask.store import ScheduleRecord
 
@@ -184,12 +184,7 @@ class Crons:
                 raise HTTPException(
                     422, f"on_run_completed must be 'delete' or 'keep', not {on_completed!r}"
                 )
-        modes = modes_of(payload.get("stream_mode"))
-        unknown = modes - MODES
-        if unknown:
-            raise HTTPException(
-                422, f"unknown stream mode {', '.join(sorted(unknown))}; use {sorted(MODES)}"
-            )
+        modes = checked_modes(payload.get("stream_mode"))
         raw = payload.get("input")
         if raw is not None and not isinstance(raw, dict):
             raise HTTPException(422, "a cron's input is an object of the task's inputs")
