@@ -233,7 +233,7 @@ def test_a_task_that_cannot_keep_a_chat_refuses_it(runner: Runner, client: TestC
     thread = _thread(client)
     body = {"assistant_id": "typed", "input": {"messages": [{"type": "human", "content": "x"}]}}
     r = client.post(f"/threads/{thread}/runs", json=body, headers=ALICE)
-    assert r.status_code == 409
+    assert r.status_code == 422, r.text
     assert "add `messages: list[dict] = []`" in r.json()["error"]
     assert runner.db.store.get_thread(thread) is None
     assert client.get(f"/threads/{thread}/runs").json() == []

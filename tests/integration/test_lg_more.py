@@ -307,3 +307,35 @@ def test_an_unknown_or_malformed_stream_mode_is_a_422_for_runs_and_crons(
             assert got.status_code == 422, (path, mode, got.text)
             assert says in got.json()["detail"], (path, mode, got.text)
     assert tables(runner) == before
+
+
+def test_a_body_of_the_wrong_shape_is_a_422_naming_the_field_with_nothing_stored(
+    runner: Runner, client: TestClient
+) -> None:
+    """A body the request cannot mean is a 422 (LangGraph's server answers its schema's
+    refusals so), not a 409, which says the thread's state is in the way."""
+    thread, _ = paused(client)
+    before = tables(runner)
+    refusals: list[tuple[str, str, dict[str, Any], str]] = [
+        ("POST", "/threads", {"metadata": [1]}, "metadata must be an object"),
+        ("PATCH", f"/threads/{thread}", {"metadata": "m"}, "metadata must be an object"),
+        ("POST", f"/threads/{thread}/state", {"values": {}, "checkpoint_id": 7}, "checkpoint id"),
+        ("POST", "/runs", {"assistant_id": "more_paused", "input": [1]}, "input is an object"),
+        (
+            "POST",
+            "/runs",
+            {"assistant_id": "more_paused", "input": {"messages": 5}},
+            "list of messages",
+        ),
+        (
+            "POST",
+            "/runs",
+            {"assistant_id": "more_paused", "input": {"messages": [{"type": "robot"}]}},
+            "human, ai or system",
+        ),
+    ]
+    for method, path, body, says in refusals:
+        got = client.request(method, path, json=body, headers=ALICE)
+        assert got.status_code == 422, (path, body, got.text)
+        assert says in got.json()["detail"], (path, body, got.text)
+    assert tables(runner) == before

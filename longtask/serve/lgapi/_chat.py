@@ -21,6 +21,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from starlette.exceptions import HTTPException
+
 from longtask.errors import InvalidInput
 from longtask.model import AgentStep
 from longtask.serve.lgapi._json import plain
@@ -36,19 +38,21 @@ _ROLES = {"user": "human", "human": "human", "assistant": "ai", "ai": "ai", "sys
 
 def chat_input(raw: Any, task: LongTask) -> Any:
     """The run's input with its chat messages in LangChain's dict form, each with an id
-    (raises InvalidInput, naming the fix, for a task that could not keep them)."""
+    (a 422 naming the fix for messages of no known shape, or a task that could not keep
+    them)."""
     if not isinstance(raw, dict) or KEY not in raw or KEY in task.steps:
         return raw
     if task.inputs is not None and KEY not in task.inputs.model_fields:
-        raise InvalidInput(
+        raise HTTPException(
+            422,
             f"task {task.name!r} takes no chat messages: its inputs model "
             f"{task.inputs.__name__} has no field 'messages', so a chat's input would be "
-            "lost; add `messages: list[dict] = []` to it to start the task from a chat"
+            "lost; add `messages: list[dict] = []` to it to start the task from a chat",
         )
     given = raw[KEY]
     items = [given] if isinstance(given, str | dict) else given
     if not isinstance(items, list):
-        raise InvalidInput("input messages must be a list of messages")
+        raise HTTPException(422, "input messages must be a list of messages")
     return {**raw, KEY: [_message(m) for m in items]}
 
 
@@ -56,10 +60,10 @@ def _message(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         value = {"type": "human", "content": value}
     if not isinstance(value, dict):
-        raise InvalidInput(f"an input message is a string or an object, not {value!r}")
+        raise HTTPException(422, f"an input message is a string or an object, not {value!r}")
     kind = _ROLES.get(str(value.get("type") or value.get("role") or "human"))
     if kind is None:
-        raise InvalidInput(f"an input message's type is human, ai or system, not {value!r}")
+        raise HTTPException(422, f"an input message's type is human, ai or system, not {value!r}")
     out = {k: v for k, v in value.items() if k != "role"}
     out["type"] = kind
     out.setdefault("content", "")

@@ -315,7 +315,7 @@ def routes(api: Api) -> list[Route]:
             return new_thread, plan_command(runner, rec, task, dict(command), actor)
         if rec is None:
             if raw_input is not None and not isinstance(raw_input, dict):
-                raise InvalidInput("a run's input is an object of the task's inputs")
+                raise HTTPException(422, "a run's input is an object of the task's inputs")
             raw_input = chat_input(raw_input, entry.task)
             raw_input = inputs_with_context(runner, entry.task, raw_input, defaults)
             return new_thread, {"kind": "start", "graph": entry.name, "input": raw_input or {}}
@@ -332,7 +332,7 @@ def routes(api: Api) -> list[Route]:
                 # A served LangGraph graph runs again on its state, as on LangGraph's
                 # server (the next message of a chat); checked now, storing nothing.
                 if not isinstance(raw_input, dict):
-                    raise InvalidInput("a run's input is an object of the graph's input")
+                    raise HTTPException(422, "a run's input is an object of the graph's input")
                 raw_input = chat_input(raw_input, task)
                 runner.turns.refusal(rec, task)
                 runner.engine.validate_inputs(task, raw_input)

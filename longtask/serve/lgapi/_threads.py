@@ -72,7 +72,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         check_thread_id(thread_id)
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
-            raise InvalidInput("thread metadata must be an object")
+            raise HTTPException(422, "thread metadata must be an object")
         graph_id = metadata.get("graph_id")
         if graph_id is not None and api.registry.find(str(graph_id)) is None:
             raise HTTPException(404, f"no assistant {graph_id!r}")
@@ -195,7 +195,9 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             raise InvalidInput(f"thread {thread_id!r} has not started: there is no state yet")
         checkpoint_id = body.get("checkpoint_id")
         if checkpoint_id is not None and not isinstance(checkpoint_id, str):
-            raise InvalidInput(f"checkpoint_id must be a checkpoint id, not {checkpoint_id!r}")
+            raise HTTPException(
+                422, f"checkpoint_id must be a checkpoint id, not {checkpoint_id!r}"
+            )
         entry = api.registry.find(rec.task_name)
         task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
         if isinstance(task, GraphApp):
@@ -230,7 +232,7 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         get_json(thread_id)
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
-            raise InvalidInput("thread metadata must be an object")
+            raise HTTPException(422, "thread metadata must be an object")
         reserved = [k for k in metadata if k in RESERVED]
         if reserved:
             raise InvalidInput(f"metadata {', '.join(reserved)} is longtask's own: not settable")
