@@ -107,6 +107,9 @@ def test_an_item_put_with_a_ttl_expires(client: TestClient, runner: Runner) -> N
         ({"namespace": ["a"], "key": "", "value": {}}, "key must be"),
         ({"namespace": ["a"], "key": "k", "value": [1]}, "value must be an object"),
         ({"namespace": ["a"], "key": "k", "value": {}, "ttl": -1}, "ttl is a number"),
+        # PostgreSQL cannot read the interval LangGraph's store writes for it (found by the
+        # 50-example contract run)
+        ({"namespace": ["a"], "key": "k", "value": {}, "ttl": 2.95e-35}, "from 0.001"),
         ({"namespace": ["a"], "key": "k", "value": {}, "index": "x"}, "index is"),
     ],
 )

@@ -50,16 +50,23 @@ def _key(value: Any) -> str:
 
 #: the longest ttl taken: a hundred years, in minutes (a longer one overflows the clock)
 MAX_TTL = 100 * 366 * 24 * 60
+#: the shortest: 60 ms. LangGraph's PostgresStore writes the ttl into an interval as text,
+#: and a float that small prints with an exponent, which PostgreSQL cannot read (a 500).
+MIN_TTL = 0.001
 
 
 def _ttl(value: Any) -> float | None:
     """Minutes an item lives after its last write (or read), or None: for ever."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TTL:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not MIN_TTL <= value <= MAX_TTL
+    ):
         raise HTTPException(
             422,
-            f"ttl is a number of minutes above 0 and at most {MAX_TTL} (or null), not {value!r}",
+            f"ttl is a number of minutes from {MIN_TTL} to {MAX_TTL} (or null), not {value!r}",
         )
     return float(value)
 
