@@ -189,8 +189,12 @@ def _text(content: Any) -> str:
 
 
 def _what(message: str) -> str:
-    """schemathesis' message in one line: what is wrong, and where in the spec."""
-    lines = message.splitlines()
+    """schemathesis' message in one line: what is wrong, and where in the spec.
+
+    Split at newlines only: str.splitlines also breaks at NEL, U+2028 and other separators
+    that JSON leaves unescaped, and fuzzed values are full of them, which cut the "is not
+    of type" off a message (a failed CI run, store namespaces)."""
+    lines = message.split("\n")
     where = next((x for x in lines if x.startswith("Schema at ")), "")
     return (
         f"{lines[0] if lines else ''} ({where.removesuffix(':')})" if where else (lines or [""])[0]
@@ -201,7 +205,9 @@ def violations(ndjson: Path) -> list[Violation]:
     """Every failed check of a schemathesis NDJSON report, one per distinct
     (operation, check, status, message)."""
     found: dict[tuple[str, str, int | None, str], Violation] = {}
-    for line in ndjson.read_text().splitlines():
+    for line in ndjson.read_text().split("\n"):
+        if not line.strip():
+            continue
         event = json.loads(line)
         done = event.get("ScenarioFinished")
         if not done:
@@ -348,6 +354,45 @@ def test_violations_are_read_from_the_report(tmp_path: Path) -> None:
     assert not any(Intended(".*", ".*", "anything").allows(v) for _ in [0]), (
         "a server error is never intended"
     )
+
+
+def test_a_fuzzed_value_with_a_unicode_line_break_keeps_the_message_whole(
+    tmp_path: Path,
+) -> None:
+    """A value holding NEL or U+2028 (JSON leaves them unescaped) does not cut the message,
+    so an intended violation is still recognised (CI once failed on store namespaces)."""
+    # schemathesis' shape for a schema's root: the value, then "Schema:" and "Value:"
+    message = (
+        '{"namespaces":[["a\x85b","c\u2028d"]]} is not of type "array"\n\n'
+        'Schema:\n\n    {"type": "array"}\n\nValue:\n\n    {"namespaces": "..."}'
+    )
+    event = {
+        "ScenarioFinished": {
+            "recorder": {
+                "label": "POST /store/namespaces",
+                "checks": {
+                    "c1": [
+                        {
+                            "name": "response_schema_conformance",
+                            "status": "failure",
+                            "failure_info": {
+                                "failure": {
+                                    "operation": "POST /store/namespaces",
+                                    "message": message,
+                                }
+                            },
+                        }
+                    ]
+                },
+                "interactions": {"c1": {"request": {}, "response": {"status_code": 200}}},
+            }
+        }
+    }
+    report = tmp_path / "r.ndjson"
+    report.write_text(json.dumps(event, ensure_ascii=False) + "\n")
+    (v,) = violations(report)
+    assert v.message.endswith('is not of type "array"'), v.message
+    assert any(i.allows(v) for i in INTENDED), v
 
 
 def test_docs_list_the_intended_violations() -> None:
