@@ -218,6 +218,7 @@ class Runner:
     inner_history = via("reads", Reads.inner_history)
     result = via("reads", Reads.result)
     results = via("reads", Reads.results)
+    run_context = via("reads", Reads.run_context)
     events = via("reads", Reads.events)
     threads = via("reads", Reads.threads)
     effects = via("reads", Reads.effects)

@@ -31,8 +31,10 @@ from longtask.model import (
     PauseStep,
     StepInfo,
     SubtaskStep,
+    takes_context,
 )
 from longtask.steps import (
+    CONTEXT_CHANNEL,
     INPUTS_CHANNEL,
     StepEnv,
     agent_node,
@@ -66,6 +68,8 @@ def entry_node(task: LongTask, step: str) -> str:
 
 def state_schema(task: LongTask) -> type[Any]:
     fields: dict[str, Any] = {INPUTS_CHANNEL: dict[str, Any]}
+    if takes_context(task.steps.values()):
+        fields[CONTEXT_CHANNEL] = dict[str, Any]
     for name, step in task.steps.items():
         fields[result_channel(name)] = dict[str, Any]
         if isinstance(step, PauseStep):

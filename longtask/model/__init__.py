@@ -6,7 +6,7 @@ the floor above ``errors``: it imports only ``longtask.errors`` and third-party 
 
 from longtask.model._agent import AgentStep, FixLoop, Prompt, ToolApproval, agent_step, fix_with
 from longtask.model._decision import ApprovalRequest, Decision, WaitRequest
-from longtask.model._graph import GraphStep, graph_kind, graph_step
+from longtask.model._graph import GraphStep, graph_kind, graph_step, takes_context
 from longtask.model._notify import NOTIFY_KINDS, Notify
 from longtask.model._plain import GraphApp, graph_app
 from longtask.model._schedule import Schedule
@@ -66,6 +66,7 @@ __all__ = [
     "map_step",
     "name_problem",
     "subtask_step",
+    "takes_context",
     "version_key",
     "versions",
     "wait_for",

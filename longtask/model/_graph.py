@@ -3,7 +3,7 @@ the graph is held as an object here and compiled, inspected and run by ``longtas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, Literal
 
@@ -46,6 +46,9 @@ class GraphStep(Step):
     input: Any = None
     #: ``output(final_state) -> result`` (default: the final state as JSON)
     output: Any = None
+    #: ``context(ctx) -> dict``: the graph's runtime context (LangGraph's ``context=``;
+    #: default: the context the thread was started with, or that its latest turn brought)
+    context: Any = None
     #: LangGraph's recursion limit for the graph's own super-steps (default: LangGraph's)
     recursion_limit: int | None = None
     #: price per million tokens (input, output) by model name; overrides the built-in table
@@ -66,7 +69,7 @@ class GraphStep(Step):
                 f"step {self.name!r}: graph must be a LangGraph graph (compiled, a StateGraph "
                 f"builder, or a factory taking the run's config), got {type(self.graph).__name__}"
             )
-        for what in ("input", "output"):
+        for what in ("input", "output", "context"):
             fn = getattr(self, what)
             if fn is not None and not callable(fn):
                 out.append(f"step {self.name!r}: {what} must be a callable")
@@ -85,8 +88,16 @@ class GraphStep(Step):
             "output": _qualname(self.output) if self.output else None,
             "recursion_limit": self.recursion_limit,
             # only when set: the hash of every other graph step stays as it was
+            **({"context": _qualname(self.context)} if self.context else {}),
+            # only when set: the hash of every other graph step stays as it was
             **({"keeps_state": True} if self.keeps_state else {}),
         }
+
+
+def takes_context(steps: Iterable[Step]) -> bool:
+    """Whether a task of these steps keeps a run context: it has a graph step, whose graph
+    reads it as LangGraph's runtime context."""
+    return any(isinstance(s, GraphStep) for s in steps)
 
 
 def graph_step(
@@ -99,6 +110,7 @@ def graph_step(
     retry: Retry | int | None = None,
     timeout: float | timedelta | None = None,
     recursion_limit: int | None = None,
+    context: Callable[..., Mapping[str, Any]] | None = None,
     prices: Mapping[str, tuple[float, float]] | None = None,
     compensate: Callable[..., Any] | None = None,
     notify: Notify | str | Sequence[str] | None = None,
@@ -110,6 +122,11 @@ def graph_step(
     the graph's input from the task's inputs and the results of the steps it depends on
     (default: the task's inputs); ``output(state)`` makes the step's result from the
     graph's final state (default: the final state as JSON, messages as dicts).
+    ``context(ctx)`` makes the graph's runtime context (what its nodes read as
+    ``runtime.context``, and as ``config["configurable"]``); by default it is the context
+    the thread was started with (``Runner.start(..., context=...)``, a Server API run's
+    ``context``) or that its latest new input brought, else ``{}`` (so a context schema's
+    defaults apply, as on LangGraph's server).
 
     The graph is checkpointed in the thread at each of its super-steps: after a crash it
     continues after its last finished node. Model calls of any LangChain chat model inside
@@ -130,6 +147,7 @@ def graph_step(
         retry=_as_retry(retry),
         timeout=timeout,  # type: ignore[arg-type]  # normalised by the validator
         recursion_limit=recursion_limit,
+        context=context,
         prices=dict(prices) if prices else None,
         compensate=compensate,
         notify=notify,  # type: ignore[arg-type]  # normalised by the validator

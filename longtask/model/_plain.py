@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from pydantic import PrivateAttr
+
 from longtask.model._graph import GraphStep, graph_step
 from longtask.model._steps import Stage
 from longtask.model._task import LongTask, name_problem
@@ -22,6 +24,11 @@ __all__ = ["GraphApp", "graph_app", "step_name_for"]
 
 class GraphApp(LongTask):
     """The one-step LongTask around a plain LangGraph graph (see ``graph_app``)."""
+
+    #: the reference the graph was loaded by (``runtime.load_task``), which its threads
+    #: record so another process (a worker, a later ``run_again``) loads it again: the
+    #: graph's module has no attribute holding this task
+    _ref: str | None = PrivateAttr(default=None)
 
     @property
     def graph_step(self) -> GraphStep:

@@ -46,7 +46,7 @@ from longtask.runtime._calls import (
     traced,
 )
 from longtask.runtime._gate import Gate, holding, through
-from longtask.runtime._inputs import translate, validate_inputs
+from longtask.runtime._inputs import translate, validate_context, validate_inputs
 from longtask.runtime._interrupts import USER_KINDS, interrupted, open_interrupts
 from longtask.runtime._queue import DEFAULT_QUEUE, encode_command, make_app, worker_name
 from longtask.runtime._reading import _config
@@ -61,6 +61,7 @@ from longtask.runtime._views import (
 )
 from longtask.runtime._who import check_by, whoami
 from longtask.steps import (
+    CONTEXT_CHANNEL,
     INPUTS_CHANNEL,
     STEP_ATTR,
     PauseOutcome,
@@ -90,6 +91,15 @@ log = logging.getLogger("longtask.runtime")
 
 #: called with (thread_id, step names that just finished) while a run advances
 UpdateHook = Callable[[str, list[str]], None]
+
+
+def first_input(rec: ThreadRecord) -> dict[str, Any]:
+    """A thread's first input to its graph: its inputs, and its run context if it was
+    started with one (both from its record)."""
+    out: dict[str, Any] = {INPUTS_CHANNEL: rec.inputs}
+    if rec.context is not None:
+        out[CONTEXT_CHANNEL] = rec.context
+    return out
 
 
 class Engine:
@@ -202,17 +212,20 @@ class Engine:
         task_ref: str | None = None,
         config: Mapping[str, Any] | None = None,
         by: str | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> str:
         """Start ``task`` on a new thread and run it until it completes, pauses or fails.
 
         Returns the thread id. A failing step raises :class:`StepFailed` (the thread is kept
         and ``resume`` continues it). ``config`` (callbacks, tags, metadata, run_name) goes
         into the run's LangGraph config, so tracers see the run. ``by``: who starts it, the
-        thread's owner (default: the OS user).
+        thread's owner (default: the OS user). ``context``: the run context its graph steps'
+        graphs read as LangGraph's runtime context (a JSON object, kept with the thread, so
+        every later run of it has the same: put no secret in it).
         """
         check_config(config)
         thread_id, parts = self.start_run(
-            task, inputs, thread_id, task_ref, StreamSpec(), config, by=by
+            task, inputs, thread_id, task_ref, StreamSpec(), config, by=by, context=context
         )
         for _ in parts:
             pass
@@ -228,12 +241,11 @@ class Engine:
         config: Mapping[str, Any] | None,
         *,
         by: str | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> tuple[str, Iterator[Any]]:
         """Create the thread now; its first run happens as the parts are read."""
-        rec = self.new_thread(task, inputs, thread_id, task_ref, None, owner=by)
-        parts = self._run(
-            rec, task, {INPUTS_CHANNEL: rec.inputs}, first=True, spec=spec, config=config
-        )
+        rec = self.new_thread(task, inputs, thread_id, task_ref, None, owner=by, context=context)
+        parts = self._run(rec, task, first_input(rec), first=True, spec=spec, config=config)
         return rec.thread_id, parts
 
     def submit(
@@ -245,13 +257,16 @@ class Engine:
         task_ref: str | None = None,
         queue: str = DEFAULT_QUEUE,
         by: str | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> str:
         """Start ``task`` on a new thread served by workers (``longtask worker``): returns
         at once; a worker runs it. The task must be importable by its reference on every
         worker (a module path, or a file path the workers can read). ``by``: who starts
-        it, the thread's owner (default: the OS user)."""
+        it, the thread's owner (default: the OS user). ``context``: as for ``start``."""
         make_app(self.db)  # PostgreSQL only: refuse before anything is stored
-        rec = self.new_thread(task, inputs, thread_id, task_ref, "worker", owner=by)
+        rec = self.new_thread(
+            task, inputs, thread_id, task_ref, "worker", owner=by, context=context
+        )
         if not rec.task_ref:
             raise InvalidInput(
                 f"task {task.name!r} has no importable reference, so workers cannot load it; "
@@ -275,6 +290,7 @@ class Engine:
         mode: str | None,
         *,
         owner: str | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> ThreadRecord:
         """A new thread's record; ``owner``: who starts it (default: the OS user)."""
         if thread_id is None:
@@ -282,7 +298,10 @@ class Engine:
         check_thread_id(thread_id)
         owner = check_by(owner) if owner is not None else whoami()
         encoded = self.codec.encode(self.validate_inputs(task, inputs), "the task inputs")
-        return self._create_record(task, thread_id, encoded, task_ref, "pending", mode, owner)
+        checked = validate_context(task, context)
+        return self._create_record(
+            task, thread_id, encoded, task_ref, "pending", mode, owner, checked
+        )
 
     def _create_record(
         self,
@@ -293,6 +312,7 @@ class Engine:
         status: str,
         mode: str | None,
         owner: str | None,
+        context: dict[str, Any] | None = None,
     ) -> ThreadRecord:
         """Store a new thread's record (``ThreadExists`` if the id is taken) and budget."""
         rec = ThreadRecord(
@@ -306,6 +326,7 @@ class Engine:
             status=status,
             mode=mode,
             owner=owner,
+            context=context,
         )
         self.db.store.create_thread(rec)
         if task.budget is not None or task.deadline is not None:
@@ -326,7 +347,10 @@ class Engine:
             inputs = state.get(INPUTS_CHANNEL)
             with contextlib.suppress(ThreadExists):  # a parallel node adopted it first
                 # run through LangGraph directly by this process: its user owns it
-                self._create_record(task, thread_id, inputs, None, "running", None, whoami())
+                context = state.get(CONTEXT_CHANNEL)
+                self._create_record(
+                    task, thread_id, inputs, None, "running", None, whoami(), context
+                )
             return
         if rec.task_name != task.name:
             raise InvalidInput(
@@ -653,7 +677,7 @@ class Engine:
                 )
             elif graph_input is None and self.db.saver.head(thread_id) is None:
                 # The first run died before LangGraph stored its input checkpoint.
-                graph_input = {INPUTS_CHANNEL: rec.inputs}
+                graph_input = first_input(rec)
             # The run's span is the root of its trace: its steps' spans are its children.
             root = start_span("longtask.run", thread_id=thread_id, run=run, task=task.name)
             try:

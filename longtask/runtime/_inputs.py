@@ -4,6 +4,7 @@ LangGraph's channels and entry nodes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from longtask.errors import InvalidInput, describe_validation
 from longtask.graphs import entry_node
+from longtask.model import takes_context
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -52,6 +54,29 @@ def validate_inputs(task: LongTask, inputs: Mapping[str, Any] | BaseModel | None
             f"inputs for task {task.name!r} do not match {task.inputs.__name__}: "
             f"{describe_validation(exc)}"
         ) from exc
+
+
+def validate_context(task: LongTask, context: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A run context checked: a JSON object, for a task with a graph step (whose graph reads
+    it as LangGraph's runtime context); kept as plain JSON. None: none given."""
+    if context is None:
+        return None
+    if not isinstance(context, Mapping) or not all(isinstance(k, str) for k in context):
+        raise InvalidInput(
+            f"a run context must be a JSON object with string keys, got {type(context).__name__}"
+        )
+    if not takes_context(task.steps.values()):
+        if not context:
+            return None
+        raise InvalidInput(
+            f"task {task.name!r} has no graph step, so nothing reads a run context "
+            f"(given: {', '.join(sorted(context))}); pass settings as the task's inputs"
+        )
+    try:
+        # canonical and plain: a checkpoint and the thread's record keep it as JSON
+        return dict(json.loads(json.dumps(dict(context), allow_nan=False)))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"a run context must be plain JSON: {exc}") from None
 
 
 def translate(task: LongTask, command: Command[Any]) -> Command[Any]:

@@ -119,6 +119,8 @@ def _committed_in(tup: Any) -> set[str]:
 
 #: the task inputs' channel (steps.INPUTS_CHANNEL; not imported: no LangGraph here)
 _INPUTS = "lt.inputs"
+#: the run context's channel (steps.CONTEXT_CHANNEL)
+_CONTEXT = "lt.context"
 
 
 def _later(a: Any, b: Any) -> bool:
@@ -447,6 +449,16 @@ class Reads:
         return {
             k[4:]: self.codec.decode(v, strict=False) for k, v in values_now(tup, "out.").items()
         }
+
+    def run_context(self, thread_id: str) -> dict[str, Any]:
+        """The run context the thread's graph steps get now: what it was started with, or
+        what its latest new input brought (``{}`` if none)."""
+        rec = self.thread(thread_id)
+        tup = self.db.reader.head(thread_id, load=_CONTEXT)
+        value = values_now(tup, _CONTEXT).get(_CONTEXT) if tup is not None else None
+        if value is None and tup is None:
+            value = rec.context  # not run yet: what its first run will start with
+        return dict(value) if isinstance(value, dict) else {}
 
     def events(
         self,

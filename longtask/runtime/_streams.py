@@ -51,6 +51,7 @@ class Streams:
         config: Mapping[str, Any] | None = None,
         task_ref: str | None = None,
         allow_changed_definition: bool = False,
+        context: Mapping[str, Any] | None = None,
     ) -> Iterator[Any]:
         """Start ``task`` (or, with ``resume=True`` or a ``command``, continue thread
         ``thread_id``) and yield LangGraph's stream parts as ``graph.stream`` would with
@@ -59,7 +60,8 @@ class Streams:
         ``thread_id`` to know a new thread's id. A step's events (progress, retries, model
         calls...) come as ``custom`` parts ``{"longtask": kind, "step": ..., "data": ...}``.
         Stopping the iteration early stops the run there: the thread stays ``running``, as
-        after a crash, and ``resume`` continues it.
+        after a crash, and ``resume`` continues it. ``context``: a new thread's run context
+        (as for ``start``).
         """
         spec = StreamSpec.of(stream_mode, subgraphs)
         check_config(config)
@@ -76,7 +78,9 @@ class Streams:
             )
         if task is None:
             raise InvalidInput("stream() needs the task to start (or resume=True and a thread_id)")
-        return self._engine.start_run(task, inputs, thread_id, task_ref, spec, config)[1]
+        return self._engine.start_run(
+            task, inputs, thread_id, task_ref, spec, config, context=context
+        )[1]
 
     async def astream(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """``stream`` for asyncio: the run goes on a worker thread, its parts come here."""

@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any
 
 from longtask.errors import TaskRefError
-from longtask.model import LongTask, TaskVersions, graph_app, graph_kind
+from longtask.model import GraphApp, LongTask, TaskVersions, graph_app, graph_kind
 
 
 def _module_name_for(path: Path) -> str:
@@ -179,7 +179,12 @@ def load_versions(ref: str) -> TaskVersions:
             task = made
     if graph is not None:
         # A plain LangGraph graph: served as the one-step LongTask around it.
-        return TaskVersions([graph_app(graph_id or attr, graph, description=f"LangGraph {ref}")])
+        app = graph_app(graph_id or attr, graph, description=f"LangGraph {ref}")
+        if target.endswith(".py") or os.sep in target:
+            # absolute, so the thread is resumed from any working directory
+            target = str(Path(target).resolve())
+        app._ref = f"{target}:{attr}" + (f"#{graph_id}" if graph_id else "")
+        return TaskVersions([app])
     if graph_id:
         raise TaskRefError(
             f"{ref!r} names a {type(task).__name__}: a '#name' is given only to a LangGraph "
@@ -197,6 +202,8 @@ def load_versions(ref: str) -> TaskVersions:
 
 def find_ref(task: LongTask) -> str | None:
     """The reference another process can load ``task`` by, if one can be found."""
+    if isinstance(task, GraphApp) and task._ref is not None:
+        return task._ref
     module_name = task._module
     module = sys.modules.get(module_name) if module_name else None
     if module is None:

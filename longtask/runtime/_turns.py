@@ -29,10 +29,11 @@ from pydantic import BaseModel
 from longtask.errors import InvalidInput, NothingToResume
 from longtask.model import GraphApp
 from longtask.runtime._gate import holding, trusted
+from longtask.runtime._inputs import validate_context
 from longtask.runtime._interrupts import open_interrupts
 from longtask.runtime._reading import _config
 from longtask.runtime._who import check_by, whoami
-from longtask.steps import INPUTS_CHANNEL, INTERRUPT_KIND
+from longtask.steps import CONTEXT_CHANNEL, INPUTS_CHANNEL, INTERRUPT_KIND
 from longtask.store import STANDS_ON, NewEvent
 from longtask.store._kinds import TURN_STARTED
 
@@ -80,6 +81,7 @@ class Turns:
         by: str | None = None,
         config: Mapping[str, Any] | None = None,
         at: str | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> str:
         """Run the LangGraph graph of ``thread_id`` again with the new input ``inputs``,
         on the state its last run left (messages accumulate through the graph's reducer),
@@ -95,10 +97,13 @@ class Turns:
         for ``start``. ``at``: one of the graph's own checkpoints (``inner_history``), to run
         it from there instead, as LangGraph's server runs a thread from a past checkpoint:
         a new branch of the thread on the graph's state at that checkpoint (its later
-        checkpoints stay in the thread's history). Returns the thread id."""
+        checkpoints stay in the thread's history). ``context``: the turn's run context, which
+        the graph reads as LangGraph's runtime context (each run has its own, as on
+        LangGraph's server: without one, ``{}``, so the context schema's defaults apply).
+        Returns the thread id."""
         rec = self._reads.thread(thread_id)
         task = task or self._engine.load(rec)
-        self.record(rec, task, inputs, turn=turn, by=by, at=at)
+        self.record(rec, task, inputs, turn=turn, by=by, at=at, context=context)
         with contextlib.suppress(NothingToResume):  # a repeated turn already carried out
             self._engine.resume(thread_id, task=task, by=by, config=config)
         return thread_id
@@ -112,6 +117,7 @@ class Turns:
         turn: str | None = None,
         by: str | None = None,
         at: str | None = None,
+        context: Mapping[str, Any] | None = None,
     ) -> bool:
         """Record the new input of ``run_again`` (checked, raising InvalidInput and storing
         nothing when refused); False if the turn ``turn`` was recorded before."""
@@ -119,6 +125,7 @@ class Turns:
         self.refusal(rec, task)
         base = self.branch_point(rec, task, at) if at is not None else None
         encoded = self.codec.encode(self._engine.validate_inputs(task, inputs), "the new input")
+        run_context = validate_context(task, context) or {}
         by = check_by(by) if by is not None else whoami()
         turn = turn or uuid.uuid4().hex
         graph = self._engine.graph(task)
@@ -138,7 +145,7 @@ class Turns:
             )
             # Past the gate, which keeps a finished thread's state as it is: this is no
             # change of what was done but a new run on top of it, checked above.
-            new = StateUpdate({INPUTS_CHANNEL: encoded}, _INPUT_NODE)
+            new = StateUpdate({INPUTS_CHANNEL: encoded, CONTEXT_CHANNEL: run_context}, _INPUT_NODE)
             # A graph waiting at its interrupt() has its node still to run: dropped first
             # (LangGraph's update "as __end__" with no values), as LangGraph drops a
             # thread's unfinished tasks when it is invoked with new input.

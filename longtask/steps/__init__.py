@@ -10,6 +10,7 @@ from longtask.steps._agent import agent_node, fix_agent_node, fix_channel
 from longtask.steps._call import RUN_KEY, NodeCall
 from longtask.steps._classify import Classified, classify
 from longtask.steps._context import (
+    CONTEXT_CHANNEL,
     INPUTS_CHANNEL,
     ItemContext,
     StepContext,
@@ -34,6 +35,7 @@ from longtask.steps._siblings import settled
 from longtask.steps._subtask import ChildThreads, subtask_node
 
 __all__ = [
+    "CONTEXT_CHANNEL",
     "INPUTS_CHANNEL",
     "INTERRUPT_KIND",
     "RUN_KEY",

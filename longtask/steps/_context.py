@@ -18,6 +18,9 @@ from longtask.store._values import is_reference
 T = TypeVar("T")
 
 INPUTS_CHANNEL = "lt.inputs"
+#: the run context (LangGraph's runtime context for graph steps' graphs), in the state of a
+#: task with a graph step: written with the inputs at the start and with each new input
+CONTEXT_CHANNEL = "lt.context"
 
 #: the context of the step running in this thread (tools of an agent step read it)
 _CURRENT: contextvars.ContextVar[StepContext | None] = contextvars.ContextVar(
@@ -95,6 +98,14 @@ class StepContext:
     @property
     def stage(self) -> str:
         return self.info.stage
+
+    @property
+    def run_context(self) -> dict[str, Any]:
+        """The context the thread was started with (or its latest new input brought): a
+        Server API run's ``context``, ``Runner.start(..., context=...)``; ``{}`` if none.
+        Only a task with a graph step keeps one."""
+        value = self._state.get(CONTEXT_CHANNEL)
+        return dict(value) if isinstance(value, Mapping) else {}
 
     @property
     def inputs(self) -> Any:

@@ -21,6 +21,7 @@ Around the run:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -244,6 +245,50 @@ def _with_handler(config: RunnableConfig, handler: BaseCallbackHandler) -> Runna
     return {**config, "callbacks": [*(callbacks or []), handler]}
 
 
+#: configurable keys a run sets itself: a run context key of the same name is not put there
+_RUN_SET = frozenset({"thread_id", "checkpoint_id", "checkpoint_ns", "checkpoint_map"})
+
+
+def _run_context(step: GraphStep, ctx: Any) -> dict[str, Any]:
+    """The run context the step's graph gets: ``step.context(ctx)``, else the thread's."""
+    if step.context is None:
+        return dict(ctx.run_context)
+    made = step.context(ctx)
+    if not isinstance(made, Mapping):
+        raise InvalidInput(
+            f"context= of graph step {step.name!r} returned a {type(made).__name__}; return "
+            "a dict (the graph's runtime context)"
+        )
+    return dict(made)
+
+
+def _with_context(config: RunnableConfig, context: Mapping[str, Any]) -> RunnableConfig:
+    """``config`` with the run context's keys in its ``configurable``, as LangGraph's server
+    mirrors a run's context there (for graphs and factories that read their settings from
+    the config); a key the config has, or a run sets itself, is left as it is."""
+    conf = dict(config.get("configurable") or {})
+    added = {
+        k: v
+        for k, v in context.items()
+        if k not in conf and k not in _RUN_SET and not k.startswith("__")
+    }
+    return {**config, "configurable": {**conf, **added}} if added else config
+
+
+def _context_for(graph: Any, context: dict[str, Any]) -> dict[str, Any]:
+    """The run context as ``graph`` takes it: only its context schema's keys when it has a
+    schema with properties (LangGraph's server drops the others; a dataclass or a model
+    would refuse them), else all of it."""
+    try:
+        schema = graph.get_context_jsonschema()
+    except Exception:  # a schema LangGraph cannot describe: given as it is
+        return context
+    props = (schema or {}).get("properties") if isinstance(schema, Mapping) else None
+    if not props:
+        return context
+    return {k: v for k, v in context.items() if k in props}
+
+
 def _stop_id(graph: Any, config: RunnableConfig, call: NodeCall) -> tuple[str, list[str]]:
     """An id for a stop before or after a node (which LangGraph raises without an
     ``Interrupt``), stable while the stop is pending: the graph's checkpoint at the stop
@@ -451,7 +496,12 @@ def graph_node(
         # The graph's nodes and tools may read current_context() (ledgered tools do).
         token = _CURRENT.set(ctx)
         try:
+            run_context = _run_context(step, ctx)
+            config = _with_context(config, run_context)
             graph = graph_of(config)
+            # LangGraph's runtime context: a dict even when empty, so the graph's context
+            # schema is built with its defaults, as on LangGraph's server
+            invoke = functools.partial(graph.invoke, context=_context_for(graph, run_context))
             handler = ModelCalls(env, call, info, step)
             sub = _with_handler(config, handler)
             if step.recursion_limit is not None:
@@ -493,7 +543,7 @@ def graph_node(
                     args = (None, {**sub, "configurable": conf})
                 called.append(True)
                 try:
-                    final = call_step(graph.invoke, args, step.timeout, f"graph step {step.name!r}")
+                    final = call_step(invoke, args, step.timeout, f"graph step {step.name!r}")
                 except GraphInterrupt as exc:
                     raise _as_pause(exc, env, call, info, graph, args[1]) from None
                 result = step.output(final) if step.output is not None else to_json(final, what)

@@ -85,6 +85,7 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
             "mode",
             "notify",
             "owner",
+            "context",
         ),
         "thread_id",
     ),

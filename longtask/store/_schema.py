@@ -750,6 +750,14 @@ MIGRATIONS: list[list[str | Step]] = [
     [
         "ALTER TABLE longtask_schedules ADD COLUMN api TEXT",
     ],
+    # 25: the run context a thread was started with (LangGraph's runtime context, which a
+    # graph step's graph reads as ``runtime.context``), JSON, kept beside the inputs so a
+    # worker's first run, or a run that died before its first checkpoint, starts with it;
+    # from the first checkpoint on the context is in the thread's state (``lt.context``).
+    # NULL: started without one.
+    [
+        "ALTER TABLE longtask_threads ADD COLUMN context TEXT",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

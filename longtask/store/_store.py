@@ -89,6 +89,9 @@ class ThreadRecord:
     mode: str | None = None
     #: who started the thread (None: stored before owners were recorded)
     owner: str | None = None
+    #: the run context it was started with (LangGraph's runtime context for its graph
+    #: steps), JSON; None: none given
+    context: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -187,7 +190,7 @@ _EVENT_ONE = f"{_EVENT_INSERT}{_EVENT_ROW} ON CONFLICT (dedupe_key) DO NOTHING"
 
 _THREAD_COLS = (
     "thread_id, task_ref, task_name, task_version, definition_hash, definition, inputs, "
-    "status, error, runs, created_at, updated_at, waiting, mode, owner"
+    "status, error, runs, created_at, updated_at, waiting, mode, owner, context"
 )
 #: a record without its definition (read once per definition hash, see Store._threads)
 _THREAD_READ = _THREAD_COLS.replace(" definition,", " NULL,")
@@ -283,7 +286,7 @@ class Store(
 
     def create_thread(self, rec: ThreadRecord) -> None:
         rows = self._run(
-            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) "
+            f"INSERT INTO longtask_threads ({_THREAD_COLS}) VALUES ({', '.join('?' * 16)}) "
             "ON CONFLICT (thread_id) DO NOTHING RETURNING thread_id",
             (
                 rec.thread_id,
@@ -301,6 +304,7 @@ class Store(
                 json.dumps(rec.waiting) if rec.waiting else None,
                 rec.mode,
                 rec.owner,
+                json.dumps(rec.context) if rec.context is not None else None,
             ),
         )
         if not rows:
@@ -622,6 +626,7 @@ def _thread(r: tuple[Any, ...], definition: dict[str, Any]) -> ThreadRecord:
         waiting=json.loads(r[12]) if r[12] else None,
         mode=r[13],
         owner=r[14],
+        context=json.loads(r[15]) if r[15] else None,
     )
 
 

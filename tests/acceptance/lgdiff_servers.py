@@ -227,31 +227,45 @@ def plain_reference_server(llm_url: str) -> Server:
     ``src`` on the path, as ``pip install -e .`` makes it before ``langgraph dev``."""
     import json
 
-    python = ref_venv()
-    port = free_port()
     graphs = {
         name: str((APPS / ref.rpartition(":")[0]).resolve()) + ":" + ref.rpartition(":")[2]
         for name, ref in json.loads((APPS / "langgraph.json").read_text())["graphs"].items()
     }
+    return graphs_reference_server(llm_url, graphs, APPS / "src")
+
+
+def graphs_reference_server(
+    llm_url: str, graphs: dict[str, str], path: Path | None = None
+) -> Server:
+    """LangGraph's own server with ``graphs`` (graph id: ``/abs/file.py:attr``), in
+    memory; ``path`` on ``PYTHONPATH``."""
+    python = ref_venv()
+    port = free_port()
     code = (
         "from langgraph_api.cli import run_server\n"
         f"run_server(host='127.0.0.1', port={port}, reload=False, open_browser=False,\n"
         f"           graphs={graphs!r}, disable_persistence=True)\n"
     )
     env = _quiet_env(llm_url)
-    env["PYTHONPATH"] = str(APPS / "src")
+    if path is not None:
+        env["PYTHONPATH"] = str(path)
     where = Path(tempfile.mkdtemp(prefix="lgdiff-plain-ref-"))
     return Server("LangGraph's server (langgraph-api)", [str(python), "-c", code], env, port, where)
 
 
 def plain_longtask_server(db: str, llm_url: str, token: str) -> Server:
     """``longtask serve --config lgapps/langgraph.json``, unchanged apps."""
+    return config_longtask_server(db, llm_url, token, APPS / "langgraph.json")
+
+
+def config_longtask_server(db: str, llm_url: str, token: str, config: Path, *extra: str) -> Server:
+    """``longtask serve --config CONFIG`` (a langgraph.json) with alice's ``token``."""
     port = free_port()
     env = _quiet_env(llm_url)
     env["LONGTASK_API_TOKENS"] = f"alice={token}"
     env.pop("LONGTASK_API_TOKEN", None)
     args = [sys.executable, "-m", "longtask", "serve", "--port", str(port), "--db", db]
-    args += ["--config", str(APPS / "langgraph.json")]
+    args += ["--config", str(config), *extra]
     return Server("longtask serve", args, env, port)
 
 

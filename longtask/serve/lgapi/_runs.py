@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound
-from longtask.model import GraphApp
+from longtask.model import GraphApp, takes_context
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
@@ -30,9 +30,15 @@ from longtask.serve.lgapi._plain import plain_head
 from longtask.serve.lgapi._runops import cancel_run, refuse_action
 from longtask.serve.lgapi._state import current_state, thread_state
 from longtask.serve.lgapi._stream import checked_modes, follow, modes_of
-from longtask.serve.lgapi.resources._assistant_body import inputs_with_context, run_settings
+from longtask.serve.lgapi.resources._assistant_body import (
+    RUN_SET,
+    inputs_with_context,
+    run_settings,
+)
 
 if TYPE_CHECKING:
+    from longtask._runner import Runner
+    from longtask.model import LongTask
     from longtask.serve._registry import Registered
     from longtask.serve.lgapi._common import Api
     from longtask.store import ThreadRecord
@@ -262,6 +268,36 @@ def _kwargs(
     }
 
 
+def _same_context(runner: Runner, rec: ThreadRecord, task: LongTask, body: dict[str, Any]) -> None:
+    """A run that continues a thread (an answer, a command, a resume) goes on with the run
+    context the thread has (what started it, or its latest new input brought): it is part
+    of the thread's durable state. A context (or ``configurable``) sent with it that says
+    otherwise is refused (422) rather than dropped; the same values sent again pass."""
+    if not takes_context(task.steps.values()):
+        return
+    config = body.get("config")
+    configurable = mapping_field(config, "configurable") if isinstance(config, dict) else {}
+    own = {
+        **{k: v for k, v in configurable.items() if k not in RUN_SET and not k.startswith("__")},
+        **mapping_field(body, "context"),
+    }
+    if not own:
+        return
+    current = runner.run_context(rec.thread_id)
+    differ = sorted(k for k, v in own.items() if current.get(k, _ABSENT) != v)
+    if differ:
+        raise HTTPException(
+            422,
+            f"thread {rec.thread_id!r} goes on with the context its run has ("
+            f"{', '.join(differ)} differ): a run that continues it cannot change it; send the "
+            "new context with a new input (the next message), or start a new thread",
+        )
+
+
+#: a key a context does not have (None is a value)
+_ABSENT = object()
+
+
 def _conversation(api: Api, rec: ThreadRecord | None) -> dict[str, Any]:
     """The agent step a paused thread waits in: its checkpoint namespace, and the ids of its
     messages so far (a resumed run's ``messages`` stream continues after them)."""
@@ -312,6 +348,7 @@ def routes(api: Api) -> list[Route]:
                 raise InvalidInput(f"thread {thread_id!r} has not started: send input to start it")
             _one_of(raw_input)
             task = entry.for_thread(rec)
+            _same_context(runner, rec, task, body)
             return new_thread, plan_command(runner, rec, task, dict(command), actor)
         if rec is None:
             if raw_input is not None and not isinstance(raw_input, dict):
@@ -350,6 +387,7 @@ def routes(api: Api) -> list[Route]:
                 f"thread {thread_id!r} has started task {entry.name!r} already; answer what "
                 'it waits for with command={"resume": ...}, or start a new thread'
             )
+        _same_context(runner, rec, entry.for_thread(rec), body)
         return new_thread, plan_continue(rec)
 
     def prepare(
@@ -424,7 +462,8 @@ def routes(api: Api) -> list[Route]:
                 return None
             asked = {
                 k: body[k]
-                for k in ("input", "command", "if_not_exists", "checkpoint_id")
+                # context and config: checked against the thread's when planned
+                for k in ("input", "command", "if_not_exists", "checkpoint_id", "context", "config")
                 if k in body
             }
             request = {"kind": "queued", "body": asked, **shown}
