@@ -3,7 +3,6 @@ identity for idempotent events, attempts with retries, timeouts."""
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 import threading
@@ -32,6 +31,7 @@ from longtask.steps._attempts import (
 )
 from longtask.steps._call import RUN_KEY, NodeCall
 from longtask.steps._context import _CURRENT, StepContext, result_channel
+from longtask.steps._loop import run_coroutine
 from longtask.steps._siblings import Siblings, Snapshot
 from longtask.steps._tracing import set_attributes, write_custom
 from longtask.store import (
@@ -400,12 +400,10 @@ def call_step(
 
 def _call(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, what: str) -> Any:
     if inspect.iscoroutinefunction(fn):
-
-        async def main() -> Any:
-            return await asyncio.wait_for(fn(*args), timeout)
-
+        # on the process's one loop (``steps._loop``): a client kept between calls (an
+        # async HTTP client of a model) stays on the loop it was made on
         try:
-            return asyncio.run(main())
+            return run_coroutine(lambda: fn(*args), timeout)
         except TimeoutError as exc:
             raise StepTimeout(f"{what} did not finish within {timeout} s") from exc
     if timeout is None:

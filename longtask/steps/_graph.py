@@ -289,6 +289,39 @@ def _context_for(graph: Any, context: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in context.items() if k in props}
 
 
+def _async_only(graph: Any, seen: frozenset[int] = frozenset()) -> bool:
+    """Whether some node of ``graph`` runs only on LangGraph's async API: an ``async def``
+    node, a ToolNode with a tool that is a coroutine only (``@tool async def``), or such a
+    node in a subgraph it holds (as LangChain's templates write their agents)."""
+    for node in (getattr(graph, "nodes", None) or {}).values():
+        bound = getattr(node, "bound", None)
+        if bound is None or id(bound) in seen:
+            continue
+        if getattr(bound, "func", True) is None and getattr(bound, "afunc", None) is not None:
+            return True
+        tools = getattr(bound, "tools_by_name", None)
+        if isinstance(tools, Mapping) and any(
+            getattr(t, "func", True) is None and getattr(t, "coroutine", None) is not None
+            for t in tools.values()
+        ):
+            return True
+        if hasattr(bound, "nodes") and _async_only(bound, seen | {id(graph)}):
+            return True
+    return False
+
+
+def _invoker(graph: Any, context: dict[str, Any]) -> Callable[..., Any]:
+    """How the step calls ``graph``: ``invoke``, or ``ainvoke`` (run to its end on an event
+    loop of the step's own, by ``call_step``) for a graph with nodes that are async only."""
+    if not _async_only(graph):
+        return functools.partial(graph.invoke, context=context)
+
+    async def ainvoke(given: Any, config: RunnableConfig) -> Any:
+        return await graph.ainvoke(given, config, context=context)
+
+    return ainvoke
+
+
 def _stop_id(graph: Any, config: RunnableConfig, call: NodeCall) -> tuple[str, list[str]]:
     """An id for a stop before or after a node (which LangGraph raises without an
     ``Interrupt``), stable while the stop is pending: the graph's checkpoint at the stop
@@ -501,7 +534,7 @@ def graph_node(
             graph = graph_of(config)
             # LangGraph's runtime context: a dict even when empty, so the graph's context
             # schema is built with its defaults, as on LangGraph's server
-            invoke = functools.partial(graph.invoke, context=_context_for(graph, run_context))
+            invoke = _invoker(graph, _context_for(graph, run_context))
             handler = ModelCalls(env, call, info, step)
             sub = _with_handler(config, handler)
             if step.recursion_limit is not None:

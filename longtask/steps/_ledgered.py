@@ -12,12 +12,15 @@ that only reads needs nothing.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import json
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from longtask.steps._context import current_context
+from longtask.steps._loop import run_coroutine
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -43,12 +46,23 @@ def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[str], Any] | None)
             raise NotImplementedError("a ledgered tool is called through invoke")
 
         def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+            return self._through_ledger(input, config, kwargs)
+
+        async def ainvoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
+            # The ledger is synchronous (it writes to the database before and after the
+            # call): on a worker thread, which sees this task's context (the step's).
+            return await asyncio.to_thread(self._through_ledger, input, config, kwargs)
+
+        def _through_ledger(self, input: Any, config: Any, kwargs: dict[str, Any]) -> Any:
             ctx = current_context()
             call = _tool_call(input)
             keyed = {"id": call["id"], "args": call.get("args")} if call else {"args": input}
 
             def perform(_keyed: Any) -> dict[str, Any]:
-                out = inner.invoke(input, config, **kwargs)
+                if _coroutine_only(inner):
+                    out = run_coroutine(lambda: inner.ainvoke(input, config, **kwargs))
+                else:
+                    out = inner.invoke(input, config, **kwargs)
                 if isinstance(out, ToolMessage):
                     return {"content": out.content, "status": out.status}
                 return {"content": out, "status": "success"}
@@ -113,13 +127,19 @@ def ledgered(
             raise TypeError(f"ledgered needs a LangChain tool or a function, got {t!r}")
         effect = name or str(getattr(t, "__name__", "effect"))
 
-        @functools.wraps(t)
-        def call(*args: Any, **kwargs: Any) -> Any:
+        def through_ledger(*args: Any, **kwargs: Any) -> Any:
             return current_context().effect(
                 f"tool:{effect}", _Plain(t), list(args), kwargs, reconcile=reconcile
             )
 
-        return call
+        if inspect.iscoroutinefunction(t):
+
+            @functools.wraps(t)
+            async def acall(*args: Any, **kwargs: Any) -> Any:
+                return await asyncio.to_thread(through_ledger, *args, **kwargs)
+
+            return acall
+        return functools.wraps(t)(through_ledger)
 
     return wrap if tool is None else wrap(tool)
 
@@ -132,4 +152,12 @@ class _Plain:
         self._fn = fn
 
     def __call__(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        if inspect.iscoroutinefunction(self._fn):
+            # called on a worker thread (``acall``): back on the process's loop
+            return run_coroutine(lambda: self._fn(*args, **kwargs))
         return self._fn(*args, **kwargs)
+
+
+def _coroutine_only(tool: Any) -> bool:
+    """A LangChain tool that has only an async body (``@tool async def``)."""
+    return getattr(tool, "func", True) is None and getattr(tool, "coroutine", None) is not None

@@ -2,7 +2,9 @@
 side-effecting tool is ledgered, for test_graph_ledger_kill.py. The model asks for two tool
 calls at once; the second, ``crash``, SIGKILLs the first process once the ledger holds the
 first call's success, so the tools node dies after ``charge`` happened and before the
-node's checkpoint."""
+node's checkpoint. ``atask`` is the same agent with tools that are coroutines (``@tool async
+def``, as LangChain's current templates write them): its graph runs on LangGraph's async
+API."""
 
 from __future__ import annotations
 
@@ -45,26 +47,51 @@ def crash(reason: str) -> str:
     return "fine"
 
 
-def agent() -> Any:
+@tool("charge")
+async def acharge(cents: int) -> str:
+    """Charge the card."""
+    return str(charge.invoke({"cents": cents}))
+
+
+@tool("crash")
+async def acrash(reason: str) -> str:
+    """Check something (kills the first process)."""
+    return str(crash.invoke({"reason": reason}))
+
+
+def _agent(tools: list[Any]) -> Any:
     from langchain.agents import create_agent
     from langchain_openai import ChatOpenAI
 
-    return create_agent(ChatOpenAI(model="gpt-4o-mini", max_retries=0), [ledgered(charge), crash])
+    return create_agent(ChatOpenAI(model="gpt-4o-mini", max_retries=0), tools)
 
 
-task = LongTask(
-    name="graph-ledger",
-    stages=[
-        Stage(
-            "s",
-            [
-                graph_step(
-                    "pay",
-                    agent,
-                    input=lambda ctx: {"messages": [{"role": "user", "content": "Pay 250."}]},
-                    output=lambda state: state["messages"][-1].content,
-                )
-            ],
-        )
-    ],
-)
+def agent() -> Any:
+    return _agent([ledgered(charge), crash])
+
+
+def async_agent() -> Any:
+    return _agent([ledgered(acharge), acrash])
+
+
+def _task(make: Any) -> LongTask:
+    return LongTask(
+        name="graph-ledger",
+        stages=[
+            Stage(
+                "s",
+                [
+                    graph_step(
+                        "pay",
+                        make,
+                        input=lambda ctx: {"messages": [{"role": "user", "content": "Pay 250."}]},
+                        output=lambda state: state["messages"][-1].content,
+                    )
+                ],
+            )
+        ],
+    )
+
+
+task = _task(agent)
+atask = _task(async_agent)

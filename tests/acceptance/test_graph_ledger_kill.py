@@ -2,7 +2,8 @@
 backends): the process dies inside the agent's tools node after the ledgered ``charge``
 succeeded; ``longtask resume`` runs the node again, and ``charge`` returns its recorded
 result instead of charging twice. The model is the real ``ChatOpenAI`` client against the
-scripted OpenAI-compatible server."""
+scripted OpenAI-compatible server. The same with tools that are coroutines (the graph runs
+on LangGraph's async API, and the ledger around the async tool)."""
 
 from __future__ import annotations
 
@@ -10,16 +11,20 @@ import time
 from pathlib import Path
 
 import counter
+import pytest
 from conftest import run_cli
 from fakes import FakeOpenAI, Reply, by_turn
 
 from longtask import Runner
 
 HERE = Path(__file__).resolve().parent
-TASK_REF = f"{HERE / 'graph_ledger_task.py'}:task"
+TASK = HERE / "graph_ledger_task.py"
 
 
-def test_a_ledgered_tool_call_is_not_repeated_after_a_kill(db_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("task", ["task", "atask"], ids=["sync-tools", "async-tools"])
+def test_a_ledgered_tool_call_is_not_repeated_after_a_kill(
+    db_url: str, tmp_path: Path, task: str
+) -> None:
     thread = "graph-ledger"
     script = by_turn(
         [
@@ -34,7 +39,7 @@ def test_a_ledgered_tool_call_is_not_repeated_after_a_kill(db_url: str, tmp_path
             counter.ENV_VAR: str(tmp_path / "calls.db"),
             "LT_CRASH_MARKER": str(tmp_path / "crashed"),
         }
-        first = run_cli("run", TASK_REF, "--thread", thread, db=db_url, env=env)
+        first = run_cli("run", f"{TASK}:{task}", "--thread", thread, db=db_url, env=env)
         assert first.returncode == -9, first.stdout + first.stderr  # SIGKILL
         assert counter.counts(tmp_path / "calls.db") == {"charge": 1, "crash": 1}
         deadline = time.monotonic() + 10

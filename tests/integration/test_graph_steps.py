@@ -238,11 +238,25 @@ def _messages(ctx: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": f"Research {ctx.inputs['topic']}."}]}
 
 
-def test_model_calls_are_recorded_and_the_budget_stops_the_next(runner: Runner, llm: Any) -> None:
-    @tool
+def _look(asynchronous: bool) -> Any:
+    """A read-only tool; as a coroutine, the agent's graph runs on LangGraph's async API."""
+
     def look(topic: str) -> str:
         """Look a topic up."""
         return f"notes on {topic}"
+
+    async def alook(topic: str) -> str:
+        """Look a topic up."""
+        return look(topic)
+
+    return tool("look")(alook if asynchronous else look)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_model_calls_are_recorded_and_the_budget_stops_the_next(
+    runner: Runner, llm: Any, asynchronous: bool
+) -> None:
+    look = _look(asynchronous)
 
     server = llm(
         by_turn(
@@ -296,23 +310,35 @@ def test_model_calls_are_recorded_and_the_budget_stops_the_next(runner: Runner, 
     assert [m["type"] for m in transcript] == ["human", "ai", "tool", "ai", "tool", "ai"]
 
 
-def test_a_ledgered_tool_is_not_repeated_when_its_node_runs_again(runner: Runner, llm: Any) -> None:
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_ledgered_tool_is_not_repeated_when_its_node_runs_again(
+    runner: Runner, llm: Any, asynchronous: bool
+) -> None:
     charged: list[int] = []
     flaky_calls: list[int] = []
 
-    @tool
-    def charge(cents: int) -> str:
+    def charge_(cents: int) -> str:
         """Charge the card."""
         charged.append(cents)
         return f"charged {cents}"
 
-    @tool
-    def fetch(page: int) -> str:
+    def fetch_(page: int) -> str:
         """Fetch a page (fails once)."""
         flaky_calls.append(page)
         if len(flaky_calls) == 1:
             raise Transient("connection reset")
         return f"page {page}"
+
+    async def acharge(cents: int) -> str:
+        """Charge the card."""
+        return charge_(cents)
+
+    async def afetch(page: int) -> str:
+        """Fetch a page (fails once)."""
+        return fetch_(page)
+
+    charge = tool("charge")(acharge if asynchronous else charge_)
+    fetch = tool("fetch")(afetch if asynchronous else fetch_)
 
     llm(
         by_turn(
