@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from longtask.errors import LongTaskError, ThreadExists
-from longtask.model import LongTask
+from longtask.model import LongTask, takes_context
 from longtask.store._subtasks import ENDED, SubtaskRow
 
 if TYPE_CHECKING:
@@ -46,9 +46,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("longtask.runtime")
 
-#: ``create(task, thread_id, encoded_inputs, task_ref, status, mode, owner)``: the
+#: ``create(task, thread_id, encoded_inputs, task_ref, status, mode, owner, context)``: the
 #: Engine's ``_create_record`` (ThreadExists if the id is taken)
-Create = Callable[[LongTask, str, Any, str | None, str, str | None, str | None], "ThreadRecord"]
+Create = Callable[
+    [LongTask, str, Any, str | None, str, str | None, str | None, dict[str, Any] | None],
+    "ThreadRecord",
+]
 
 
 class Subtasks:
@@ -97,6 +100,13 @@ class Subtasks:
             parent = store.get_thread(row.parent)
             inputs = json.loads(row.inputs) if row.inputs else None
             encoded = self._codec.encode(inputs, "the sub-task's inputs")
+            # As a LangGraph subgraph shares its parent's runtime context, a child whose
+            # graph steps read one starts with its parent's.
+            context = (
+                self._reads.run_context(row.parent)
+                if parent is not None and takes_context(task.steps.values())
+                else None
+            )
             with contextlib.suppress(ThreadExists):  # made by an earlier entry: adopted
                 # A child belongs to whoever owns its parent: they see and answer it.
                 self._create(
@@ -107,6 +117,7 @@ class Subtasks:
                     "pending",
                     parent.mode if parent else None,
                     parent.owner if parent else None,
+                    context or None,
                 )
         # Idempotent by its key: told once even if a crash came between record and event.
         store.append_event(

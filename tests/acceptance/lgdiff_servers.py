@@ -285,3 +285,28 @@ def longtask_auth_server(db: str, llm_url: str, auth: str, where: Path) -> Serve
     args = [sys.executable, "-m", "longtask", "serve", "--port", str(port), "--db", db]
     args += ["--config", str(config)]
     return Server("longtask serve (auth handler)", args, env, port)
+
+
+@contextlib.contextmanager
+def running_worker(
+    db: str, env: dict[str, str], cwd: Path | None = None, *extra: str
+) -> Iterator[subprocess.Popen[str]]:
+    """A ``longtask worker`` process on ``db`` (with the options ``extra``) while the block
+    runs, stopped after it as a deploy stops one: SIGTERM, then SIGKILL after 20 s."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "longtask", "worker", "--db", db, *extra],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.communicate()

@@ -22,21 +22,16 @@ from typing import Any
 
 import lgdiff_servers
 import pytest
-from fakes import FakeOpenAI, Reply, Request
+from fakes import FakeOpenAI
 from langgraph_sdk import get_client
 from test_lg_differential import _needed
+from test_plain_graphs import QUESTION, _counts, _script
 
 APPS = Path(__file__).parent / "lgapps"
 CONFIG = APPS / "langgraph.async.json"
 TOKEN = "tok-alice-async"
-QUESTION = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
+ASKED = {"messages": [{"role": "user", "content": QUESTION}]}
 CONTEXT = {"model": "openai/gpt-4.1-mini"}
-
-
-def _script(request: Request) -> Reply:
-    if request.turn == 0:
-        return Reply.tool_calls([("search", {"query": "weather in Paris"})])
-    return Reply.text("It is sunny in Paris.")
 
 
 @pytest.fixture
@@ -48,7 +43,7 @@ def llm() -> Iterator[FakeOpenAI]:
 async def _ask(url: str) -> tuple[str, list[tuple[str, Any]]]:
     lg = get_client(url=url, api_key=TOKEN)
     tid = (await lg.threads.create())["thread_id"]
-    out = await lg.runs.wait(tid, "agent", input=QUESTION, context=CONTEXT)
+    out = await lg.runs.wait(tid, "agent", input=ASKED, context=CONTEXT)
     return tid, [(m["type"], m["content"]) for m in out["messages"]]
 
 
@@ -82,13 +77,6 @@ def test_the_async_template_answers_as_on_langgraphs_server(llm: FakeOpenAI, db_
     assert _models(llm) == {"gpt-4.1-mini"}, "the context's model reached the async node"
 
 
-def _counts(notes: Path) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for line in notes.read_text().splitlines() if notes.exists() else []:
-        out[line] = out.get(line, 0) + 1
-    return out
-
-
 def test_a_kill_9_in_the_async_tool_carries_on_without_calling_the_model_again(
     llm: FakeOpenAI, db_url: str, tmp_path: Path
 ) -> None:
@@ -102,7 +90,7 @@ def test_a_kill_9_in_the_async_tool_carries_on_without_calling_the_model_again(
         async def start() -> str:
             lg = get_client(url=server.url, api_key=TOKEN)
             tid = (await lg.threads.create())["thread_id"]
-            await lg.runs.create(tid, "agent", input=QUESTION, context=CONTEXT)
+            await lg.runs.create(tid, "agent", input=ASKED, context=CONTEXT)
             return str(tid)
 
         tid = asyncio.run(start())

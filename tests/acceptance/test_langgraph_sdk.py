@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import lgdiff_servers
 import pytest
 from langgraph_sdk import get_client
 
@@ -123,24 +124,12 @@ def serve_with_worker(pg_url: str, tmp_path: Path) -> Iterator[Serve]:
     """``longtask serve --workers`` and one ``longtask worker`` on PostgreSQL."""
     # The naps wait for the test's gate, so the cancel always comes before the last one.
     server = Serve(pg_url, {"LT_SLEEPY_GATE": str(tmp_path / "sleepy.gate")}, "--workers")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "longtask", "worker", "--db", pg_url, "--stalled-after", "2"],
-        env=server.env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        worker.terminate()
+    with lgdiff_servers.running_worker(pg_url, server.env, None, "--stalled-after", "2"):
         try:
-            worker.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.communicate()
+            server.start()
+            yield server
+        finally:
+            server.stop()
 
 
 def test_sdk_drives_a_task_through_approval_wait_and_cancel(serve: Serve) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import lgdiff_servers
 import pytest
 from fakes import FakeOpenAI, Reply, Request
 from langgraph_sdk import get_client
@@ -321,42 +322,29 @@ def test_threads_of_served_graphs_are_carried_by_a_worker(
     """``serve --workers`` records the runs; a ``longtask worker`` started elsewhere (it
     reads no langgraph.json) loads each graph by the reference its thread recorded."""
     server = _serve(pg_url, llm, tmp_path, notes, "--workers")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "longtask", "worker", "--db", pg_url],
-        env=server.env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        server.start()
-
-        async def drive() -> None:
-            lg = get_client(url=server.url, api_key=TOKEN)
-            tid = (await lg.threads.create())["thread_id"]
-            out = await lg.runs.wait(tid, "ask", input={"topic": "rain"})
-            assert out["__interrupt__"][0]["value"]["draft"] == "a note on rain"
-            out = await lg.runs.wait(tid, "ask", command={"resume": "fine"})
-            assert out["final"] == "a note on rain (fine)"
-            tid = (await lg.threads.create())["thread_id"]
-            out = await lg.runs.wait(
-                tid, "agent", input={"messages": [{"role": "user", "content": QUESTION}]}
-            )
-            assert out["messages"][-1]["content"] == "It is sunny in Paris."
-            # a second message: the worker runs the graph again on the thread's state
-            out = await lg.runs.wait(tid, "agent", input=_said("Thanks!"))
-            assert [m["type"] for m in out["messages"]] == [*CHAT, "human", "ai"], out
-
-        asyncio.run(drive())
-    finally:
-        server.stop()
-        worker.terminate()
+    with lgdiff_servers.running_worker(pg_url, server.env, tmp_path):
         try:
-            worker.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.communicate()
+            server.start()
+
+            async def drive() -> None:
+                lg = get_client(url=server.url, api_key=TOKEN)
+                tid = (await lg.threads.create())["thread_id"]
+                out = await lg.runs.wait(tid, "ask", input={"topic": "rain"})
+                assert out["__interrupt__"][0]["value"]["draft"] == "a note on rain"
+                out = await lg.runs.wait(tid, "ask", command={"resume": "fine"})
+                assert out["final"] == "a note on rain (fine)"
+                tid = (await lg.threads.create())["thread_id"]
+                out = await lg.runs.wait(
+                    tid, "agent", input={"messages": [{"role": "user", "content": QUESTION}]}
+                )
+                assert out["messages"][-1]["content"] == "It is sunny in Paris."
+                # a second message: the worker runs the graph again on the thread's state
+                out = await lg.runs.wait(tid, "agent", input=_said("Thanks!"))
+                assert [m["type"] for m in out["messages"]] == [*CHAT, "human", "ai"], out
+
+            asyncio.run(drive())
+        finally:
+            server.stop()
     from longtask import Runner
 
     with Runner(pg_url) as runner:

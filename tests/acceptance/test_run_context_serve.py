@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -140,31 +138,18 @@ def test_a_worker_runs_a_served_graph_with_the_context_of_its_run(
     pg_url: str, tmp_path: Path
 ) -> None:
     server = _longtask(pg_url, tmp_path, "--workers")
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "longtask", "worker", "--db", pg_url],
-        env=server.env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    try:
-        server.start()
-        tid, draft = asyncio.run(_start(server.url, {"context": {"model": "large"}}))
-        assert draft == "hello tides (large)"
-        final = asyncio.run(_resume(server.url, tid, {}))
-        assert final == "hello tides (large) / ok / hello / None"
-    finally:
-        server.stop()
-        worker.terminate()
+    with lgdiff_servers.running_worker(pg_url, server.env, tmp_path):
         try:
-            out = worker.communicate(timeout=20)[0]
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            out = worker.communicate()[0]
+            server.start()
+            tid, draft = asyncio.run(_start(server.url, {"context": {"model": "large"}}))
+            assert draft == "hello tides (large)"
+            final = asyncio.run(_resume(server.url, tid, {}))
+            assert final == "hello tides (large) / ok / hello / None"
+        finally:
+            server.stop()
     from longtask import Runner
 
     with Runner(pg_url) as runner:
         rec = runner.db.store.get_thread(tid)
-        assert rec is not None and rec.mode == "worker", out
+        assert rec is not None and rec.mode == "worker"
         assert rec.context == {"model": "large"}

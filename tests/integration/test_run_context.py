@@ -19,7 +19,16 @@ from langgraph.runtime import Runtime
 from langgraph.types import Command
 from typing_extensions import TypedDict
 
-from longtask import InvalidInput, LongTask, Runner, Stage, StepFailed, function_step, graph_step
+from longtask import (
+    InvalidInput,
+    LongTask,
+    Runner,
+    Stage,
+    StepFailed,
+    function_step,
+    graph_step,
+    subtask_step,
+)
 from longtask.model import graph_app
 
 APP = graph_app("ctx", graph)
@@ -170,3 +179,45 @@ def test_a_graph_loaded_by_reference_is_loaded_again_by_its_threads(
     runner.resume(tid, Command(resume="ok"))
     runner.run_again(tid, {"topic": "waves"})
     assert _draft(runner, tid) == "hello waves (small)"
+
+
+def test_a_sub_task_with_a_graph_step_starts_with_its_parents_context(runner: Runner) -> None:
+    child = LongTask(
+        name="greeter",
+        stages=[
+            Stage(
+                "s",
+                [
+                    graph_step(
+                        "greet",
+                        _greeter(),
+                        input=lambda ctx: {},
+                        context=lambda ctx: {**ctx.run_context, "who": "the child"},
+                        output=lambda state: state["text"],
+                    )
+                ],
+            )
+        ],
+    )
+    parent = LongTask(
+        name="parent",
+        stages=[
+            Stage(
+                "s",
+                [
+                    graph_step(
+                        "own",
+                        _greeter(),
+                        context=lambda ctx: {"who": "x", **ctx.run_context},
+                        input=lambda ctx: {},
+                        output=lambda state: state["text"],
+                    )
+                ],
+            ),
+            Stage("children", [subtask_step("child", child)]),
+        ],
+    )
+    tid = runner.start(parent, {}, context={"greeting": "Hi", "who": "the parent"})
+    assert runner.results(tid) == {"own": "Hi, the parent", "child": "Hi, the child"}
+    (kid,) = runner.status(tid).subtasks["child"]
+    assert runner.run_context(kid["thread_id"]) == {"greeting": "Hi", "who": "the parent"}
