@@ -16,7 +16,10 @@ Around the run:
   ``Command(resume={id: answer})`` reaches the graph's ``interrupt()`` unchanged;
 - the step's retry policy calls the graph again from its last checkpoint, not from its
   input (a run of the node after a crash or a pause resumes it as LangGraph resumes any
-  subgraph).
+  subgraph);
+- the graph gets the thread's run context (``lt.context``, or ``step.context(ctx)``) as
+  LangGraph's runtime context and in its config's ``configurable``, as LangGraph's server
+  gives a run's; a graph with nodes that are async only runs with ``ainvoke``.
 """
 
 from __future__ import annotations
@@ -311,8 +314,8 @@ def _async_only(graph: Any, seen: frozenset[int] = frozenset()) -> bool:
 
 
 def _invoker(graph: Any, context: dict[str, Any]) -> Callable[..., Any]:
-    """How the step calls ``graph``: ``invoke``, or ``ainvoke`` (run to its end on an event
-    loop of the step's own, by ``call_step``) for a graph with nodes that are async only."""
+    """How the step calls ``graph``: ``invoke``, or ``ainvoke`` (on the process's loop for
+    async step code, by ``call_step``) for a graph with nodes that are async only."""
     if not _async_only(graph):
         return functools.partial(graph.invoke, context=context)
 

@@ -8,6 +8,7 @@ API."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -56,7 +57,8 @@ async def acharge(cents: int) -> str:
 @tool("crash")
 async def acrash(reason: str) -> str:
     """Check something (kills the first process)."""
-    return str(crash.invoke({"reason": reason}))
+    # its wait is blocking: off the event loop, which the ledgered charge runs on
+    return str(await asyncio.to_thread(crash.invoke, {"reason": reason}))
 
 
 def _agent(tools: list[Any]) -> Any:
