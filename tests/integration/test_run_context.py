@@ -221,3 +221,39 @@ def test_a_sub_task_with_a_graph_step_starts_with_its_parents_context(runner: Ru
     assert runner.results(tid) == {"own": "Hi, the parent", "child": "Hi, the child"}
     (kid,) = runner.status(tid).subtasks["child"]
     assert runner.run_context(kid["thread_id"]) == {"greeting": "Hi", "who": "the parent"}
+
+
+@pytest.mark.parametrize(
+    ("context", "says"),
+    [
+        (b'{"greeting": NaN}', "must be plain JSON"),
+        (b'["greeting"]', "context must be an object"),
+    ],
+    ids=["nan", "not-an-object"],
+)
+def test_the_server_api_refuses_a_bad_context_when_the_run_is_asked(
+    runner: Runner, context: bytes, says: str
+) -> None:
+    """Checked when the run is asked (422), not when the executor would start the thread
+    with it; nothing is stored."""
+    from starlette.testclient import TestClient
+    from test_access import tables
+
+    from longtask.serve import create_app
+    from longtask.serve._registry import load_registry
+
+    app = create_app(
+        runner,
+        {"tok-alice": "alice"},
+        registry=load_registry(["context_graph:graph#ctx"]),
+        schedule_poll=None,
+        poll=0.02,
+    )
+    alice = {"Authorization": "Bearer tok-alice", "Content-Type": "application/json"}
+    with TestClient(app) as client:
+        before = tables(runner)
+        body = b'{"assistant_id": "ctx", "input": {"topic": "tides"}, "context": ' + context + b"}"
+        refused = client.post("/runs/wait", content=body, headers=alice)
+        assert refused.status_code == 422, refused.text
+        assert says in refused.json()["detail"]
+        assert tables(runner) == before

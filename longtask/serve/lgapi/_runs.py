@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound
 from longtask.model import GraphApp, takes_context
+from longtask.runtime._inputs import validate_context
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
@@ -294,6 +295,17 @@ def _same_context(runner: Runner, rec: ThreadRecord, task: LongTask, body: dict[
         )
 
 
+def _checked_context(task: LongTask, settings: dict[str, Any]) -> None:
+    """A run context the task's graph steps would be given is checked when the run is
+    asked (422), not when the executor starts it: plain JSON (a body may hold NaN)."""
+    if not takes_context(task.steps.values()):
+        return
+    try:
+        validate_context(task, (settings["run_config"].get("configurable") or {}))
+    except InvalidInput as exc:
+        raise HTTPException(422, str(exc)) from None
+
+
 #: a key a context does not have (None is a value)
 _ABSENT = object()
 
@@ -426,6 +438,7 @@ def routes(api: Api) -> list[Route]:
         refuse_unsupported({k: v for k, v in body.items() if k != "checkpoint_id" or not plain_at})
         config = _config_of(body)
         settings = run_settings(assistant, body, config)
+        _checked_context(entry.task, settings)
         shown_id = assistant.assistant_id if assistant is not None else entry.assistant_id
         mapping_field(body, "metadata")  # the run's metadata: an object (or none)
         webhook = check_url(body["webhook"]) if body.get("webhook") is not None else None
