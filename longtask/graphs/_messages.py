@@ -1,4 +1,5 @@
-"""The conversation of the agent step a thread is in, read from the agent's own checkpoints.
+"""The conversation of the agent step a thread is in, read from the agent's own checkpoints
+(a graph step's graph, when it holds LangChain ``messages``, is read the same way).
 
 An agent step's messages are checkpointed by LangGraph as the step node's subgraph, under
 the namespace ``"<node>:<task id>"`` of the same thread (see ``longtask.steps._agent``).
@@ -42,7 +43,8 @@ def agent_conversation(
     tasks = sorted(snapshot.tasks, key=lambda t: not t.interrupts)
     for task in tasks:
         node = graph.nodes.get(task.name)
-        if node is None or (node.metadata or {}).get("longtask_kind") != "agent":
+        # an agent step's graph, or a graph step's (the user's own: messages if it has any)
+        if node is None or (node.metadata or {}).get("longtask_kind") not in ("agent", "graph"):
             continue
         ns = f"{task.name}:{task.id}"
         if parent_ns:

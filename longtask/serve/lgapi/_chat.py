@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.exceptions import HTTPException
 
 from longtask.errors import InvalidInput
-from longtask.model import AgentStep
+from longtask.model import AgentStep, GraphStep, Step, graph_kind
 from longtask.serve.lgapi._json import plain
 
 if TYPE_CHECKING:
@@ -72,6 +72,20 @@ def _message(value: Any) -> dict[str, Any]:
     return out
 
 
+def converses(step: Step) -> bool:
+    """An agent step, or a graph step whose graph has a ``messages`` channel (a factory's
+    graph is made when the step runs: it may). A served graph's (``keeps_state``) messages
+    are its state's, not a conversation around it."""
+    if isinstance(step, AgentStep):
+        return True
+    if not isinstance(step, GraphStep) or step.keeps_state:
+        return False
+    if graph_kind(step.graph) == "factory":
+        return True
+    channels = getattr(step.graph, "channels", None)
+    return isinstance(channels, Mapping) and KEY in channels
+
+
 class Conversation:
     """The conversation of one thread, with the finished agent steps' transcripts read once."""
 
@@ -80,7 +94,9 @@ class Conversation:
         self.task = task
         self.thread_id = thread_id
         self._transcripts: dict[str, list[dict[str, Any]]] = {}
-        self.agents = [n for n, s in task.steps.items() if isinstance(s, AgentStep)]
+        #: the steps whose messages are the conversation: agent steps, and graph steps
+        #: whose graph holds LangChain messages (shown live too, as an agent's)
+        self.agents = [n for n, s in task.steps.items() if converses(s)]
 
     @property
     def shown(self) -> bool:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from longtask.model import GraphApp
+from longtask.model import GraphApp, GraphStep
 from longtask.serve.lgapi._chat import KEY, Conversation, messages_json
 from longtask.serve.lgapi._json import plain, sse
 from longtask.serve.lgapi._plain import plain_values
@@ -148,6 +148,9 @@ class LiveParts:
         self.modes = modes
         self.subgraphs = subgraphs
         self.chat = Conversation(runner, task, thread_id)
+        #: graph steps among the conversing steps: an update says their messages only when
+        #: their graph had some (an agent step's always names its conversation)
+        self._graph_steps = {n for n in self.chat.agents if isinstance(task.steps[n], GraphStep)}
         #: what each message's metadata carries besides its node (as LangGraph's server:
         #: the thread's metadata, the graph and the assistant)
         self.metadata: dict[str, Any] = dict(metadata or {})
@@ -432,7 +435,8 @@ class LiveParts:
                         said_update: dict[str, Any] = {step: value}
                         if step in self.chat.agents:
                             talk = self.live.get(step) or self.chat.said_by(step)
-                            said_update[KEY] = self.chat._said(talk or [], chat=False)
+                            if talk or step not in self._graph_steps:
+                                said_update[KEY] = self.chat._said(talk or [], chat=False)
                         out.append(sse("updates", {step: said_update}))
         return out
 
