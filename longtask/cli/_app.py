@@ -29,6 +29,8 @@ from longtask.cli._errors import (
     stop_on_ctrl_c,
 )
 from longtask.cli._hints import cmd, in_text, remember_db
+from longtask.cli._jsonarg import ContextOpt, parse_context
+from longtask.cli._jsonarg import parse_json as _parse_json
 from longtask.cli._output import (
     continue_commands,
     plural,
@@ -187,55 +189,6 @@ def _reader(db: str | None) -> Reader:
     return Reader(db)
 
 
-def _parse_json(value: str | None, option: str) -> Any:
-    """JSON from an option value, or from a file with ``@path``."""
-    if value is None:
-        return None
-    text = value
-    if value.startswith("@"):
-        path = Path(value[1:])
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except OSError as exc:
-            raise typer.BadParameter(
-                f"cannot read {path}: {exc.strerror}", param_hint=option
-            ) from exc
-        except UnicodeDecodeError as exc:
-            raise typer.BadParameter(
-                f"{path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x}); "
-                "give a JSON file in UTF-8",
-                param_hint=option,
-            ) from None
-    try:
-        found = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not valid JSON ({exc})", param_hint=option) from None
-    except ValueError:
-        # Python refuses to turn a very long run of digits into an int (a guard against
-        # quadratic-time conversion); the limit is sys.get_int_max_str_digits().
-        raise typer.BadParameter(
-            f"has a number with more than {sys.get_int_max_str_digits()} digits; pass it as "
-            "a JSON string instead",
-            param_hint=option,
-        ) from None
-    except RecursionError:
-        raise typer.BadParameter(
-            "is nested too deeply (thousands of brackets); flatten the value", param_hint=option
-        ) from None
-    from longtask.runtime._text import bad_text
-
-    # An invalid byte of an argument (or a "\ud800" escape) is a lone surrogate, which no
-    # database can store: refused here, before a thread is touched.
-    where = bad_text(found, "the value")
-    if where is not None:
-        raise typer.BadParameter(
-            f"{where} is not valid Unicode text (a lone surrogate or an invalid byte); "
-            "give UTF-8 text",
-            param_hint=option,
-        )
-    return found
-
-
 def _printer(header: str | None = None) -> Any:
     # The header waits for the first finished step: a run refused up front (bad inputs, a
     # thread id in use) prints only its error.
@@ -287,6 +240,7 @@ def run(
         str | None,
         typer.Option("--input", help="Task inputs as JSON, or @file.json."),
     ] = None,
+    context: ContextOpt = None,
     db: DbOpt = None,
     by: Annotated[
         str | None,
@@ -304,11 +258,19 @@ def run(
     from longtask.runtime import load_task
 
     inputs = _parse_json(input, "--input")
+    run_context = parse_context(context)
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
     header = f"thread {escape(thread_id)}: {escape(task.name)} v{escape(task.version)}"
     with _runner(db, thread_id, create=True, on_update=_printer(header)) as runner:
-        runner.start(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref), by=by)
+        runner.start(
+            task,
+            inputs,
+            thread_id=thread_id,
+            task_ref=_stable_ref(task_ref),
+            by=by,
+            context=run_context,
+        )
         raise typer.Exit(_finish(runner, thread_id))
 
 
@@ -373,6 +335,15 @@ def resume(
             ),
         ),
     ] = None,
+    context: Annotated[
+        str | None,
+        typer.Option(
+            "--context",
+            metavar="JSON",
+            help="With --input: the new run's context (JSON or @file), which the graph "
+            "reads as runtime.context [default: none, the context schema's defaults].",
+        ),
+    ] = None,
     allow_changed_definition: Annotated[
         bool,
         typer.Option(
@@ -406,6 +377,11 @@ def resume(
     past a pending approval or wait is refused unless --skip-pending. With --input, a
     served LangGraph graph's finished thread runs its graph again on its state."""
     command = None
+    if context is not None and new_input is None:
+        raise typer.BadParameter(
+            "goes with --input: a run that continues a thread keeps its context",
+            param_hint="--context",
+        )
     if new_input is not None:
         if resume_value is not None or update is not None or goto or interrupt is not None:
             raise typer.BadParameter(
@@ -418,8 +394,9 @@ def resume(
             raise typer.BadParameter(
                 "must be a JSON object of the graph's input", param_hint="--input"
             )
+        run_context = parse_context(context)
         with _runner(db, thread_id, on_update=_printer()) as runner:
-            runner.run_again(thread_id, again, by=by)
+            runner.run_again(thread_id, again, by=by, context=run_context)
             raise typer.Exit(_finish(runner, thread_id))
     resume_v = _parse_json(resume_value, "--resume")
     if interrupt is not None and (resume_value is None or update is not None or goto):

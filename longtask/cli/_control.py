@@ -14,13 +14,13 @@ from longtask.cli._app import (
     ThreadArg,
     WhoOpt,
     _finish,
-    _parse_json,
     _printer,
     _runner,
     app,
     out,
 )
 from longtask.cli._hints import cmd
+from longtask.cli._jsonarg import parse_json
 from longtask.cli._output import print_budget
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def skip(
     """Mark a step done with a given result, then continue.
 
     As if the step had returned the result."""
-    value = _parse_json(result, "--result")
+    value = parse_json(result, "--result")
     with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.skip(thread_id, step, value, by=by)
         raise typer.Exit(_finish(runner, thread_id))

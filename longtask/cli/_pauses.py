@@ -13,7 +13,6 @@ from longtask.cli._app import (
     DbOpt,
     JsonOpt,
     _finish,
-    _parse_json,
     _printer,
     _reader,
     _runner,
@@ -21,6 +20,7 @@ from longtask.cli._app import (
     checked_by,
     out,
 )
+from longtask.cli._jsonarg import parse_json
 from longtask.cli._output import print_pending
 
 ByOpt = Annotated[
@@ -89,7 +89,7 @@ def signal(
     db: DbOpt = None,
 ) -> None:
     """Deliver an outside event (CI result, webhook) to a thread."""
-    value = _parse_json(payload, "--payload")
+    value = parse_json(payload, "--payload")
     with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.signal(thread_id, name, value)
         raise typer.Exit(_finish(runner, thread_id))
@@ -195,7 +195,7 @@ def effects(
             raise typer.BadParameter("give exactly one of --succeeded, --failed, --retry")
         if result is not None and chosen[0] != "succeeded":
             raise typer.BadParameter("--result goes with --succeeded", param_hint="--result")
-        value = _parse_json(result, "--result")
+        value = parse_json(result, "--result")
         with _runner(db, args[1], on_update=_printer()) as runner:
             runner.resolve_effect(args[1], args[2], chosen[0], result=value, by=by)  # type: ignore[arg-type]
             raise typer.Exit(_finish(runner, args[1]))

@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from longtask.cli._app import DbOpt, JsonOpt, _parse_json, _runner, _stable_ref, app, out
+from longtask.cli._app import DbOpt, JsonOpt, _runner, _stable_ref, app, out
 from longtask.cli._hints import cmd
+from longtask.cli._jsonarg import parse_json
 from longtask.cli._schedule_text import when
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def add(
             )
     if catch_up is not None and catch_up not in ("one", "none"):
         raise typer.BadParameter("must be 'one' or 'none'", param_hint="--catch-up")
-    inputs = _parse_json(input, "--input")
+    inputs = parse_json(input, "--input")
     if inputs is not None and not isinstance(inputs, dict):
         raise typer.BadParameter("must be a JSON object", param_hint="--input")
     task = load_task(task_ref)

@@ -12,7 +12,6 @@ from longtask.cli._app import (
     MAX_INT,
     DbOpt,
     JsonOpt,
-    _parse_json,
     _reader,
     _runner,
     app,
@@ -20,6 +19,7 @@ from longtask.cli._app import (
     out,
 )
 from longtask.cli._hints import cmd
+from longtask.cli._jsonarg import parse_json
 from longtask.cli._output import plural, print_history
 from longtask.cli._values import jsonable, render
 
@@ -246,8 +246,8 @@ def fork(
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise typer.BadParameter(f"{item!r} is not STEP=JSON", param_hint="--set")
-        update[name] = _parse_json(value, "--set")
-    new_inputs = _parse_json(inputs, "--inputs")
+        update[name] = parse_json(value, "--set")
+    new_inputs = parse_json(inputs, "--inputs")
     with _runner(db) as runner:
         new = runner.fork(thread_id, checkpoint, update=update or None, inputs=new_inputs, by=by)
     out.print(f"new branch starts at checkpoint {new}")

@@ -13,7 +13,6 @@ from rich.markup import escape
 from longtask.cli._app import (
     DbOpt,
     JsonOpt,
-    _parse_json,
     _runner,
     _stable_ref,
     _thread_option,
@@ -22,6 +21,7 @@ from longtask.cli._app import (
     out,
 )
 from longtask.cli._hints import cmd
+from longtask.cli._jsonarg import ContextOpt, parse_context, parse_json
 
 
 @app.command()
@@ -39,6 +39,7 @@ def submit(
     input: Annotated[
         str | None, typer.Option("--input", help="Task inputs as JSON, or @file.json.")
     ] = None,
+    context: ContextOpt = None,
     db: DbOpt = None,
     by: Annotated[
         str | None,
@@ -58,11 +59,19 @@ def submit(
     from longtask.runtime._queue import require_postgres
 
     require_postgres(db)
-    inputs = _parse_json(input, "--input")
+    inputs = parse_json(input, "--input")
+    run_context = parse_context(context)
     task = load_task(task_ref)
     thread_id = _thread_option(thread)
     with _runner(db, create=True) as runner:
-        runner.submit(task, inputs, thread_id=thread_id, task_ref=_stable_ref(task_ref), by=by)
+        runner.submit(
+            task,
+            inputs,
+            thread_id=thread_id,
+            task_ref=_stable_ref(task_ref),
+            by=by,
+            context=run_context,
+        )
     follow = cmd(f"longtask watch {thread_id}")
     out.print(f"thread {escape(thread_id)} queued; follow it with: {escape(follow)}")
 

@@ -66,3 +66,48 @@ def test_graph_interrupts_are_answered_from_the_cli(db_url: str) -> None:
     ]
     assert resolved[0]["data"]["by"] == "ana"
     assert resolved[1]["data"]["by"]  # this user
+
+
+CONTEXT_REF = f"{HERE.parent / 'integration' / 'context_graph.py'}:graph#ctx"
+
+
+def _draft(thread: str, db: str) -> str:
+    status = json.loads(run_cli("status", thread, "--json", db=db).stdout)
+    (waiting,) = status["waiting"]
+    return str(waiting["value"]["draft"])
+
+
+def test_the_cli_gives_a_graph_its_run_context(db_url: str, tmp_path: Path) -> None:
+    """``run --context`` (also ``@file``) starts a thread with it, ``resume --input
+    --context`` gives a new input its own; a context that is no object, or one given to a
+    resume that continues the thread, is refused (exit 2) before anything is stored."""
+    thread = "graph-context"
+    bad = run_cli(
+        "run", CONTEXT_REF, "--thread", thread, "--input", '{"topic": "tides"}',
+        "--context", '["hi"]', db=db_url,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "must be a JSON object" in bad.stderr, bad.stderr
+    assert run_cli("status", thread, db=db_url).returncode != 0  # no thread was made
+
+    given = tmp_path / "context.json"
+    given.write_text('{"greeting": "hi"}')
+    first = run_cli(
+        "run", CONTEXT_REF, "--thread", thread, "--input", '{"topic": "tides"}',
+        "--context", f"@{given}", db=db_url,
+    )  # fmt: skip
+    assert first.returncode == 3, first.stdout + first.stderr
+    assert _draft(thread, db_url) == "hi tides (small)"
+
+    refused = run_cli("resume", thread, "--resume", '"ok"', "--context", "{}", db=db_url)
+    assert refused.returncode == 2 and "goes with --input" in refused.stderr, refused.stderr
+    done = run_cli("resume", thread, "--resume", '"ok"', db=db_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    results = json.loads(run_cli("result", thread, "--all", "--json", db=db_url).stdout)
+    assert results["ctx"]["final"] == "hi tides (small) / ok / hi / hi"
+
+    again = run_cli(
+        "resume", thread, "--input", '{"topic": "waves"}', "--context", '{"model": "large"}',
+        db=db_url,
+    )  # fmt: skip
+    assert again.returncode == 3, again.stdout + again.stderr
+    assert _draft(thread, db_url) == "hello waves (large)"
