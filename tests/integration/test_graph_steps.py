@@ -460,3 +460,41 @@ def test_a_retry_before_the_graph_ran_gives_it_its_input(runner: Runner) -> None
     thread = runner.start(task, thread_id="t-late")
     assert runner.result(thread, "g") == {"n": 8, "trail": ["a"]}
     assert len(tries) == 2
+
+
+def test_a_ledgered_async_function_in_an_async_node_is_not_repeated(runner: Runner) -> None:
+    """An ``async def`` node (the graph runs with ``ainvoke``) awaits a ledgered ``async
+    def``; the node fails after it and runs again: the function ran once, and the retry got
+    its recorded result."""
+    sent: list[str] = []
+    tries: list[int] = []
+
+    @ledgered
+    async def send(to: str) -> str:
+        sent.append(to)
+        return f"sent to {to}"
+
+    async def notify(state: State) -> dict[str, Any]:
+        receipt = await send("ops@example.com")
+        tries.append(1)
+        if len(tries) == 1:
+            raise Transient("the queue after the send is down")
+        return {"answer": receipt}
+
+    builder: StateGraph[Any, Any, Any, Any] = StateGraph(State)
+    builder.add_node("notify", notify)
+    builder.add_edge(START, "notify")
+    builder.add_edge("notify", END)
+    task = LongTask(
+        "notify",
+        stages=[Stage("s", [graph_step("notify", builder, output=lambda s: s["answer"], retry=2)])],
+    )
+    thread = runner.start(task, thread_id="t-notify")
+    assert runner.result(thread, "notify") == "sent to ops@example.com"
+    assert sent == ["ops@example.com"] and len(tries) == 2
+    (effect,) = runner.effects(thread)
+    assert (effect.name, effect.status, effect.result) == (
+        "tool:send",
+        "succeeded",
+        "sent to ops@example.com",
+    )
