@@ -28,12 +28,12 @@ from longtask.errors import (
     NothingToResume,
     ThreadBusy,
 )
-from longtask.model import takes_context
 from longtask.runtime import tapping
 from longtask.serve._webhooks import Deliverer, WebhookPolicy
 from longtask.serve.lgapi._json import plain
 from longtask.serve.lgapi._live import Feed, Feeds
 from longtask.serve.lgapi._state import thread_state
+from longtask.serve.lgapi.resources._assistant_body import run_context
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -377,7 +377,7 @@ class Executor:
             entry = self.registry.get(req["graph"])
             # Owned by whoever made the thread through the API, else by who asked for the run.
             owner = runner.db.store.api_thread_owner(run.thread_id) or run.actor
-            run_context = _run_context(req, entry.task)
+            given = run_context(entry.task, req)
             if self.to_workers:
                 runner.submit(
                     entry.task,
@@ -385,7 +385,7 @@ class Executor:
                     thread_id=run.thread_id,
                     task_ref=entry.ref,
                     by=owner,
-                    context=run_context,
+                    context=given,
                 )
                 return
             # The run's config over its assistant's (tags, metadata, run_name...), as
@@ -397,7 +397,7 @@ class Executor:
                 task_ref=entry.ref,
                 by=owner,
                 config=req.get("run_config") or None,
-                context=run_context,
+                context=given,
             )
             return
         assert rec is not None, "a resume run names a thread that exists"
@@ -431,7 +431,7 @@ class Executor:
                 turn=run.run_id,
                 by=run.actor,
                 at=req.get("at"),
-                context=_run_context(req, task),
+                context=run_context(task, req),
             )
         elif kind == "command":
             command = Command(update=req.get("update"), goto=req.get("goto") or ())
@@ -490,14 +490,3 @@ class Executor:
             log.info("cancel of thread %s by %s: %s", thread_id, by, exc)
         with self.changed:
             self.changed.notify_all()
-
-
-def _run_context(req: dict[str, Any], task: LongTask) -> dict[str, Any] | None:
-    """The run context a run request gives its task's graph steps, as LangGraph's server
-    makes it: the run's ``context`` over its assistant's, which is also its config's
-    ``configurable`` (where a run that sends only ``configurable`` has its settings); None
-    for a task with no graph step (its context gave its inputs' defaults)."""
-    if not takes_context(task.steps.values()):
-        return None
-    settings = (req.get("run_config") or {}).get("configurable") or {}
-    return {**settings, **(req.get("context") or {})}

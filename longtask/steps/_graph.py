@@ -53,6 +53,7 @@ from longtask.steps._function import (
     step_failed,
     step_started,
 )
+from longtask.steps._ledgered import coroutine_only
 from longtask.steps._prices import cost_of
 from longtask.store import NO_CHECKPOINT, CheckpointMark
 from longtask.store._kinds import PAUSE_KINDS
@@ -303,10 +304,7 @@ def _async_only(graph: Any, seen: frozenset[int] = frozenset()) -> bool:
         if getattr(bound, "func", True) is None and getattr(bound, "afunc", None) is not None:
             return True
         tools = getattr(bound, "tools_by_name", None)
-        if isinstance(tools, Mapping) and any(
-            getattr(t, "func", True) is None and getattr(t, "coroutine", None) is not None
-            for t in tools.values()
-        ):
+        if isinstance(tools, Mapping) and any(coroutine_only(t) for t in tools.values()):
             return True
         if hasattr(bound, "nodes") and _async_only(bound, seen | {id(graph)}):
             return True

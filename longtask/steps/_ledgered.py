@@ -59,7 +59,7 @@ def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[str], Any] | None)
             keyed = {"id": call["id"], "args": call.get("args")} if call else {"args": input}
 
             def perform(_keyed: Any) -> dict[str, Any]:
-                if _coroutine_only(inner):
+                if coroutine_only(inner):
                     out = run_coroutine(lambda: inner.ainvoke(input, config, **kwargs))
                 else:
                     out = inner.invoke(input, config, **kwargs)
@@ -158,6 +158,6 @@ class _Plain:
         return self._fn(*args, **kwargs)
 
 
-def _coroutine_only(tool: Any) -> bool:
+def coroutine_only(tool: Any) -> bool:
     """A LangChain tool that has only an async body (``@tool async def``)."""
     return getattr(tool, "func", True) is None and getattr(tool, "coroutine", None) is not None

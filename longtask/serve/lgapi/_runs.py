@@ -34,6 +34,7 @@ from longtask.serve.lgapi._stream import checked_modes, follow, modes_of
 from longtask.serve.lgapi.resources._assistant_body import (
     RUN_SET,
     inputs_with_context,
+    run_context,
     run_settings,
 )
 
@@ -298,10 +299,8 @@ def _same_context(runner: Runner, rec: ThreadRecord, task: LongTask, body: dict[
 def _checked_context(task: LongTask, settings: dict[str, Any]) -> None:
     """A run context the task's graph steps would be given is checked when the run is
     asked (422), not when the executor starts it: plain JSON (a body may hold NaN)."""
-    if not takes_context(task.steps.values()):
-        return
     try:
-        validate_context(task, (settings["run_config"].get("configurable") or {}))
+        validate_context(task, run_context(task, settings))
     except InvalidInput as exc:
         raise HTTPException(422, str(exc)) from None
 

@@ -13,12 +13,14 @@ thread starts (the run's ``context`` and ``input`` over them).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
 
 from longtask.errors import InvalidInput
+from longtask.model import takes_context
 from longtask.serve.lgapi._body import mapping_field, text_field
 
 if TYPE_CHECKING:
@@ -194,6 +196,18 @@ def run_settings(
     if assistant is not None:
         out["assistant"] = {"assistant_id": assistant.assistant_id, "version": assistant.version}
     return out
+
+
+def run_context(task: LongTask, settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The run context a run's ``settings`` (``run_settings``, as recorded with the run)
+    give its task's graph steps, as LangGraph's server makes it: the run's ``context`` over
+    its assistant's, which is also its config's ``configurable`` (where a run that sends
+    only ``configurable`` has its settings); None for a task with no graph step (its
+    context gave its inputs' defaults)."""
+    if not takes_context(task.steps.values()):
+        return None
+    configurable = (settings.get("run_config") or {}).get("configurable") or {}
+    return {**configurable, **(settings.get("context") or {})}
 
 
 def inputs_with_context(
