@@ -161,7 +161,7 @@ def event_reference() -> str:
 # -- HTTP routes ---------------------------------------------------------------------------
 
 
-#: what each authorization rule of a route (longtask.serve._access) lets through
+#: what each authorization rule of a route (longtask.serve.access) lets through
 RULES = {
     "public": "anyone",
     "page": "anyone (the page); else who may read the thread",
@@ -180,8 +180,8 @@ def _served_routes() -> list[tuple[str, str, str]]:
     from starlette.routing import Route
 
     from longtask import Runner
-    from longtask.serve._access import Rule, rule_of
     from longtask.serve._app import create_app
+    from longtask.serve.access import Rule, rule_of
     from longtask.serve.lgapi._unserved import UNSERVED
 
     unserved = {path for path, _, _, _ in UNSERVED}

@@ -42,21 +42,8 @@ from longtask.runtime._metrics import (
     exposition,
     metrics_registry,
 )
-from longtask.serve._access import (
-    Access,
-    actor,
-    answerer,
-    caller_of,
-    everything,
-    page,
-    public,
-    reader,
-    signed_in,
-)
-from longtask.serve._auth import Tokens, check_roles
 from longtask.serve._cors import cors_middleware
 from longtask.serve._executor import Executor
-from longtask.serve._handlers import Handlers
 from longtask.serve._hints import Hints
 from longtask.serve._http import (
     LoopbackHostOnly,
@@ -78,6 +65,20 @@ from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
 from longtask.serve._webhooks import WebhookPolicy
+from longtask.serve.access import (
+    Access,
+    Handlers,
+    Tokens,
+    actor,
+    answerer,
+    caller_of,
+    check_roles,
+    everything,
+    page,
+    public,
+    reader,
+    signed_in,
+)
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._common import Api
 from longtask.serve.lgapi.protocols._a2a import A2aEndpoint
@@ -154,10 +155,10 @@ def create_app(
     ``tokens`` maps bearer tokens to the names that act with them, ``roles`` names to
     their roles (``admin``, ``viewer``; ``user`` by default), ``token_hashes`` the hex
     SHA-256 of more tokens to their names (a tokens file's). Who may see and do what is
-    decided by one gate in front of every route (``longtask.serve._access``); with no
+    decided by one gate in front of every route (``longtask.serve.access``); with no
     token configured the app is in open mode: anyone reads everything, nobody acts.
     ``auth_handler``: a ``langgraph_sdk.Auth`` whose handlers identify every caller and
-    decide as they do on LangGraph's server (``longtask.serve._handlers``).
+    decide as they do on LangGraph's server (``longtask.serve.access``).
     ``loopback_hosts_only`` refuses requests whose ``Host`` header is not a loopback name.
     ``registry`` holds the tasks the LangGraph Server API offers as assistants; its runs are
     carried out by an executor of ``run_workers`` threads, which on startup continues runs
@@ -510,7 +511,7 @@ def create_app(
         # last: a path or method above is never answered as unserved
         *lg_unserved.routes(),
     ]
-    # One gate in front of every route (serve._access); a route without a rule is refused.
+    # One gate in front of every route (serve.access); a route without a rule is refused.
     guarded, uncovered = access.protect(routes)
     for where in uncovered:
         log.error("route %s declares no authorization rule: every request to it is refused", where)

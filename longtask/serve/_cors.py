@@ -7,7 +7,7 @@ what ``longtask serve`` on a laptop is for. ``--cors-origin`` (repeatable) or
 ``$LONGTASK_CORS_ORIGINS`` (comma-separated) replace that list: exact origins
 (``https://chat.example.com``), ``*`` for any origin, or ``none`` for no cross-origin page
 at all. CORS decides which pages may read; it never replaces a token (with any token
-configured, every request but the public ones needs one: ``serve._access``). Credentials
+configured, every request but the public ones needs one: ``serve.access``). Credentials
 (cookies) are never allowed, for ``*`` or any origin: tokens travel in a header.
 """
 

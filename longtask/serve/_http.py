@@ -24,8 +24,8 @@ from longtask.errors import (
     ThreadBusy,
     ThreadNotFound,
 )
-from longtask.serve._auth import host_of, is_loopback
 from longtask.serve._hints import Hints
+from longtask.serve._hosts import host_of, is_loopback
 
 log = logging.getLogger("longtask.serve")
 

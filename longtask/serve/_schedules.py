@@ -87,7 +87,7 @@ def schedules_route(runner: Runner) -> Callable[[Request], Awaitable[Response]]:
     them for the roles that see everything), with its next fire time."""
     from starlette.concurrency import run_in_threadpool
 
-    from longtask.serve._access import caller_of
+    from longtask.serve.access import caller_of
 
     async def schedules(request: Request) -> Response:
         caller = caller_of(request)

@@ -6,12 +6,12 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 
 from longtask.errors import InvalidInput
-from longtask.serve._auth import (
+from longtask.serve._hosts import is_loopback
+from longtask.serve.access._tokens import (
     ENV_TOKEN,
     ENV_TOKENS,
     check_roles,
     check_tokens,
-    is_loopback,
     roles_from_env,
     tokens_from_env,
 )
@@ -38,7 +38,7 @@ def run_server(
     loopback a token is required. With any token every request but the health checks and
     the page's shell needs one, on loopback too; ``tokens_file`` (default
     ``$LONGTASK_API_TOKENS_FILE``) adds the users of a file of names, roles and tokens'
-    SHA-256 (``longtask.serve._tokensfile``); with none (open mode, loopback only)
+    SHA-256 (``longtask.serve.access``); with none (open mode, loopback only)
     anyone on this machine reads everything and nobody acts.
     ``tasks`` (references) and ``config`` (a ``longtask.json``; by default the one in the
     working directory, if any) register the tasks the LangGraph Server API offers; with
@@ -52,7 +52,7 @@ def run_server(
     """
     configured = check_tokens(tokens) if tokens is not None else tokens_from_env(os.environ)
     given_roles = check_roles(roles) if roles is not None else roles_from_env(os.environ)
-    from longtask.serve._tokensfile import ENV_TOKENS_FILE, combine, read_tokens_file
+    from longtask.serve.access import ENV_TOKENS_FILE, combine, read_tokens_file
 
     tokens_file = tokens_file or os.environ.get(ENV_TOKENS_FILE, "").strip() or None
     hashes: dict[str, str] = {}
@@ -65,8 +65,8 @@ def run_server(
         cors_origins = cors_origins_from_env(os.environ)
     if cors_origins is not None:
         cors_origins = check_origins(cors_origins)
-    from longtask.serve._handlers import load_auth
     from longtask.serve._registry import auth_path
+    from longtask.serve.access import load_auth
 
     handler_path = auth_path(config)
     auth_handler = load_auth(*handler_path) if handler_path is not None else None

@@ -703,7 +703,7 @@ MIGRATIONS: list[list[str | Step]] = [
     ],
     # 22 (issue 41): who owns a thread: whoever started it (a token's name over HTTP, --by or
     # the OS user from the CLI and Python, a schedule's owner for a fired tick). serve's
-    # authorization shows a thread to its owner (serve._access). Threads stored before have
+    # authorization shows a thread to its owner (serve.access). Threads stored before have
     # none: only admins and viewers (and everyone in open mode) see them. A thread created
     # through the Server API has its owner on its API row until its first run; a schedule
     # records who added it.

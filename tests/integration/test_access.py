@@ -20,8 +20,8 @@ from starlette.testclient import TestClient
 
 from longtask import LongTask, Runner, Stage, StepContext, approval, function_step
 from longtask.serve import create_app
-from longtask.serve._access import Rule, rule_of
 from longtask.serve._registry import load_registry
+from longtask.serve.access import Rule, rule_of
 
 TOKENS = {
     "tok-alice": "alice",
@@ -189,8 +189,7 @@ def test_a_route_without_a_rule_is_refused_and_listed(runner: Runner) -> None:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from longtask.serve._access import Access
-    from longtask.serve._auth import Tokens
+    from longtask.serve.access import Access, Tokens
 
     async def bare(request: Request) -> Response:
         return Response("should never be seen")
@@ -392,7 +391,7 @@ def test_with_a_token_configured_loopback_is_no_longer_trusted(runner: Runner) -
 
 def test_roles_are_read_from_the_token_variable() -> None:
     from longtask.errors import InvalidInput
-    from longtask.serve._auth import check_roles, roles_from_env, tokens_from_env
+    from longtask.serve.access import check_roles, roles_from_env, tokens_from_env
 
     env = {"LONGTASK_API_TOKENS": "alice=t1:admin,bob=t:2,vera=t3:viewer,carl=t4"}
     assert tokens_from_env(env) == {"t1": "alice", "t:2": "bob", "t3": "vera", "t4": "carl"}

@@ -16,8 +16,8 @@ from starlette.testclient import TestClient
 
 from longtask import Runner
 from longtask.serve import create_app
-from longtask.serve._handlers import load_auth, matches
 from longtask.serve._registry import auth_path, load_registry
+from longtask.serve.access import load_auth, matches
 
 ACCEPTANCE = Path(__file__).parent.parent / "acceptance"
 USER1 = {"Authorization": "Bearer tok-user1"}

@@ -17,9 +17,8 @@ from test_access import CALLERS, OTHER, ROLES, TOKENS, paused_thread, tables
 from longtask import LongTask, Runner, Stage, wait_for
 from longtask.errors import InvalidInput
 from longtask.serve import create_app
-from longtask.serve._handlers import load_auth
 from longtask.serve._registry import load_registry
-from longtask.serve._tokensfile import combine, read_tokens_file
+from longtask.serve.access import combine, load_auth, read_tokens_file
 
 #: a task that waits for the outside event "go"
 WAITS = LongTask("access_waits", stages=[Stage("wait", [wait_for("go")])])

@@ -140,7 +140,7 @@ def test_the_store_needs_a_token_and_a_viewer_only_reads_it(runner: Runner) -> N
 
 
 def test_the_stores_auth_handler_keeps_each_user_to_their_namespaces(runner: Runner) -> None:
-    from longtask.serve._handlers import load_auth
+    from longtask.serve.access import load_auth
 
     auth = load_auth(f"{Path(__file__).parent / 'store_auth.py'}:auth", Path(__file__).parent)
     registry = load_registry([f"{LG_TASKS}:RELEASE"])

@@ -16,9 +16,9 @@ from longtask.serve._json_body import read_json_body
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
-    from longtask.serve._access import Access
     from longtask.serve._executor import Executor
     from longtask.serve._registry import Registered, Registry
+    from longtask.serve.access import Access
     from longtask.store._apiruns import ApiRun
     from longtask.store._assistants import AssistantRow
 

@@ -18,9 +18,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from longtask.errors import InvalidInput, ThreadNotFound, TooLateToCancel
-from longtask.serve._access import caller_of
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._json_body import read_json_body
+from longtask.serve.access import caller_of
 from longtask.serve.lgapi._json import run_json, sse
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from longtask.errors import InvalidInput, TaskRefError, ThreadNotFound
 from longtask.model import GraphApp, takes_context
 from longtask.runtime._inputs import validate_context
 from longtask.serve._executor import FINAL_RUN
-from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
+from longtask.serve.access import matches
 from longtask.serve.lgapi._body import id_text, mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue

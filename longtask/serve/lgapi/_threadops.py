@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from longtask.errors import InvalidInput, MoveRefused, ThreadExists
 from longtask.runtime._threadid import check_thread_id
-from longtask.serve._access import Caller, caller_of, copier
+from longtask.serve.access import Caller, caller_of, copier
 from longtask.serve.lgapi._state import thread_json
 from longtask.store import FINAL_STATUSES
 from longtask.store._storage import thread_storage

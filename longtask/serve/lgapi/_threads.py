@@ -18,7 +18,7 @@ from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.model import GraphApp
 from longtask.runtime._gate import through
 from longtask.runtime._threadid import check_thread_id
-from longtask.serve._access import Caller, caller_of
+from longtask.serve.access import Caller, caller_of
 from longtask.serve.lgapi._body import (
     id_text,
     integer_field,

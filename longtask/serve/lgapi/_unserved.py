@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from longtask.serve._access import signed_in
 from longtask.serve._http import error, pasteable
+from longtask.serve.access import signed_in
 
 _MCP = (
     "/mcp is stateless Streamable HTTP: POST each JSON-RPC request to it; there is no "

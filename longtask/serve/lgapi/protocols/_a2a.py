@@ -18,7 +18,7 @@ longtask thread runs its task once, so a thread holds one task). No request runs
 the executor carries it out, and the request waits for the run to end as ``/runs/wait``
 does (``configuration.blocking: false`` answers at once, for a long task).
 
-Who may do what: the routes are for any caller who is signed in (``serve._access``), and
+Who may do what: the routes are for any caller who is signed in (``serve.access``), and
 each method asks the same ``Access`` what the route it stands for would: starting a task
 is acting (not for viewers), answering a pause needs answering it, reading needs seeing
 the thread (a thread the caller may not see is "task not found"), cancelling is acting.
@@ -39,8 +39,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from longtask.errors import LongTaskError, TooLateToCancel
-from longtask.serve._access import Caller, caller_of, signed_in
 from longtask.serve._executor import FINAL_RUN
+from longtask.serve.access import Caller, caller_of, signed_in
 from longtask.serve.lgapi._state import thread_state
 from longtask.serve.lgapi.protocols._a2a_shapes import (
     ALIASES,

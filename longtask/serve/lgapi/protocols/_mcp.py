@@ -12,7 +12,7 @@ thread stands once the run has ended or ``wait`` seconds have passed (a long tas
 token's name) and ``longtask_threads`` (recent threads). Errors a person can fix are tool
 results with ``isError`` and the message, as LangGraph's server answers them.
 
-Who may do what is serve's one authorization layer (``serve._access``): ``/mcp`` is open to
+Who may do what is serve's one authorization layer (``serve.access``): ``/mcp`` is open to
 any caller who is signed in, and each tool asks the same ``Access`` what the route it
 stands for would: starting a task is acting (not for viewers), a thread's status needs
 seeing it (a thread the caller may not see is "no thread", as a 404), answering needs
@@ -35,7 +35,7 @@ from starlette.types import Receive, Scope, Send
 
 from longtask._version import __version__
 from longtask.errors import LongTaskError, ThreadNotFound
-from longtask.serve._access import Caller, ListScope, caller_of
+from longtask.serve.access import Caller, ListScope, caller_of
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._json import plain
 

@@ -23,8 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from longtask.serve._access import about, caller_of
-from longtask.serve._handlers import matches
+from longtask.serve.access import about, caller_of, matches
 from longtask.serve.lgapi._body import integer_field, mapping_field, strings_field, text_field
 from longtask.serve.lgapi._subgraphs import subgraphs as subgraphs_of
 from longtask.serve.lgapi.resources._assistant_body import (

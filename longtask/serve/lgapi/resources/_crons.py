@@ -25,9 +25,8 @@ from starlette.routing import Route
 
 from longtask.errors import LongTaskError
 from longtask.model._schedule import cron_problems, next_tick, timezone_problem
-from longtask.serve._access import about, caller_of
-from longtask.serve._handlers import matches
 from longtask.serve._webhooks import check_url, redacted
+from longtask.serve.access import about, caller_of, matches
 from longtask.serve.lgapi._body import integer_field, mapping_field, text_field
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._runs import _config_of, _kwargs, refuse_unsupported

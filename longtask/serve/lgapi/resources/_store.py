@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from longtask.serve._access import about
+from longtask.serve.access import about
 from longtask.serve.lgapi._body import integer_field
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Bearer tokens and loopback checks for ``longtask serve``.
+"""Bearer tokens for ``longtask serve``: who a request's token names.
 
 A token maps to the name of the person (or system) that holds it; that name is who approves,
 rejects, signals or cancels. Tokens never appear in a message, a repr or a log line.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 from collections.abc import Mapping
 
 from starlette.requests import HTTPConnection
@@ -107,40 +106,6 @@ def check_tokens(tokens: Mapping[str, str]) -> dict[str, str]:
 
 def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost``, 127.0.0.0/8 and ::1 (with or without brackets)."""
-    host = host.strip().lower()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        # Any other name may resolve to anything: not loopback.
-        return False
-
-
-def host_of(header: str) -> str:
-    """The host part of a ``Host`` header (``[::1]:8000`` -> ``::1``); a header whose port
-    is not digits is returned whole, so that ``127.0.0.1:80@evil.example`` is no loopback
-    name."""
-    if header.startswith("[") and "]" in header:
-        end = header.find("]")
-        rest = header[end + 1 :]
-        if rest == "" or (rest[:1] == ":" and _port(rest[1:])):
-            return header[1:end]
-        return header
-    if header.count(":") == 1:
-        name, port = header.split(":")
-        return name if _port(port) else header
-    return header
-
-
-def _port(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 5
 
 
 class Tokens:

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 
 from longtask.errors import InvalidInput
-from longtask.serve._auth import ROLES
+from longtask.serve.access._tokens import ROLES
 
 ENV_TOKENS_FILE = "LONGTASK_API_TOKENS_FILE"
 PREFIX = "sha256:"
