@@ -131,7 +131,8 @@ EVENT_NOTES: dict[str, str] = {
     "manual.copy": "the thread was made as a copy of another (`threads.copy`): `from`, `by`",
     "manual.cancel": "a person cancelled the thread",
     "manual.budget": "a person raised a limit (`longtask budget --add-...`)",
-    "manual.goto": "a person sent the thread past a pending pause (`--skip-pending`)",
+    "manual.goto": "a goto was carried out (`resume --goto`, a run's `command.goto`): `by`, "
+    "`goto`, and the pending pauses it went past (`--skip-pending`)",
     "manual.update": "a write from outside a step's node passed the gate: its door, the "
     "steps and channels it set, `as_node`, who (committed with the checkpoint it made)",
 }

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import json
 import logging
 import random
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import RunnableConfig
@@ -92,6 +93,8 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         self._held = HeldWrites(self._commit_held)
         #: statements to run in the transaction of a thread's next checkpoint (``with_put``)
         self._with_put: dict[str, Sequence[tuple[str, Sequence[Any]]]] = {}
+        #: checks run in the transaction of each checkpoint of a thread (``guarded``)
+        self._guards: dict[str, Callable[[Any], None]] = {}
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -113,6 +116,18 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         """Run ``statements`` in the transaction of the thread's next ``put`` (a record that
         must change with a checkpoint, as a migration's new definition hash)."""
         self._with_put[thread_id] = statements
+
+    @contextlib.contextmanager
+    def guarded(self, thread_id: str, check: Callable[[Any], None]) -> Iterator[None]:
+        """Run ``check(tx)`` in the transaction of every checkpoint of ``thread_id`` stored
+        in this block (``tx.query(sql, params)`` reads): a check that raises stores nothing
+        of that checkpoint. For a writer that holds the thread's lock, whose write must be
+        ordered with rows other processes record without it (an accepted answer's run)."""
+        self._guards[thread_id] = check
+        try:
+            yield
+        finally:
+            self._guards.pop(thread_id, None)
 
     def _events_for(self, thread_id: str) -> builtins.list[NewEvent]:
         return self.outbox.take(thread_id) if self.outbox is not None else []
@@ -264,12 +279,15 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         # in its transaction (see _held).
         held = self._held.take(thread_id, ns, parent_id) if parent_id is not None else []
         statements = self._with_put.pop(thread_id, ())
+        guard = self._guards.get(thread_id)
 
         def then(tx: Any) -> None:
+            if guard is not None:
+                guard(tx)
             for sql, params in statements:
                 tx.execute(sql, params)
 
-        batch = Batch(values=value_rows, checkpoint=row, then=then if statements else None)
+        batch = Batch(values=value_rows, checkpoint=row, then=then if statements or guard else None)
         self._commit_held(thread_id, held, batch)
         live = meta.get("source") in ("input", "loop")
         self._held.set_live(thread_id, ns, checkpoint_id if live else None)

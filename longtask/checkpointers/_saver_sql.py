@@ -456,6 +456,8 @@ class _SqliteTx:
     def execute(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
         return self.conn.execute(sql, tuple(params)).fetchall()
 
+    query = execute
+
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.conn.executemany(sql, rows)
 
@@ -575,6 +577,13 @@ class _PgTx:
         if "RETURNING" not in sql:
             return []  # no result to wait for: the pipeline goes on
         return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in self.cur.fetchall()]
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Row]:
+        """The rows of ``sql``, a statement that returns some (waits for its answer: in
+        the pipeline a result's description is known only once it is fetched)."""
+        self.cur.execute(_pg(sql), tuple(params))
+        rows = self.cur.fetchall()
+        return [tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows]
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.cur.executemany(_pg(sql), rows)

@@ -248,8 +248,9 @@ class Control:
         approve, reject or signal instead."""
         rec = self._reads.thread(thread_id)
         task = task or self._engine.load(rec)
-        self.check_skip(rec, task, step)
-        encoded = self.codec.encode(result, f"the result given for step {step!r}")
+        self.check_skip(rec, task, step, result)
+        # The reference check every outside value passes (a forged blob is refused).
+        encoded = self._engine.gate.outside_result(thread_id, step, result, encode=True)
         _env, graph = self._engine.compiled(task)
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
         with self.db.lock(thread_id):
@@ -287,9 +288,10 @@ class Control:
             )
         return self._engine.resume(thread_id, task=task)
 
-    def check_skip(self, rec: ThreadRecord, task: LongTask, step: str) -> None:
-        """Refuse (InvalidInput, NothingToResume) a ``skip`` of ``step`` that ``skip`` would
-        refuse, changing nothing: what a caller that carries it out later checks first."""
+    def check_skip(self, rec: ThreadRecord, task: LongTask, step: str, result: Any = None) -> None:
+        """Refuse (InvalidInput, NothingToResume) a ``skip`` of ``step`` with ``result``
+        that ``skip`` would refuse, changing nothing: what a caller that carries it out
+        later checks first."""
         thread_id = rec.thread_id
         _refuse_closed(rec, "skip a step of")
         target = task.steps.get(step)
@@ -310,6 +312,8 @@ class Control:
             raise InvalidInput(
                 f"step {step!r} cannot be skipped yet: it waits for {', '.join(missing)}"
             )
+        # as a state update's value is: a reference must resolve, anything else be JSON
+        self._engine.gate.outside_result(thread_id, step, result, encode=False)
 
     # -- budget ------------------------------------------------------------------------------
 

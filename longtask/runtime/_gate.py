@@ -31,6 +31,12 @@ The rule, decided on the state of the checkpoint the write applies to (an allowl
 An accepted write stores a ``manual.update`` event (door, steps, ``as_node``, ``by``) in the
 transaction of the checkpoint it makes; a refused one raises :class:`InvalidInput` (or
 :class:`ThreadBusy`) before anything is written.
+
+A write is also refused while an accepted answer or command waits to be carried out (a run
+of the Server API, a worker's inbox), checked again in the transaction of the checkpoint it
+makes; a run is recorded only if the thread's latest checkpoint is still the one its
+request was checked against (``store.api_run_mark``). So of an answer and a write made at
+once, whichever commits second sees the first: an accepted answer is never voided.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +57,7 @@ from longtask.model import PauseStep
 from longtask.runtime._who import check_by
 from longtask.steps import INPUTS_CHANNEL, request_channel, result_channel
 from longtask.store import NewEvent
-from longtask.store._apiruns import OPEN_RUN_STATUSES
+from longtask.store._apiruns import OPEN_RUN_STATUSES, queued_for
 from longtask.store._values import TAG, to_json_bytes
 
 if TYPE_CHECKING:
@@ -258,6 +265,12 @@ class Gate:
             planned = self._plan(task, thread_id, seen, supersteps, encode=True)
             if not held:
                 stack.enter_context(self._queue.lease(thread_id, f"gate:{door.name}"))
+                # Checked again in the transaction of each checkpoint it writes, ordered
+                # with the recording of an answer (which takes no lock of the thread's):
+                # an answer recorded first refuses the write; one recorded after sees the
+                # write's checkpoint and is refused (store.api_run_mark).
+                guard = functools.partial(self._queue_guard, thread_id)
+                stack.enter_context(self.db.saver.guarded(thread_id, guard))
             written = sorted({c for step in planned for u in step for c in (u.values or {})})
             # the steps whose result it changes (a fork also writes a join's other
             # dependencies back as they are)
@@ -341,31 +354,17 @@ class Gate:
         store = self.db.store
         queued = [r for r in store.api_runs(thread_id, limit=20) if r.status in OPEN_RUN_STATUSES]
         if queued or store.inbox_peek(thread_id):
-            raise InvalidInput(
-                f"thread {thread_id!r} has a run or an answer waiting to be carried out; change "
-                f"its state when it has been (`longtask status {thread_id}`)"
-            )
+            raise InvalidInput(_queued_refusal(thread_id))
+
+    def _queue_guard(self, thread_id: str, tx: Any) -> None:
+        """``_check_queue`` in a checkpoint's transaction (see ``LongTaskSaver.guarded``)."""
+        postgres = self.db.store.dialect.name == "postgresql"
+        if queued_for(tx.query, thread_id, postgres=postgres):
+            raise InvalidInput(_queued_refusal(thread_id))
 
     @staticmethod
     def _check_status(rec: ThreadRecord, door: str) -> None:
-        thread_id = rec.thread_id
-        if rec.status == "cancelled":
-            raise InvalidInput(
-                f"thread {thread_id!r} was cancelled (its compensations undid its steps' "
-                "effects): its state is no longer changed, not even by a fork; start a new "
-                "thread to do the work again"
-            )
-        if rec.status in FINISHED and door != "fork":
-            raise InvalidInput(
-                f"thread {thread_id!r} is {rec.status}: a finished thread is not changed in "
-                f"place; fork it from a checkpoint to change a result and run on from there "
-                f"(`longtask history {thread_id}`, then `longtask fork {thread_id} CHECKPOINT "
-                "--set STEP=JSON`)"
-            )
-        if rec.status == "cancelling":
-            raise InvalidInput(
-                f"thread {thread_id!r} is being cancelled: its state is no longer changed"
-            )
+        check_status(rec, door)
 
     def _seen(
         self, task: LongTask, graph: CompiledStateGraph[Any, Any, Any, Any], config: Any
@@ -547,6 +546,13 @@ class Gate:
         refused = self._guarded(task, thread_id, seen, step)
         if refused is not None:
             raise InvalidInput(refused)
+        return self.outside_result(thread_id, step, value, encode=encode)
+
+    def outside_result(self, thread_id: str, step: str, value: Any, *, encode: bool) -> Any:
+        """``value``, given from outside as the result of ``step`` (a state update, a
+        skip), as its channel holds it: a ``$longtask`` reference must name what this
+        database stores for this thread (else InvalidInput); any other value is checked as
+        JSON (``encode`` False) or encoded, its blob handed to the thread's next write."""
         what = f"the result of step {step!r}"
         if isinstance(value, dict) and TAG in value:
             self._resolve(thread_id, step, value, what)
@@ -580,6 +586,48 @@ class Gate:
                 f"{what} refers to a stored value that is not in this database (or cannot be "
                 f"read: {exc}); give the value itself instead"
             ) from exc
+
+
+def check_status(rec: ThreadRecord, door: str) -> None:
+    """Refuse (InvalidInput) a write through ``door`` of a thread that is no longer changed
+    in place: a finished one (only a fork makes a new branch of a completed thread), one
+    cancelled or being cancelled. Every outside write asks this: state updates, commands'
+    gotos, runs."""
+    thread_id = rec.thread_id
+    if rec.status == "cancelled":
+        raise InvalidInput(
+            f"thread {thread_id!r} was cancelled (its compensations undid its steps' "
+            "effects): its state is no longer changed, not even by a fork; start a new "
+            "thread to do the work again"
+        )
+    if rec.status in FINISHED and door != "fork":
+        if door == "goto":
+            how = (
+                "to run a step again, fork it from a checkpoint before that step and run on "
+                f"from there (`longtask history {thread_id}`, then `longtask fork {thread_id} "
+                f"CHECKPOINT` and `longtask resume {thread_id}`)"
+            )
+        else:
+            how = (
+                "fork it from a checkpoint to change a result and run on from there "
+                f"(`longtask history {thread_id}`, then `longtask fork {thread_id} CHECKPOINT "
+                "--set STEP=JSON`)"
+            )
+        raise InvalidInput(
+            f"thread {thread_id!r} is {rec.status}: a finished thread is not changed in "
+            f"place; {how}"
+        )
+    if rec.status == "cancelling":
+        raise InvalidInput(
+            f"thread {thread_id!r} is being cancelled: its state is no longer changed"
+        )
+
+
+def _queued_refusal(thread_id: str) -> str:
+    return (
+        f"thread {thread_id!r} has a run or an answer waiting to be carried out; change its "
+        f"state when it has been (`longtask status {thread_id}`)"
+    )
 
 
 def _refuse_command_update(input: Any) -> None:

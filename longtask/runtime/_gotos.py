@@ -1,6 +1,7 @@
-"""Gotos past pauses: a ``Command(goto=...)`` (``resume --goto``, a Server API run with a
-command) that would jump past an approval or a wait is refused, or with ``skip_pending``
-recorded. Checked by the run core before a resume and by ``serve`` before it answers."""
+"""Gotos: a ``Command(goto=...)`` (``resume --goto``, a Server API run with a command) of a
+finished thread is refused (fork it), one that would jump past an approval or a wait is
+refused, or with ``skip_pending`` let through, and every goto carried out is recorded with
+who asked. Checked by the run core before a resume and by ``serve`` before it answers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from longtask.errors import InvalidInput
 from longtask.model import PauseStep
+from longtask.runtime._gate import check_status
 from longtask.runtime._interrupts import open_interrupts
 from longtask.runtime._who import whoami
 
@@ -16,6 +18,7 @@ if TYPE_CHECKING:
     from longtask.checkpointers import Database
     from longtask.model import LongTask
     from longtask.runtime._reading import Reads
+    from longtask.runtime._views import Pending
     from longtask.store import ThreadRecord
 
 
@@ -36,25 +39,20 @@ class Gotos:
         by: str | None,
         record: bool,
     ) -> None:
-        """Refuse a ``goto`` that would jump past a pending approval or wait (one that comes
-        before a target): the gated step would run before any decision, and again after it.
-        With ``skip_pending`` it goes on, and (``record``) a ``manual.goto`` event says who
-        skipped what."""
+        """Refuse a ``goto`` of a finished thread (fork it instead), and one that would jump
+        past a pending approval or wait (one that comes before a target): the gated step
+        would run before any decision, and again after it; with ``skip_pending`` that one
+        goes on. With ``record`` (the goto is carried out now) a ``manual.goto`` event says
+        who asked for it and what it skipped."""
         if not goto:
             return
+        # A goto runs steps again: an outside write, refused on a finished thread as every
+        # other is (the gate's rule: fork it instead).
+        check_status(rec, "goto")
         if not skip_pending:
             self._refuse_unanswered(rec, task, goto)
-        if rec.status in ("failed", "completed", "cancelled"):
-            return
-        skipped = [
-            p
-            for p in open_interrupts(self.db.saver.head(rec.thread_id))
-            if p.kind in ("approval", "wait")
-            and any(p.step in task.layout[g].ancestors for g in goto if g in task.layout)
-        ]
-        if not skipped:
-            return
-        if not skip_pending:
+        skipped = [] if rec.status == "failed" else self._skipped(rec, task, goto)
+        if skipped and not skip_pending:
             first = skipped[0]
             target = next(g for g in goto if first.step in task.layout[g].ancestors)
             answer = (
@@ -69,6 +67,7 @@ class Gotos:
                 "--skip-pending (skip_pending=True)"
             )
         if record:
+            # Every goto carried out is recorded with who asked (what it skipped, if any).
             self.db.store.append_event(
                 rec.thread_id,
                 "manual.goto",
@@ -79,6 +78,15 @@ class Gotos:
                     "skipped_pending": [p.step for p in skipped],
                 },
             )
+
+    def _skipped(self, rec: ThreadRecord, task: LongTask, goto: list[str]) -> list[Pending]:
+        """The pending approvals and waits that come before a target of ``goto``."""
+        return [
+            p
+            for p in open_interrupts(self.db.saver.head(rec.thread_id))
+            if p.kind in ("approval", "wait")
+            and any(p.step in task.layout[g].ancestors for g in goto if g in task.layout)
+        ]
 
     def _refuse_unanswered(self, rec: ThreadRecord, task: LongTask, goto: list[str]) -> None:
         """Refuse a ``goto`` to a step after an approval or a wait that has no answer and is

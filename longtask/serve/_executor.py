@@ -300,6 +300,8 @@ class Executor:
                 self.end_run(run, "error", str(exc))
                 return
         error: str | None = None
+        #: the command was refused (InvalidInput): not carried out, whatever the thread is
+        refused = False
         before = store.get_thread(run.thread_id)
         try:
             with tapping(feed.put):
@@ -318,6 +320,7 @@ class Executor:
             # A failing step, a rejection, a limit: the thread's status says which.
             log.info("run %s of thread %s: %s", run_id, run.thread_id, exc)
             error = str(exc)
+            refused = isinstance(exc, InvalidInput)
         except Exception as exc:
             log.exception("run %s of thread %s failed", run_id, run.thread_id)
             error = f"{type(exc).__name__}: {exc}"
@@ -330,8 +333,10 @@ class Executor:
         status = RUN_OUTCOME.get(rec.status, "error") if rec is not None else "error"
         if rec is not None and rec.status == "failed":
             error = error or str((rec.error or {}).get("message") or "the thread failed")
-        if rec is not None and rec.status == "running":
-            status = "error"  # another process holds the thread
+        if (rec is not None and rec.status == "running") or refused:
+            # another process holds the thread, or what the run asked was not done (an
+            # answer the thread no longer waits for): never a success that did nothing
+            status = "error"
         self.end_run(run, status, error if status == "error" else None)
 
     def _plan(self, run: ApiRun) -> ApiRun:

@@ -49,10 +49,9 @@ def skip_later(api: Api, thread_id: str, step: str, result: Any, by: str) -> str
     rec = runner.reads.thread(thread_id)
     entry = api.registry.find(rec.task_name)
     task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
-    runner.check_skip(rec, task, step)
     refuse_bad_text(result, "the result")  # JSON may hold text the database cannot store
-    # Encoded now too: a result the codec refuses is refused here, not in the executor.
-    runner.codec.encode(result, f"the result given for step {step!r}")
+    # The result passes the checks of every outside value (a reference must resolve).
+    runner.check_skip(rec, task, step, result)
     request = {"kind": "skip", "step": step, "result": result}
     return lg_runs.record(
         api, thread_id, assistant_id(rec.task_name), request, by, seen=seen

@@ -14,6 +14,27 @@ from typing import Any
 #: statuses of a run that is not finished: recovered and carried out when ``serve`` starts
 OPEN_RUN_STATUSES = ("pending", "running")
 
+#: PostgreSQL: what orders the transactions that record a thread's runs and those that
+#: write its state from outside (``queued_for``): one per thread at a time, to its commit
+#: (SQLite's BEGIN IMMEDIATE already serialises writers)
+RUN_LOCK_SQL = "SELECT pg_advisory_xact_lock(7428062, hashtext(?))"
+
+
+def queued_for(execute: Any, thread_id: str, *, postgres: bool) -> bool:
+    """Whether a run of ``thread_id`` is open or a command waits in its inbox, read in the
+    caller's transaction after taking the lock that ``api_run_create`` takes: a state write
+    that checks it in its checkpoint's transaction and a run recorded at the same moment
+    are ordered, and the one that commits second sees the other."""
+    if postgres:
+        execute(RUN_LOCK_SQL, (thread_id,))
+    rows = execute(
+        "SELECT (SELECT COUNT(*) FROM longtask_api_runs WHERE thread_id = ? AND status IN "
+        "(?, ?)) + (SELECT COUNT(*) FROM longtask_inbox WHERE thread_id = ?)",
+        (thread_id, *OPEN_RUN_STATUSES, thread_id),
+    )
+    return bool(rows and rows[0][0])
+
+
 _RUN_COLS = (
     "run_id, thread_id, assistant_id, status, request, actor, metadata, error, "
     "created_at, updated_at, started_at, webhook"
@@ -90,7 +111,7 @@ class ApiTables:
         actor: str | None,
         metadata: dict[str, Any] | None,
         *,
-        seen: int | None = None,
+        seen: str | None = None,
         webhook: str | None = None,
         queued: bool = False,
         once: bool = False,
@@ -127,7 +148,7 @@ class ApiTables:
             if self.dialect.name == "postgresql":
                 # Two transactions cannot see each other's insert: one per thread at a time
                 # (SQLite's BEGIN IMMEDIATE already serialises writers).
-                execute("SELECT pg_advisory_xact_lock(7428062, hashtext(?))", (thread_id,))
+                execute(RUN_LOCK_SQL, (thread_id,))
             if seen is not None and not queued and self._mark(execute, thread_id) != seen:
                 return False
             if once and execute("SELECT 1 FROM longtask_api_runs WHERE run_id = ?", (run_id,)):
@@ -164,20 +185,29 @@ class ApiTables:
             (json.dumps(request), time.time(), run_id),
         )
 
-    def api_run_mark(self, thread_id: str) -> int | None:
-        """What ``api_run_create(seen=...)`` compares: the number of the thread's runs, or
-        None when one is open (pending or running)."""
+    def api_run_mark(self, thread_id: str) -> str | None:
+        """What ``api_run_create(seen=...)`` compares: the number of the thread's runs and
+        its latest checkpoint, or None when a run is open (pending or running). A request
+        checked against the thread's state is recorded only if neither changed since: a
+        state update that committed meanwhile (its checkpoint) voids the check."""
         return self._mark(self._run, thread_id)
 
     @staticmethod
-    def _mark(execute: Any, thread_id: str) -> int | None:
+    def _mark(execute: Any, thread_id: str) -> str | None:
         rows = execute(
-            "SELECT COUNT(*), SUM(CASE WHEN status IN (?, ?) THEN 1 ELSE 0 END) "
+            "SELECT COUNT(*), SUM(CASE WHEN status IN (?, ?) THEN 1 ELSE 0 END), "
+            "(SELECT MAX(seq) FROM longtask_cp_checkpoints WHERE thread_id = ?) "
             "FROM longtask_api_runs WHERE thread_id = ?",
-            (*OPEN_RUN_STATUSES, thread_id),
+            (*OPEN_RUN_STATUSES, thread_id, thread_id),
         )
-        total, still_open = rows[0]
-        return None if still_open else int(total)
+        total, still_open, head = rows[0]
+        return None if still_open else f"{int(total)}/{head}"
+
+    def api_run_changed(self, thread_id: str, seen: str) -> bool:
+        """Whether what ``seen`` marked changed only by the thread's state (a checkpoint),
+        not by a run recorded since: the request was checked against a state that is gone."""
+        now = self.api_run_mark(thread_id)
+        return now is not None and now.split("/")[0] == seen.split("/")[0]
 
     def api_run(self, run_id: str) -> ApiRun | None:
         rows = self._run(f"SELECT {_RUN_COLS} FROM longtask_api_runs WHERE run_id = ?", (run_id,))

@@ -152,7 +152,7 @@ def _plain_head(api: Api, thread_id: str) -> str | None:
     return plain_head(api.runner, task, thread_id) if isinstance(task, GraphApp) else None
 
 
-def refuse_busy(api: Api, thread_id: str) -> int:
+def refuse_busy(api: Api, thread_id: str) -> str:
     """One run of a thread at a time (the SDK's ``multitask_strategy="reject"``); returns
     the mark ``record`` checks again when it stores the run, so that of two requests
     checked at once only one is recorded."""
@@ -195,13 +195,14 @@ def record(
     actor: str,
     metadata: dict[str, Any] | None = None,
     *,
-    seen: int | None = None,
+    seen: str | None = None,
     webhook: str | None = None,
     queued: bool = False,
 ) -> ApiRun:
     """Record a checked run request and hand it to the executor; returns the run. With
     ``seen`` (from ``refuse_busy`` before the request was checked): a 409 if another run
-    of the thread was recorded since, as the check may no longer hold. ``webhook``: the
+    of the thread was recorded since, or its state changed (a state update committed), as
+    the check may no longer hold. ``webhook``: the
     checked URL the run is POSTed to when it ends. ``queued``: a run behind the thread's
     open ones, planned (checked against the thread's state) when its turn comes."""
     store = api.runner.db.store
@@ -220,6 +221,14 @@ def record(
         webhook=webhook,
         queued=queued,
     ):
+        if seen is not None and store.api_run_changed(thread_id, seen):
+            raise HTTPException(
+                409,
+                f"the state of thread {thread_id!r} changed while this request was checked "
+                "(a state update was written): nothing was recorded; look at the thread "
+                f"again (`longtask status {thread_id}`) and send the request again if it "
+                "still applies",
+            )
         raise _busy(thread_id)
     # Read before it is handed over: the answer says the run as recorded (pending, as on
     # LangGraph's server), not wherever the executor has taken it a moment later.
