@@ -208,9 +208,11 @@ def test_an_accepted_answer_is_carried_out_despite_racing_updates(
 
 @pytest.mark.slow
 def test_an_accepted_answer_is_carried_out_despite_racing_updates_50_rounds(
-    runner: Runner, client: TestClient
+    runner: Runner, client: TestClient, request: pytest.FixtureRequest
 ) -> None:
     """Item 5's figure: 50 rounds per backend, every accepted answer carried out."""
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("the long run (50 rounds a backend): select it with -m slow")
     seen = race(runner, client, 50)
     print(f"\n50 rounds: {dict(seen)}")
 
