@@ -72,7 +72,10 @@ def drive(url: str) -> list[tuple[str, Any]]:
             out.append(
                 (
                     f"{name} finds",
-                    sorted("own" if t["thread_id"] == mine else "other" for t in found),
+                    sorted(
+                        "own" if t["thread_id"] == mine else "other"
+                        for t in (found if isinstance(found, list) else [])  # an error: none
+                    ),
                 )
             )
         # A search as the SDK sends it (Agent Chat UI's thread list): no metadata; the
@@ -93,7 +96,8 @@ def drive(url: str) -> list[tuple[str, Any]]:
             ("the owner after the PATCH", ((handed or {}).get("metadata") or {}).get("owner"))
         )
         found = step("user1 searches again", "POST", "/threads/search", USER1, json={})
-        out.append(("user1 finds", sorted(t["thread_id"] == t1 for t in found or [])))
+        found = found if isinstance(found, list) else []  # an error answers no thread
+        out.append(("user1 finds", sorted(t["thread_id"] == t1 for t in found)))
         run = {"assistant_id": "chat", "input": CHAT}
         step("user2 runs on user1's", "POST", f"/threads/{t1}/runs/wait", USER2, json=run)
         waited = step("user1 runs", "POST", f"/threads/{t1}/runs/wait", USER1, json=run)
