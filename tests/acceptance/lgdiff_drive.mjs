@@ -133,7 +133,8 @@ await call("runs.wait goto __end__", client.runs.wait(tid, GRAPH, { command: { g
 await call("threads.get after goto __end__", client.threads.get(tid));
 
 // -- the store (LangGraph's BaseStore on each server)
-const ns = ["lgdiff", tag.lgdiff.replace(/[^a-z0-9-]/g, "-")];
+// a user keeps to their own namespaces (the token is alice's)
+const ns = ["alice", "lgdiff", tag.lgdiff.replace(/[^a-z0-9-]/g, "-")];
 await call("store.put_item", client.store.putItem(ns, "prefs", { theme: "dark" }));
 await call("store.put_item other", client.store.putItem(ns, "notes", { theme: "light" }));
 await call("store.get_item", client.store.getItem(ns, "prefs"));

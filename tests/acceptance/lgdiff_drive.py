@@ -188,7 +188,7 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
     await t.call("threads.get after goto __end__", lg.threads.get(tid))
 
     # -- the store (LangGraph's BaseStore on each server)
-    ns = ["lgdiff", tag["lgdiff"]]
+    ns = ["alice", "lgdiff", tag["lgdiff"]]  # a user keeps to their own namespaces
     await t.call("store.put_item", lg.store.put_item(ns, "prefs", {"theme": "dark"}))
     await t.call("store.put_item other", lg.store.put_item(ns, "notes", {"theme": "light"}))
     await t.call("store.get_item", lg.store.get_item(ns, "prefs"))

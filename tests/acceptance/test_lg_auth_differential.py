@@ -3,8 +3,11 @@
 history of threads, and both servers give the same answers (status codes, and who sees
 which thread); the handlers are called on longtask (they append to a file the test reads).
 
-The handler (``lgdiff_auth.py``) is the owner-only one of LangGraph's docs: authenticate
-from a bearer token, ``@auth.on`` adds ``owner`` metadata and returns ``{"owner": user}``.
+The handler (``lgdiff_auth.py``) is the owner-only one of LangGraph's docs, the one
+docs/howto/users.md prints line for line: authenticate from a bearer token, ``@auth.on``
+adds ``owner`` metadata and returns ``{"owner": user}``. The script searches as the SDK
+does (``threads.search()``), and a PATCH that names another owner is rewritten by the
+handler on both servers (issue 50).
 LangGraph's server is installed into a cache on first use (``lgdiff_servers.py``).
 """
 
@@ -69,10 +72,32 @@ def drive(url: str) -> list[tuple[str, Any]]:
             out.append(
                 (
                     f"{name} finds",
-                    sorted("own" if t["thread_id"] == mine else "other" for t in found),
+                    sorted(
+                        "own" if t["thread_id"] == mine else "other"
+                        for t in (found if isinstance(found, list) else [])  # an error: none
+                    ),
                 )
             )
+        # A search as the SDK sends it (Agent Chat UI's thread list): no metadata; the
+        # handler sees {} on both servers.
+        for who, name in ((USER1, "user1"), (USER2, "user2")):
+            out.append((f"{name}'s SDK search finds", _sdk_search(url, who, t1, t2)))
         step("user2 updates user1's", "PATCH", f"/threads/{t1}", USER2, json={"metadata": {}})
+        # The update handler gets the PATCH's metadata and rewrites it: a user cannot hand a
+        # thread to another (plant it in their list) by its metadata.
+        handed = step(
+            "user2 hands own thread to user1",
+            "PATCH",
+            f"/threads/{t2}",
+            USER2,
+            json={"metadata": {"owner": "user1", "k": "w"}},
+        )
+        out.append(
+            ("the owner after the PATCH", ((handed or {}).get("metadata") or {}).get("owner"))
+        )
+        found = step("user1 searches again", "POST", "/threads/search", USER1, json={})
+        found = found if isinstance(found, list) else []  # an error answers no thread
+        out.append(("user1 finds", sorted(t["thread_id"] == t1 for t in found)))
         run = {"assistant_id": "chat", "input": CHAT}
         step("user2 runs on user1's", "POST", f"/threads/{t1}/runs/wait", USER2, json=run)
         waited = step("user1 runs", "POST", f"/threads/{t1}/runs/wait", USER1, json=run)
@@ -86,6 +111,21 @@ def drive(url: str) -> list[tuple[str, Any]]:
         _assistants(step, out)
         _crons(step, out, t1)
     return out
+
+
+def _sdk_search(url: str, who: dict[str, str], t1: str, t2: str) -> Any:
+    """``threads.search()`` of LangGraph's Python SDK, as a client calls it: which of the two
+    threads it finds, or the status it failed with."""
+    from langgraph_sdk import get_sync_client
+
+    client = get_sync_client(url=url, api_key=None, headers=who)
+    try:
+        found = client.threads.search()
+    except httpx.HTTPStatusError as exc:
+        return exc.response.status_code
+    finally:
+        client.http.client.close()
+    return sorted({t1: "user1's", t2: "user2's"}.get(t["thread_id"], "other") for t in found)
 
 
 def _assistants(step: Any, out: list[tuple[str, Any]]) -> None:
@@ -195,6 +235,11 @@ def test_one_auth_handler_file_gives_the_same_answers_on_both_servers(
     seen = [json.loads(line) for line in log.read_text().splitlines()]
     assert {"call": "authenticate", "ok": True, "user": "user2"} in seen
     actions = {c.get("action") for c in seen if c["call"] == "on"}
+    searches = [
+        c["value"] for c in seen if (c.get("resource"), c.get("action")) == ("threads", "search")
+    ]
+    # LangGraph's value for a search: its metadata is {} when the request gives none
+    assert searches and all(isinstance(v.get("metadata"), dict) for v in searches), searches
     assert {"create", "read", "search", "create_run"} <= actions
     by_resource = {(c.get("resource"), c.get("action")) for c in seen if c["call"] == "on"}
     assert {("assistants", a) for a in ("create", "read", "update", "delete", "search")} <= (

@@ -236,3 +236,101 @@ def test_mcp_and_a2a_ask_the_handlers_as_the_routes_do(client: TestClient, log: 
     assert got["status"]["state"] == "input-required"
     asked = {(c.get("resource"), c.get("action")) for c in calls(log) if c["call"] == "on"}
     assert {("threads", "create_run"), ("threads", "read"), ("threads", "search")} <= asked
+
+
+def _asked(log: Path, start: int, action: str) -> list[Any]:
+    return [c["value"] for c in calls(log)[start:] if c.get("action") == action]
+
+
+def test_a_search_as_the_sdk_sends_it_gives_the_handler_langgraphs_value(
+    client: TestClient, log: Path
+) -> None:
+    """Issue 50: the docs' handler (``value.setdefault("metadata", {}).update(...)``) made
+    every plain search a 500, as the SDK's ``threads.search()`` sends no metadata (the JS
+    SDK's may send null): LangGraph's server gives the handler ``{}``, and so does longtask,
+    with the rest of its value (values, status, and the page)."""
+    mine = client.post("/threads", json={}, headers=USER1).json()["thread_id"]
+    client.post("/threads", json={}, headers=USER2)
+    start = len(calls(log))
+    for body in ({"limit": 10, "offset": 0}, {"metadata": None, "values": None}):
+        found = client.post("/threads/search", json=body, headers=USER1)
+        assert found.status_code == 200, found.text
+        assert [t["thread_id"] for t in found.json()] == [mine]
+    assert client.post("/threads/count", json={}, headers=USER1).json() == 1
+    page = {"metadata": {}, "values": {}, "status": None, "limit": 10, "offset": 0}
+    count = {**page, "limit": 0}
+    assert _asked(log, start, "search") == [page, page, count]
+
+
+def test_a_patch_gives_the_update_handler_its_metadata_and_stores_what_it_leaves(
+    client: TestClient, log: Path
+) -> None:
+    """Issue 50: ``PATCH /threads/T {"metadata": {"owner": "user1"}}`` handed user2's thread
+    to user1, as the ``update`` handler was asked without the request's metadata and could
+    not rewrite it. It is given ``{"thread_id", "metadata"}``, as on LangGraph's server,
+    and what it leaves is stored: the docs' handler stamps its caller back as owner."""
+    two = client.post("/threads", json={}, headers=USER2).json()["thread_id"]
+    start = len(calls(log))
+    handed = client.patch(
+        f"/threads/{two}", json={"metadata": {"owner": "user1", "k": "v"}}, headers=USER2
+    )
+    assert handed.status_code == 200, handed.text
+    assert handed.json()["metadata"] == {"owner": "user2", "k": "v"}
+    assert _asked(log, start, "update") == [
+        {"thread_id": two, "metadata": {"owner": "user1", "k": "v"}}
+    ]
+    assert client.post("/threads/search", json={}, headers=USER1).json() == []
+    assert client.get(f"/threads/{two}", headers=USER1).status_code == 404
+    assert client.get(f"/threads/{two}", headers=USER2).json()["metadata"]["owner"] == "user2"
+    # a run's cancel and delete get LangGraph's values too
+    run = client.post(
+        f"/threads/{two}/runs", json={"assistant_id": "access_task", "input": {}}, headers=USER2
+    ).json()["run_id"]
+    start = len(calls(log))
+    client.post(f"/threads/{two}/runs/{run}/cancel", headers=USER2)
+    client.delete(f"/threads/{two}/runs/{run}", headers=USER2)
+    assert _asked(log, start, "update") == [
+        {
+            "thread_id": two,
+            "action": "interrupt",
+            "metadata": {"run_ids": [run], "status": None},
+        }
+    ]
+    assert _asked(log, start, "delete") == [{"thread_id": two, "run_id": run}]
+
+
+TEAM_HANDLER = """
+from langgraph_sdk import Auth
+
+auth = Auth()
+
+
+@auth.authenticate
+async def authenticate(authorization: str | None) -> str:
+    return (authorization or "").removeprefix("Bearer tok-")
+
+
+@auth.on.threads.search
+async def red_team(ctx: Auth.types.AuthContext, value: dict) -> None:
+    value["metadata"]["team"] = "red"  # no filter returned: the search's metadata says it
+"""
+
+
+def test_a_search_handler_that_only_edits_the_metadata_narrows_the_search(
+    db_url: str, tmp_path: Path
+) -> None:
+    """LangGraph's server searches with the metadata its handler left: a handler that sets
+    a key and returns no filter keeps the search to threads with that key."""
+    (tmp_path / "team_auth.py").write_text(TEAM_HANDLER)
+    auth = load_auth("team_auth.py:auth", tmp_path)
+    runner = Runner(db_url)
+    try:
+        with TestClient(create_app(runner, {}, auth_handler=auth)) as c:
+            for team in ("red", "blue"):
+                made = c.post("/threads", json={"metadata": {"team": team}}, headers=USER1)
+                assert made.status_code == 200, made.text
+            found = c.post("/threads/search", json={}, headers=USER1).json()
+            assert [t["metadata"]["team"] for t in found] == ["red"]
+            assert c.post("/threads/count", json={}, headers=USER1).json() == 1
+    finally:
+        runner.close()

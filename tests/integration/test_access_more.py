@@ -376,3 +376,44 @@ def test_the_pages_list_takes_a_handlers_plain_filter_in_the_query(
     assert [r.thread_id for r in store.list_threads(visible_meta={"owner": "carol"})] == ["hl-c"]
     mine = store.list_threads(visible_to="carol", visible_meta={"owner": "carol"}, sort="age")
     assert [r.thread_id for r in mine] == ["hl-c", "hl-p"]
+
+
+def test_with_built_in_tokens_metadata_cannot_hand_a_thread_to_another(
+    runner: Runner, client: TestClient
+) -> None:
+    """Issue 50: ownership is the stored owner, not metadata. A PATCH (or a new thread, or a
+    run) whose metadata ``owner`` names anyone but the owner is refused, changes nothing,
+    and so plants nothing in that person's list; naming the owner is allowed."""
+    bob, alice = CALLERS["bob"], CALLERS["alice"]
+    made = client.post("/threads", json={"metadata": {"k": "v"}}, headers=bob).json()
+    thread = made["thread_id"]
+    before = tables(runner)
+    handed = client.patch(
+        f"/threads/{thread}", json={"metadata": {"owner": "alice", "k": "w"}}, headers=bob
+    )
+    assert handed.status_code == 403, handed.text
+    assert "ownership is not metadata" in handed.json()["detail"]
+    admin = client.patch(
+        f"/threads/{thread}", json={"metadata": {"owner": "alice"}}, headers=CALLERS["admin"]
+    )
+    assert admin.status_code == 403, admin.text
+    assert tables(runner) == before
+    assert client.post("/threads/search", json={}, headers=alice).json() == []
+    assert (
+        client.post("/threads/search", json={"metadata": {"owner": "alice"}}, headers=alice).json()
+        == []
+    )
+    assert client.get(f"/threads/{thread}", headers=alice).status_code == 404
+    # at creation, and on a run that creates its thread
+    planted = client.post("/threads", json={"metadata": {"owner": "alice"}}, headers=bob)
+    assert planted.status_code == 403, planted.text
+    run = {"assistant_id": "access_task", "input": {}, "metadata": {"owner": "alice"}}
+    assert client.post("/runs", json=run, headers=bob).status_code == 403
+    assert tables(runner) == before
+    # the owner's own name is no change of owner
+    kept = client.patch(
+        f"/threads/{thread}", json={"metadata": {"owner": "bob", "k": "w"}}, headers=bob
+    )
+    assert kept.status_code == 200, kept.text
+    assert kept.json()["metadata"] == {"k": "w", "owner": "bob"}
+    assert runner.db.store.thread_owner(thread) == (True, "bob")

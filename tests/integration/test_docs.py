@@ -232,3 +232,41 @@ def test_site_builds_strict_and_offline(tmp_path: Path) -> None:
 def test_defining_tasks_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = run_page("docs/guide/defining-tasks.md", tmp_path, monkeypatch)
     assert out.startswith("completed Notes on durable agents")
+
+
+#: a page's block that is part of a tested file: (page, the not-run reason's mark, file,
+#: the line that opens the part, the line that closes it)
+INCLUDED = (
+    (
+        "docs/howto/users.md",
+        "tests/acceptance/lgdiff_auth.py's handler",
+        "tests/acceptance/lgdiff_auth.py",
+        "# -- the handler of docs/howto/users.md --",
+        "# -- end of the handler of docs/howto/users.md --",
+    ),
+)
+
+
+def included_part(path: Path, start: str, end: str) -> str:
+    """The lines of ``path`` between the line ``start`` and the line ``end``, without the
+    blank lines the formatter keeps before ``end``."""
+    lines = path.read_text().splitlines()
+    part = lines[lines.index(start) + 1 : lines.index(end)]
+    while part and not part[-1].strip():
+        part.pop()
+    return "\n".join(part) + "\n"
+
+
+@pytest.mark.parametrize(("page", "mark", "source", "start", "end"), INCLUDED)
+def test_a_printed_block_is_its_tested_files_text(
+    page: str, mark: str, source: str, start: str, end: str
+) -> None:
+    """The auth handler users copy from the docs is the one the differential test runs on
+    LangGraph's server and on longtask's (test_lg_auth_differential.py), line for line."""
+    marked = [b for b in blocks(ROOT / page) if b.not_run and mark in b.not_run]
+    assert len(marked) == 1, f"{page}: no block (or several) whose not-run names {mark!r}"
+    want = included_part(ROOT / source, start, end)
+    assert marked[0].code == want, (
+        f"{page}:{marked[0].line} differs from {source}: copy the lines between "
+        f"{start!r} and {end!r} into the block"
+    )

@@ -142,8 +142,8 @@ def test_update_sets_metadata_and_delete_removes_only_a_thread_with_no_run(
     assert client.get(f"/threads/{fresh['thread_id']}").status_code == 404
     started = paused(client)
     one = f"/threads/{started}"
-    patched = client.patch(one, json={"metadata": {"owner": "ops"}}, headers=ALICE)
-    assert patched.json()["metadata"]["owner"] == "ops"
+    patched = client.patch(one, json={"metadata": {"team": "ops"}}, headers=ALICE)
+    assert patched.json()["metadata"]["team"] == "ops"
     assert patched.json()["metadata"]["graph_id"] == "lg_release"
     reserved = client.patch(one, json={"metadata": {"graph_id": "x"}}, headers=ALICE)
     assert reserved.status_code == 409

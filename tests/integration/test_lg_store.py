@@ -42,47 +42,47 @@ def _put(client: TestClient, ns: list[str], key: str, value: object, **extra: ob
 
 
 def test_items_are_put_read_searched_listed_and_deleted(client: TestClient) -> None:
-    assert _put(client, ["users", "alice"], "prefs", {"theme": "dark", "lang": "en"}) == 204
-    assert _put(client, ["users", "alice"], "notes", {"theme": "light"}) == 204
-    assert _put(client, ["users", "bob"], "prefs", {"theme": "dark"}) == 204
+    assert _put(client, ["alice", "a"], "prefs", {"theme": "dark", "lang": "en"}) == 204
+    assert _put(client, ["alice", "a"], "notes", {"theme": "light"}) == 204
+    assert _put(client, ["alice", "b"], "prefs", {"theme": "dark"}) == 204
 
-    got = client.get("/store/items", params={"namespace": "users.alice", "key": "prefs"})
+    got = client.get("/store/items", params={"namespace": "alice.a", "key": "prefs"})
     item = got.json()
-    assert item["namespace"] == ["users", "alice"] and item["key"] == "prefs"
+    assert item["namespace"] == ["alice", "a"] and item["key"] == "prefs"
     assert item["value"] == {"theme": "dark", "lang": "en"}
     assert {"created_at", "updated_at"} <= set(item)
-    none = client.get("/store/items", params={"namespace": "users.alice", "key": "nope"})
+    none = client.get("/store/items", params={"namespace": "alice.a", "key": "nope"})
     assert none.status_code == 200 and none.json() is None
 
     found = client.post(
         "/store/items/search",
-        json={"namespace_prefix": ["users"], "filter": {"theme": "dark"}, "limit": 10},
+        json={"namespace_prefix": ["alice"], "filter": {"theme": "dark"}, "limit": 10},
     ).json()["items"]
     assert sorted((tuple(i["namespace"]), i["key"]) for i in found) == [
-        (("users", "alice"), "prefs"),
-        (("users", "bob"), "prefs"),
+        (("alice", "a"), "prefs"),
+        (("alice", "b"), "prefs"),
     ]
-    spaces = client.post("/store/namespaces", json={"prefix": ["users"]}).json()["namespaces"]
-    assert sorted(spaces) == [["users", "alice"], ["users", "bob"]]
+    spaces = client.post("/store/namespaces", json={"prefix": ["alice"]}).json()["namespaces"]
+    assert sorted(spaces) == [["alice", "a"], ["alice", "b"]]
     shallow = client.post("/store/namespaces", json={"max_depth": 1}).json()["namespaces"]
-    assert shallow == [["users"]]
+    assert shallow == [["alice"]]
 
     gone = client.request(
         "DELETE",
         "/store/items",
-        json={"namespace": ["users", "bob"], "key": "prefs"},
+        json={"namespace": ["alice", "b"], "key": "prefs"},
         headers=ALICE,
     )
     assert gone.status_code == 204
     assert (
-        client.get("/store/items", params={"namespace": "users.bob", "key": "prefs"}).json() is None
+        client.get("/store/items", params={"namespace": "alice.b", "key": "prefs"}).json() is None
     )
 
 
 def test_an_item_put_with_a_ttl_expires(client: TestClient, runner: Runner) -> None:
-    assert _put(client, ["cache"], "short", {"v": 1}, ttl=0.01) == 204  # 0.6 s
-    assert _put(client, ["cache"], "long", {"v": 2}, ttl=60) == 204
-    assert _put(client, ["cache"], "ever", {"v": 3}) == 204
+    assert _put(client, ["alice", "cache"], "short", {"v": 1}, ttl=0.01) == 204  # 0.6 s
+    assert _put(client, ["alice", "cache"], "long", {"v": 2}, ttl=60) == 204
+    assert _put(client, ["alice", "cache"], "ever", {"v": 3}) == 204
     time.sleep(2.5)  # past the expiry, by SQLite's clock too (whole seconds)
     opened = open_kv_store(runner.db.url, sweep=False)
     try:
@@ -91,9 +91,9 @@ def test_an_item_put_with_a_ttl_expires(client: TestClient, runner: Runner) -> N
         opened.close()
     keys = [
         i["key"]
-        for i in client.post("/store/items/search", json={"namespace_prefix": ["cache"]}).json()[
-            "items"
-        ]
+        for i in client.post(
+            "/store/items/search", json={"namespace_prefix": ["alice", "cache"]}
+        ).json()["items"]
     ]
     assert sorted(keys) == ["ever", "long"]
 
@@ -126,17 +126,68 @@ def test_the_store_needs_a_token_and_a_viewer_only_reads_it(runner: Runner) -> N
     registry = load_registry([f"{LG_TASKS}:RELEASE"])
     tokens = {"tok-alice": "alice", "tok-audit": "audit"}
     app = create_app(runner, tokens, registry=registry, roles={"audit": "viewer"})
-    body = {"namespace": ["a"], "key": "k", "value": {"x": 1}}
+    body = {"namespace": ["alice"], "key": "k", "value": {"x": 1}}
     with TestClient(app) as client:
         wrong = {"X-Api-Key": "wrong"}
         assert client.put("/store/items", json=body, headers=wrong).status_code == 401
         assert client.put("/store/items", json=body).status_code == 401
         viewer = {"X-Api-Key": "tok-audit"}
         assert client.put("/store/items", json=body, headers=viewer).status_code == 403
-        query = {"namespace": "a", "key": "k"}
+        query = {"namespace": "alice", "key": "k"}
         assert client.get("/store/items", params=query, headers=viewer).json() is None
         assert client.put("/store/items", json=body, headers=ALICE).status_code == 204
         assert client.get("/store/items", params=query, headers=viewer).json()["value"] == {"x": 1}
+
+
+def test_with_built_in_tokens_each_user_keeps_to_the_namespaces_under_their_name(
+    runner: Runner,
+) -> None:
+    """Issue 50: the store was one namespace for every user (bob read and overwrote
+    ``["alice", "notes"]``). A user reads and writes the namespaces whose first label is
+    their name; a search or a list without a prefix is confined to theirs; another's is a
+    403 that changes nothing. An admin uses every namespace, a viewer reads every one."""
+    registry = load_registry([f"{LG_TASKS}:RELEASE"])
+    tokens = {"tok-alice": "alice", "tok-bob": "bob", "tok-ops": "ops", "tok-audit": "audit"}
+    roles = {"ops": "admin", "audit": "viewer"}
+    app = create_app(runner, tokens, registry=registry, roles=roles)
+    bob, ops, audit = ({"X-Api-Key": f"tok-{n}"} for n in ("bob", "ops", "audit"))
+    notes = {"namespace": ["alice", "notes"], "key": "k", "value": {"x": 1}}
+    query = {"namespace": "alice.notes", "key": "k"}
+    with TestClient(app) as client:
+        assert client.put("/store/items", json=notes, headers=ALICE).status_code == 204
+        own = {"namespace": ["bob", "notes"], "key": "k", "value": {"x": 2}}
+        assert client.put("/store/items", json=own, headers=bob).status_code == 204
+        # bob neither overwrites, reads, deletes nor finds alice's
+        overwrite = {**notes, "value": {"x": "bob's"}}
+        refused = client.put("/store/items", json=overwrite, headers=bob)
+        assert refused.status_code == 403, refused.text
+        assert "under their own name" in refused.json()["detail"]
+        assert client.get("/store/items", params=query, headers=bob).status_code == 403
+        gone = {"namespace": ["alice", "notes"], "key": "k"}
+        assert client.request("DELETE", "/store/items", json=gone, headers=bob).status_code == 403
+        for path, body in (
+            ("/store/items/search", {"namespace_prefix": ["alice"]}),
+            ("/store/namespaces", {"prefix": ["alice"]}),
+            ("/store/items", {"namespace": [], "key": "k", "value": {}}),  # the root
+        ):
+            method = "PUT" if path == "/store/items" else "POST"
+            got = client.request(method, path, json=body, headers=bob)
+            assert got.status_code == 403, (path, got.text)
+        everywhere = client.post("/store/items/search", json={}, headers=bob).json()["items"]
+        assert [(i["namespace"], i["value"]) for i in everywhere] == [(["bob", "notes"], {"x": 2})]
+        listed = client.post("/store/namespaces", json={}, headers=bob).json()["namespaces"]
+        assert listed == [["bob", "notes"]]
+        assert client.get("/store/items", params=query, headers=ALICE).json()["value"] == {"x": 1}
+        # a viewer reads every namespace, an admin writes every one
+        seen = client.post("/store/items/search", json={}, headers=audit).json()["items"]
+        assert sorted(i["namespace"][0] for i in seen) == ["alice", "bob"]
+        assert client.get("/store/items", params=query, headers=audit).json()["value"] == {"x": 1}
+        assert client.put("/store/items", json=overwrite, headers=ops).status_code == 204
+        assert client.get("/store/items", params=query, headers=ops).json()["value"] == {
+            "x": "bob's"
+        }
+        spaces = client.post("/store/namespaces", json={}, headers=ops).json()["namespaces"]
+        assert sorted(spaces) == [["alice", "notes"], ["bob", "notes"]]
 
 
 def test_the_stores_auth_handler_keeps_each_user_to_their_namespaces(runner: Runner) -> None:

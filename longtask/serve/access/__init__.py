@@ -4,6 +4,7 @@ and the one decision in front of every route (``Access``)."""
 
 from longtask.serve.access._decision import Access
 from longtask.serve.access._handlers import HandlerRefused, Handlers, load_auth, matches
+from longtask.serve.access._owner import OWNER_KEY, check_owner_key
 from longtask.serve.access._rules import (
     METRICS_PERMISSION,
     Caller,
@@ -41,6 +42,7 @@ __all__ = [
     "ENV_TOKENS_FILE",
     "ENV_USER",
     "METRICS_PERMISSION",
+    "OWNER_KEY",
     "ROLES",
     "Access",
     "Caller",
@@ -54,6 +56,7 @@ __all__ = [
     "answerer",
     "by_of",
     "caller_of",
+    "check_owner_key",
     "check_roles",
     "combine",
     "copier",

@@ -225,9 +225,11 @@ class Access:
         tool): with LangGraph's auth handlers, the threads handler's ``search`` is asked
         first, as for ``threads.search``."""
         if self.handlers is not None and caller.role == "user" and "filter" not in caller.extra:
-            found = await self._handler_filter(caller, "search", {})
+            value = _search_value({})
+            found = await self._handler_filter(caller, "search", value)
             if isinstance(found, Response):
                 raise HTTPException(found.status_code, bytes(found.body).decode(errors="replace"))
+            found = _with_search_metadata(found, {}, value["metadata"])
             caller = Caller(
                 caller.name, caller.role, caller.user, caller.permissions, {"filter": found}
             )
@@ -399,14 +401,28 @@ class Access:
             }
         elif thread_id is None and action == "search":
             body = await _json_object(request) if request.method == "POST" else {}
-            value = {k: body.get(k) for k in ("metadata", "values", "status", "limit", "offset")}
+            value = _search_value(body, count=request.url.path == "/threads/count")
+        elif action == "update" and request.method == "PATCH":
+            # PATCH /threads/T: the metadata it merges, which the handler may rewrite (the
+            # owner-only handler stamps its caller as owner) before it is stored.
+            metadata = (await _json_object(request)).get("metadata")
+            value["metadata"] = dict(metadata) if isinstance(metadata, dict) else {}
+        elif action == "update" and "run_id" in request.path_params:
+            # POST /threads/T/runs/R/cancel: LangGraph's server cancels it as one of many.
+            value["action"] = request.query_params.get("action", "interrupt")
+            value["metadata"] = {"run_ids": [request.path_params["run_id"]], "status": None}
+        elif action == "delete" and "run_id" in request.path_params:
+            value["run_id"] = request.path_params["run_id"]
+        given = dict(value.get("metadata") or {}) if action == "search" else {}
         found = await self._handler_filter(caller, action, value)
         if isinstance(found, Response):
             return found
-        if action == "create_run" and isinstance(value.get("metadata"), dict):
-            # The run's metadata as the handler left it (an owner): the run keeps it, and a
-            # thread the run creates is made with it, as on LangGraph's server.
+        if action in ("create_run", "update") and isinstance(value.get("metadata"), dict):
+            # The metadata as the handler left it (an owner): a run keeps it, and a thread
+            # the run creates is made with it; a PATCH stores it; as on LangGraph's server.
             request.state.handler_metadata = value["metadata"]
+        if action == "search":
+            found = _with_search_metadata(found, given, value.get("metadata"))
         if thread_id is None:
             if action in ("search", "delete", "update"):
                 # A list's filter (search), or the threads a prune or a cancel of many
@@ -507,6 +523,48 @@ async def _json_items(request: Request) -> list[dict[str, Any]]:
     except ValueError:
         return []
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+
+def _search_value(body: dict[str, Any], *, count: bool = False) -> dict[str, Any]:
+    """What LangGraph's server gives a threads ``search`` handler: the body's ``metadata``
+    and ``values`` ({} when the body has none or null, as the SDKs send), ``status``,
+    and the page (10 and 0 when none is given; 0 and 0 for a count)."""
+
+    def mapping(key: str) -> dict[str, Any]:
+        found = body.get(key)
+        return dict(found) if isinstance(found, dict) else {}
+
+    def number(key: str, default: int) -> Any:
+        found = body.get(key)
+        return default if count or found is None else found
+
+    return {
+        "metadata": mapping("metadata"),
+        "values": mapping("values"),
+        "status": body.get("status"),
+        "limit": number("limit", 0 if count else 10),
+        "offset": number("offset", 0),
+    }
+
+
+def _with_search_metadata(
+    found: dict[str, Any] | None, given: dict[str, Any], edited: Any
+) -> dict[str, Any] | None:
+    """A search handler's filter with what it added to the search's ``metadata``: LangGraph's
+    server searches with the metadata the handler left, so a key it set (an owner) narrows
+    the search even when it returns no filter."""
+    if not isinstance(edited, dict):
+        return found
+    added = {k: v for k, v in edited.items() if k not in given or given[k] != v}
+    if not added:
+        return found
+    # A string is matched in the query (``simple_filter``); another value by equality.
+    extra = {k: v if isinstance(v, str) else {"$eq": v} for k, v in added.items()}
+    if not found:
+        return extra
+    if any(k in found and found[k] != extra[k] for k in extra):
+        return {"$and": [found, extra]}
+    return {**found, **extra}
 
 
 def _run_value(thread_id: str | None, body: dict[str, Any]) -> dict[str, Any]:

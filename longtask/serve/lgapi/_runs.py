@@ -22,7 +22,7 @@ from longtask.model import GraphApp, takes_context
 from longtask.runtime._inputs import validate_context
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._webhooks import check_url, redacted
-from longtask.serve.access import matches
+from longtask.serve.access import check_owner_key, matches
 from longtask.serve.lgapi._body import id_text, mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
@@ -555,6 +555,9 @@ def routes(api: Api) -> list[Route]:
         edited = getattr(request.state, "handler_metadata", None)
         if edited is not None:
             body = {**body, "metadata": edited}  # the run's metadata as its handler left it
+        else:
+            # a thread the run creates gets the run's metadata: no owner but who starts it
+            check_owner_key(body.get("metadata"), actor, "the run")
         return await api.call(prepare, thread_id, entry, body, actor, assistant)
 
     def located(run: ApiRun, response: Response) -> Response:

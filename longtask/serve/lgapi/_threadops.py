@@ -22,7 +22,7 @@ from starlette.routing import Route
 
 from longtask.errors import InvalidInput, MoveRefused, ThreadExists
 from longtask.runtime._threadid import check_thread_id
-from longtask.serve.access import Caller, caller_of, copier
+from longtask.serve.access import OWNER_KEY, Caller, caller_of, copier
 from longtask.serve.lgapi._state import thread_json
 from longtask.store import FINAL_STATUSES
 from longtask.store._storage import thread_storage
@@ -72,6 +72,11 @@ def routes(api: Api) -> list[Route]:
             "metadata": dict(made[0]) if made else {},
         }
         await api.access.ask(request, "threads", "create", value)
+        if OWNER_KEY in value["metadata"] and (
+            api.access.handlers is None or caller_of(request).role != "user"
+        ):
+            # No handler decides: the copy is its copier's, and so says its metadata.
+            value["metadata"][OWNER_KEY] = actor
         found = await api.call(copy, source, value["thread_id"], actor, dict(value["metadata"]))
         return JSONResponse(found)
 

@@ -18,7 +18,7 @@ from longtask.errors import InvalidInput, ThreadNotFound
 from longtask.model import GraphApp
 from longtask.runtime._gate import through
 from longtask.runtime._threadid import check_thread_id
-from longtask.serve.access import Caller, caller_of
+from longtask.serve.access import Caller, caller_of, check_owner_key
 from longtask.serve.lgapi._body import (
     id_text,
     integer_field,
@@ -228,11 +228,19 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             "checkpoint_id": where["checkpoint_id"],
         }
 
-    def patch(thread_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    def patch(
+        thread_id: str, body: dict[str, Any], edited: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """Merge the body's metadata into the thread's; ``edited``: the metadata as an auth
+        handler's ``update`` left it (None: no handler decided), which is what is stored."""
         get_json(thread_id)
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise HTTPException(422, "thread metadata must be an object")
+        if edited is not None:
+            metadata = edited
+        else:
+            check_owner_key(metadata, store.thread_owner(thread_id)[1], "the thread")
         reserved = [k for k in metadata if k in RESERVED]
         if reserved:
             raise InvalidInput(f"metadata {', '.join(reserved)} is longtask's own: not settable")
@@ -259,6 +267,8 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
         edited = getattr(request.state, "handler_metadata", None)
         if edited is not None:  # an auth handler's edits (LangGraph's `@auth.on` owner)
             body["metadata"] = edited
+        else:
+            check_owner_key(body.get("metadata"), actor, "the new thread")
         return JSONResponse(await api.call(make, body, actor))
 
     async def search_threads(request: Request) -> Response:
@@ -311,7 +321,8 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
 
     async def update_thread(request: Request, actor: str) -> Response:
         body = await api.json_body(request)
-        return JSONResponse(await api.call(patch, request.path_params["thread_id"], body))
+        edited = getattr(request.state, "handler_metadata", None)
+        return JSONResponse(await api.call(patch, request.path_params["thread_id"], body, edited))
 
     async def delete_thread(request: Request, actor: str) -> Response:
         await api.call(delete, request.path_params["thread_id"])

@@ -4,10 +4,13 @@ with TTL, on LangGraph's own ``SqliteStore``/``PostgresStore`` in the thread dat
 
 The store is opened on the first request that needs it (its tables are made then) and
 closed with the app. Reads need what any read needs; writes need a token, and a viewer
-only reads. With LangGraph's auth handlers (langgraph.json ``auth``), a user's request
-calls the ``store`` handler for its action with the same value LangGraph's server gives it
-(``namespace``, ``key``, ...): a handler may refuse, rewrite the namespace (keeping each
-user in their own) or, for a search, return a filter that is added to the request's.
+only reads. With built-in tokens a user reads and writes the namespaces under their own
+name (``["alice", ...]``; ``_own``), an admin every one. With LangGraph's auth handlers
+(langgraph.json ``auth``), a user's request calls the ``store`` handler for its action
+with the same value LangGraph's server gives it (``namespace``, ``key``, ...): a handler
+may refuse, rewrite the namespace (keeping each user in their own) or, for a search,
+return a filter that is added to the request's; without a store handler, as on
+LangGraph's server, nothing is refused.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from longtask.serve.access import about
+from longtask.serve.access import about, caller_of
 from longtask.serve.lgapi._body import integer_field
 
 if TYPE_CHECKING:
@@ -86,13 +89,49 @@ async def _authorized(
     api: Api, request: Request, action: str, value: dict[str, Any]
 ) -> dict[str, Any] | None:
     """``value`` as the store's auth handler left it (None: no handler decides), and the
-    filter it returned for a search; HTTPException with its status if it refuses."""
+    filter it returned for a search; HTTPException with its status if it refuses. With
+    built-in tokens, a user keeps to their own namespaces (``_own``)."""
     found = await api.access.ask(request, "store", action, value)
     # The handler may have rewritten the namespace: it must still be one.
     for key in ("namespace", "suffix"):
         if value.get(key) is not None:
             value[key] = _namespace(list(value[key]), key)
+    caller = caller_of(request)
+    if api.access.handlers is None and caller.role == "user":
+        assert caller.name is not None, "a user without a name"
+        _own(caller.name, action, value)
     return found
+
+
+def _own(name: str, action: str, value: dict[str, Any]) -> None:
+    """A user's namespaces, with built-in tokens: those whose first label is their name
+    (``["alice", "notes"]``), as LangGraph's docs key a user's memories. An item elsewhere
+    is refused (403); a search or a list of namespaces without a prefix is confined to
+    theirs, with another's prefix refused. Admins read and write every namespace, viewers
+    read every one; the server's own writes do not pass through here."""
+    namespace = value.get("namespace")
+    if not namespace and action in ("search", "list_namespaces"):
+        if "." in name:
+            raise HTTPException(403, _no_label(name))
+        value["namespace"] = (name,)
+        return
+    if namespace and namespace[0] == name:
+        return
+    if "." in name:
+        raise HTTPException(403, _no_label(name))
+    where = ".".join(namespace) if namespace else "the root"
+    raise HTTPException(
+        403,
+        f"{name!r} may use the store's namespaces under their own name ([{name!r}, ...]), "
+        f"not {where!r}: begin the namespace with {name!r} (an admin uses every namespace)",
+    )
+
+
+def _no_label(name: str) -> str:
+    return (
+        f"{name!r} holds a period, which no namespace label may: this user has no namespace "
+        "of their own; give them a name without a period"
+    )
 
 
 def _item(item: Any) -> dict[str, Any]:
