@@ -369,7 +369,13 @@ class A2aEndpoint:
             thread_id = context_id or str(uuid.uuid4())
             level = await self._level(caller, thread_id)
             if level == "none":
-                raise RpcError(TASK_NOT_FOUND, f"no context {thread_id!r}")
+                # Taken by a thread the caller may not see: said as for any such id, so it
+                # tells nothing of that thread (a free id starts a task).
+                raise RpcError(
+                    TASK_NOT_FOUND,
+                    f"context id {thread_id!r} cannot be used: choose another, or leave "
+                    "contextId out for a new one",
+                )
             if caller.name is None:
                 raise RpcError(INVALID_PARAMS, "acting needs a bearer token: open mode only reads")
             if caller.role == "viewer" or (level is not None and level != "act"):

@@ -34,7 +34,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from longtask._version import __version__
-from longtask.errors import LongTaskError, ThreadNotFound
+from longtask.errors import LongTaskError
 from longtask.serve.access import Answering, Caller, ListScope, caller_of
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._json import plain
@@ -219,7 +219,9 @@ class McpEndpoint:
         Returns the caller's level on the thread."""
         level = await self.api.access.level_for(caller, thread_id, needed)
         if level is None or level == "none":
-            raise ThreadNotFound(thread_id, self.api.runner.db.url.redacted)
+            # One answer for a thread that does not exist and one the caller may not see:
+            # never "not in this database", which would be untrue of the second.
+            raise _Refused(f"no thread {thread_id!r}")
         order = ("none", "read", "answer", "act")
         if order.index(level) < order.index(needed):
             raise _Refused(f"{caller.name!r} may not {needed} on thread {thread_id!r}")
