@@ -67,6 +67,7 @@ from longtask.serve._stream import EventStream
 from longtask.serve._webhooks import WebhookPolicy
 from longtask.serve.access import (
     Access,
+    Answering,
     Handlers,
     Tokens,
     actor,
@@ -293,12 +294,17 @@ def create_app(
     # -- actions -------------------------------------------------------------------------
 
     def answer_later(
-        thread_id: str, target: str | None, kind: str, value: Any, by: str
+        answering: Answering, target: str | None, kind: str, value: Any, by: str
     ) -> str | None:
         """Check an answer now, and record it as a run that serve's executor carries out:
-        the request returns at once, however long the steps after the pause take."""
+        the request returns at once, however long the steps after the pause take. Whether
+        the caller may answer the pause it names is asked first (``answering``)."""
+        thread_id = answering.thread_id
         rec = runner.reads.thread(thread_id)
         if runner.served_by_workers(rec):
+            entry = tasks.find(rec.task_name)
+            task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
+            answering.check([runner.pauses.select(thread_id, task, target, kind)])
             # Queued for the workers: returns as soon as the command is in the inbox.
             if kind == "approval":
                 runner.decide(thread_id, target, by=by, **value)
@@ -311,7 +317,7 @@ def create_app(
         task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
         seen = lg_runs.refuse_busy(lg, thread_id)
         rec = runner.reads.thread(thread_id)  # read after the mark: what the check sees is current
-        request = plan_answer(runner, rec, task, target, kind, value, by)
+        request = plan_answer(runner, rec, task, target, kind, value, by, answering)
         run = lg_runs.record(lg, thread_id, assistant_id(rec.task_name), request, by, seen=seen)
         return run.run_id
 
@@ -323,7 +329,8 @@ def create_app(
         thread_id = request.path_params["thread_id"]
         answer = await body(request, DecisionBody)
         value = {"approved": approved, "comment": answer.comment, "plan_hash": answer.plan_hash}
-        run_id = await call(answer_later, thread_id, answer.step, "approval", value, by)
+        answering = access.answering(request)
+        run_id = await call(answer_later, answering, answer.step, "approval", value, by)
         return await accepted(thread_id, run_id)
 
     async def approve(request: Request, by: str) -> Response:
@@ -335,13 +342,15 @@ def create_app(
     async def signal(request: Request, by: str) -> Response:
         thread_id = request.path_params["thread_id"]
         event = await body(request, SignalBody)
-        run_id = await call(answer_later, thread_id, event.name, "wait", event.payload, by)
+        answering = access.answering(request)
+        run_id = await call(answer_later, answering, event.name, "wait", event.payload, by)
         return await accepted(thread_id, run_id)
 
     async def answer(request: Request, by: str) -> Response:
         thread_id = request.path_params["thread_id"]
         given = await body(request, AnswerBody)
-        run_id = await call(answer_later, thread_id, given.interrupt, "interrupt", given.value, by)
+        answering = access.answering(request)
+        run_id = await call(answer_later, answering, given.interrupt, "interrupt", given.value, by)
         return await accepted(thread_id, run_id)
 
     def cancel_later(thread_id: str, reason: str | None, by: str) -> str | None:

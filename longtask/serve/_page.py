@@ -821,6 +821,15 @@ def index_page(*, reads_need_token: bool, db_option: str = "") -> tuple[str, str
     return _document("longtask", body, INDEX_JS, config)
 
 
+def _not_found(name: str, reads_need_token: bool) -> str:
+    """What the page says of a thread the API answered 404 for: where reads need a token,
+    that answer is the same for a thread that exists and the token may not see, so the page
+    does not say it is missing from the database."""
+    if reads_need_token:
+        return f"no thread {name} for this token: there is none, or it may not see it."
+    return f"no such thread: {name} is not in this database."
+
+
 def thread_page(
     thread_id: str, reads_need_token: bool, missing: bool = False, db_option: str = ""
 ) -> tuple[str, str]:
@@ -833,7 +842,7 @@ def thread_page(
 <section><h2><span id="task">…</span> <span id="status" class="badge">loading</span></h2>
 <div class="bar"><div id="bar"></div></div><div id="progress" class="muted"></div>
 <div id="schedule" class="muted" hidden></div>
-<p id="not-found" hidden>no such thread: {name} is not in this database.
+<p id="not-found" hidden>{_not_found(name, reads_need_token)}
 <a href="/">See the threads</a>.</p>
 <p id="error" hidden></p><p id="load-error" class="error"></p>
 <p id="message" role="status"></p></section>

@@ -268,6 +268,9 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
         ("thread_id", "step", *USAGE_KEYS, "updated_at"),
         "step",
     ),
+    # Who answered the thread's approvals (serve's authorization): made by a trigger from
+    # the ``approval.resolved`` events, so a moved or copied thread's events make its rows.
+    OwnedTable("longtask_answerers", ("thread_id", "name"), "name", carried=False),
     # Which schedule tick started the thread: a schedule of this database (the tick's key is
     # the schedule's, so a copy under another id would collide), deleted with the thread.
     OwnedTable(

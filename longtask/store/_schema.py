@@ -758,6 +758,52 @@ MIGRATIONS: list[list[str | Step]] = [
     [
         "ALTER TABLE longtask_threads ADD COLUMN context TEXT",
     ],
+    # 26 (issue 50): who answered an approval of a thread, one row per person and thread,
+    # made by a trigger from each ``approval.resolved`` event (its ``by``), so it commits
+    # with the event, on every path that stores one (a run, a worker, an import, a copy).
+    # serve's authorization lets a person who answered a thread's approval go on reading
+    # that thread once the pause is answered (serve.access); the key makes that an indexed
+    # lookup, and the index on the name a list's. Filled from the events stored before.
+    [
+        """CREATE TABLE longtask_answerers (
+            thread_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            PRIMARY KEY (thread_id, name)
+        )""",
+        "CREATE INDEX longtask_answerers_name ON longtask_answerers (name, thread_id)",
+        SQLITE_ONLY
+        + "CREATE TRIGGER longtask_answerers_add AFTER INSERT ON longtask_events WHEN "
+        + "NEW.kind = 'approval.resolved' AND json_valid(NEW.data) "
+        + "AND json_type(NEW.data, '$.by') = 'text'"
+        + "\n        BEGIN\n            "
+        + "INSERT OR IGNORE INTO longtask_answerers (thread_id, name) "
+        + "VALUES (NEW.thread_id, json_extract(NEW.data, '$.by'));\n        END",
+        SQLITE_ONLY
+        + "INSERT OR IGNORE INTO longtask_answerers (thread_id, name) "
+        + "SELECT DISTINCT thread_id, json_extract(data, '$.by') FROM longtask_events "
+        + "WHERE kind = 'approval.resolved' AND json_valid(data) "
+        + "AND json_type(data, '$.by') = 'text'",
+        POSTGRES_ONLY
+        + """CREATE OR REPLACE FUNCTION longtask_answerers_add() RETURNS trigger AS $$
+        BEGIN
+            IF jsonb_typeof(CAST(NEW.data AS jsonb) -> 'by') = 'string' THEN
+                INSERT INTO longtask_answerers (thread_id, name)
+                VALUES (NEW.thread_id, CAST(NEW.data AS jsonb) ->> 'by')
+                ON CONFLICT DO NOTHING;
+            END IF;
+            RETURN NULL;
+        END
+        $$ LANGUAGE plpgsql""",
+        POSTGRES_ONLY
+        + "CREATE TRIGGER longtask_answerers_add AFTER INSERT ON longtask_events "
+        + "FOR EACH ROW WHEN (NEW.kind = 'approval.resolved') "
+        + "EXECUTE FUNCTION longtask_answerers_add()",
+        POSTGRES_ONLY
+        + "INSERT INTO longtask_answerers (thread_id, name) "
+        + "SELECT DISTINCT thread_id, CAST(data AS jsonb) ->> 'by' FROM longtask_events "
+        + "WHERE kind = 'approval.resolved' "
+        + "AND jsonb_typeof(CAST(data AS jsonb) -> 'by') = 'string' ON CONFLICT DO NOTHING",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,5 +1,6 @@
-"""Which threads a person may see, decided in the database: the threads they own, and those
-whose pending approval names them among its approvers (issue 41).
+"""Which threads a person may see, decided in the database: the threads they own, those
+whose pending approval names them among its approvers (issue 41), and those whose approval
+they answered (issue 50: ``longtask_answerers``, made from the ``approval.resolved`` events).
 
 ``serve``'s lists, searches and counts page with ``LIMIT``/``OFFSET`` over what the caller
 sees, so the condition is in the query: the server never reads every thread's owner to
@@ -75,12 +76,30 @@ def named_by_approval(dialect: Dialect, name: str, t: str = "t") -> tuple[str, t
     return f"({t}.status = 'waiting_user' AND {approvers})", (name,)
 
 
+def answered_by(name: str, t: str = "t") -> tuple[str, tuple[Any, ...]]:
+    """The SQL condition that ``name`` answered an approval of the thread row aliased ``t``
+    (``longtask_answerers``, made from the ``approval.resolved`` events: a key lookup)."""
+    return (
+        "EXISTS (SELECT 1 FROM longtask_answerers aw "
+        f"WHERE aw.thread_id = {t}.thread_id AND aw.name = ?)",
+        (name,),
+    )
+
+
+def reached_by(dialect: Dialect, name: str, t: str = "t") -> tuple[str, tuple[Any, ...]]:
+    """The SQL condition that a pause of the thread row aliased ``t`` reaches ``name``: a
+    pending approval names them, or they answered one."""
+    named, params = named_by_approval(dialect, name, t)
+    answered, given = answered_by(name, t)
+    return f"({named} OR {answered})", (*params, *given)
+
+
 def seen_by(dialect: Dialect, name: str, t: str = "t") -> tuple[str, tuple[Any, ...]]:
     """The SQL condition (and its parameters) that the thread row aliased ``t`` (columns
-    ``owner``, ``status``, ``waiting``) is owned by ``name`` or waits for an approval that
-    names ``name`` among its approvers."""
-    named, params = named_by_approval(dialect, name, t)
-    return f"({t}.owner = ? OR {named})", (name, *params)
+    ``thread_id``, ``owner``, ``status``, ``waiting``) is owned by ``name``, waits for an
+    approval that names ``name`` among its approvers, or had one that ``name`` answered."""
+    reached, params = reached_by(dialect, name, t)
+    return f"({t}.owner = ? OR {reached})", (name, *params)
 
 
 def _metadata_is(
@@ -107,15 +126,16 @@ def thread_seen(
     dialect: Dialect, name: str | None, metadata: Mapping[str, str] | None
 ) -> tuple[str, tuple[Any, ...]]:
     """The condition for a row ``t`` of ``longtask_threads`` to be in a list: owned by
-    ``name`` or waiting for ``name``'s approval; with ``metadata`` (an auth handler's
-    ``simple_filter``) its API metadata matching it, or waiting for ``name``'s approval."""
+    ``name`` or reached by ``name``'s approval (``reached_by``); with ``metadata`` (an auth
+    handler's ``simple_filter``) its API metadata matching it, or reached by ``name``'s
+    approval."""
     if metadata is None:
         assert name is not None
         return seen_by(dialect, name)
     sql, params = _metadata_is(dialect, metadata, "m.metadata")
     sql = f"EXISTS (SELECT 1 FROM longtask_api_threads m WHERE m.thread_id = t.thread_id AND {sql})"
     if name is not None:
-        named, given = named_by_approval(dialect, name)
+        named, given = reached_by(dialect, name)
         sql, params = f"({sql} OR {named})", [*params, *given]
     return sql, tuple(params)
 
@@ -135,7 +155,7 @@ class VisibleTables:
             # an auth handler's filter, or a pending approval that names the caller
             sql, wanted = _metadata_is(self.dialect, metadata)
             if name is not None:
-                named, given = named_by_approval(self.dialect, name, "v")
+                named, given = reached_by(self.dialect, name, "v")
                 sql, wanted = f"({sql} OR {named})", [*wanted, *given]
             conditions.append(sql)
             params.extend(wanted)
@@ -150,6 +170,13 @@ class VisibleTables:
                 conditions.append(f"v.thread_id IN ({', '.join('?' for _ in ids)})")
                 params.extend(ids)
         return (f" WHERE {' AND '.join(conditions)}" if conditions else ""), params
+
+    def answered(self, thread_id: str, name: str) -> bool:
+        """Whether ``name`` answered an approval of the thread (a key lookup)."""
+        rows = self._run(
+            "SELECT 1 FROM longtask_answerers WHERE thread_id = ? AND name = ?", (thread_id, name)
+        )
+        return bool(rows)
 
     def visible_thread_ids(
         self,

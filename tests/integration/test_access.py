@@ -326,8 +326,23 @@ def test_an_approver_who_is_not_the_owner_sees_the_pause_answers_it_and_nothing_
     assert runner.status(thread).status == "completed"
     resolved = [e for e in runner.events(thread) if e.kind == "approval.resolved"]
     assert resolved[-1].data["by"] == "carol"
-    # Answered, the pause names her no more: the thread is alice's alone again.
-    assert client.get(f"/api/threads/{thread}", headers=CAROL).status_code == 404
+    # Answered, the pause names her no more, but she keeps reading the thread she
+    # answered (her decision and its outcome): reads only.
+    assert client.get(f"/api/threads/{thread}", headers=CAROL).json()["status"] == "completed"
+    events = client.get(f"/api/threads/{thread}/events", headers=CAROL).json()
+    assert any(e["kind"] == "approval.resolved" and e["data"]["by"] == "carol" for e in events)
+    assert client.get(f"/threads/{thread}/state", headers=CAROL).status_code == 200
+    listed = client.get("/api/threads", headers=CAROL).json()
+    assert [t["thread_id"] for t in listed] == [thread]
+    found = client.post("/threads/search", json={}, headers=CAROL).json()
+    assert [t["thread_id"] for t in found] == [thread]
+    before = tables(runner)
+    assert client.post(f"/api/threads/{thread}/cancel", json={}, headers=CAROL).status_code == 403
+    assert client.post(f"/threads/{thread}/copy", headers=CAROL).status_code == 403
+    assert client.patch(f"/threads/{thread}", json={}, headers=CAROL).status_code == 403
+    assert tables(runner) == before
+    # bob never answered it: it does not exist for him
+    assert client.get(f"/api/threads/{thread}", headers=CALLERS["bob"]).status_code == 404
 
 
 def test_crons_are_seen_by_their_owner_and_the_roles_that_see_everything(

@@ -116,9 +116,10 @@ def test_copies_and_prunes_ask_the_handlers_as_langgraphs_server_does(
     copy = copied.json()["thread_id"]
     assert copied.json()["metadata"] == {"topic": "a", "owner": "user1"}
     assert client.get(f"/threads/{copy}", headers=USER2).status_code == 404
-    # a prune naming a thread the caller may not act on prunes nothing
+    # a prune naming a thread the caller may not see prunes nothing, and answers as for an
+    # id no thread has: it tells nothing of the thread (issue 50)
     refused = client.post("/threads/prune", json={"thread_ids": [copy]}, headers=USER2)
-    assert refused.status_code == 404
+    assert refused.json() == {"pruned_count": 0}, refused.text
     assert client.get(f"/threads/{copy}", headers=USER1).status_code == 200
     pruned = client.post("/threads/prune", json={"thread_ids": [copy]}, headers=USER1)
     assert pruned.json() == {"pruned_count": 1}

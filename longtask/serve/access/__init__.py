@@ -2,7 +2,7 @@
 a tokens file of their hashes, or LangGraph's auth handlers), the rules routes declare,
 and the one decision in front of every route (``Access``)."""
 
-from longtask.serve.access._decision import Access
+from longtask.serve.access._decision import Access, Answering, may_answer
 from longtask.serve.access._handlers import HandlerRefused, Handlers, load_auth, matches
 from longtask.serve.access._owner import OWNER_KEY, check_owner_key
 from longtask.serve.access._rules import (
@@ -45,6 +45,7 @@ __all__ = [
     "OWNER_KEY",
     "ROLES",
     "Access",
+    "Answering",
     "Caller",
     "HandlerRefused",
     "Handlers",
@@ -64,6 +65,7 @@ __all__ = [
     "everything",
     "load_auth",
     "matches",
+    "may_answer",
     "page",
     "public",
     "read_tokens_file",

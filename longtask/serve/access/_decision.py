@@ -11,12 +11,20 @@ The check, in order: who calls (a bearer token, or an auth handler's ``authentic
 as LangGraph's server answers), whether the caller may do what the route does (403), and
 only then the route. A refused request reaches no handler, so it writes nothing.
 
-Levels on a thread, lowest first: ``read`` (see it), ``answer`` (answer its pauses),
-``act`` (everything else: runs, cancel, retry, skip, state, metadata, delete). The owner
-and ``admin`` act; a ``viewer`` reads every thread; a person a pending approval names as
-an approver answers it (and reads that thread while it waits for them). A thread stored
-before owners were recorded has none: admins and viewers see it. In open mode (no token,
-no auth handler: only on loopback) anyone reads everything and nobody acts.
+Levels on a thread, lowest first: ``read`` (see it), ``answer`` (answer the approvals
+that name the caller), ``act`` (everything else: runs, cancel, retry, skip, state,
+metadata, delete, and answering any pause). The owner and ``admin`` act; a ``viewer``
+reads every thread; a person a pending approval names as an approver answers that
+approval, and reads the thread while it waits for them and, once they answered one of its
+approvals, afterwards (``longtask_answerers``). A thread stored before owners were
+recorded has none: admins and viewers see it. In open mode (no token, no auth handler:
+only on loopback) anyone reads everything and nobody acts.
+
+An answer is allowed per pause (``may_answer``): the gate lets an approver through to an
+answer door, and the door, once it knows which pending pause it answers (an approval, a
+wait, a graph interrupt, ...), asks ``Answering.check`` about that pause. The owner and
+an admin (or, with auth handlers, a caller the threads handler's filter lets act) answer
+every pause; an approver only the approvals that name them.
 
 Lists, searches and counts choose what the caller sees in the database query
 (``shown_to``, ``scope``: the store's ``visible_to``), so that a page's ``limit``/``offset``
@@ -28,7 +36,8 @@ also for a built-in admin/viewer token and a user given ``metrics:read``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
@@ -61,8 +70,76 @@ from longtask.store._visible import simple_filter
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
+    from longtask.runtime._views import Pending
     from longtask.serve.access._handlers import Handlers
     from longtask.serve.access._tokens import Tokens
+
+
+#: the routes that start a run on the thread their path names: with a body that only
+#: answers (``command.resume``), an answer door (``Access.check``)
+_RUN_PATHS = ("/runs", "/runs/wait", "/runs/stream")
+#: what a run that only answers may say besides its ``command``: nothing that acts (no
+#: input, config, checkpoint, webhook or multitask strategy)
+_ANSWER_RUN_KEYS = frozenset(
+    {"assistant_id", "command", "stream_mode", "stream_subgraphs", "stream_resumable"}
+)
+#: how a refusal names a pause of each kind
+_PAUSE_WORDS = {
+    "approval": "approval",
+    "wait": "outside event",
+    "interrupt": "graph interrupt",
+    "effect": "effect to settle",
+    "subtask": "sub-tasks",
+}
+
+
+@dataclass(frozen=True)
+class Answering:
+    """Who answers pauses of one thread, and their level on it as the gate (a thread in
+    the path) or ``Access.level_for`` (a thread in the body) found it: the door that
+    resolves which pause an answer is for asks ``check`` before it checks the answer."""
+
+    name: str | None
+    thread_id: str
+    #: ``act``, ``answer``, ``read``, ``none``; None: the thread did not exist
+    level: str | None
+
+    def check(self, pauses: Iterable[Pending]) -> None:
+        """Nothing if the caller may answer each of ``pauses``; else raises the refusal
+        (HTTPException: 403, or 404 for a thread they may not see)."""
+        for pause in pauses:
+            refused = may_answer(self, pause)
+            if refused is not None:
+                raise HTTPException(*refused)
+
+    @property
+    def limited(self) -> bool:
+        """Whether some pauses of the thread are not the caller's to answer."""
+        return self.level != "act"
+
+
+def may_answer(who: Answering, pause: Pending) -> tuple[int, str] | None:
+    """The one rule for answers: None if ``who`` may answer ``pause`` of their thread, else
+    the status and message to refuse with. The owner and an admin (level ``act``) answer
+    any pause; a person an approval names as an approver answers that approval, nothing
+    else; nobody else answers."""
+    if who.level in (None, "none"):
+        return 404, f"no thread {who.thread_id!r}"
+    if who.level == "act":
+        return None
+    approvers = pause.request.get("approvers") or ()
+    if (
+        who.level == "answer"
+        and who.name is not None
+        and pause.kind == "approval"
+        and who.name in approvers
+    ):
+        return None
+    what = f"{_PAUSE_WORDS.get(pause.kind, pause.kind)} {pause.step!r}"
+    if who.level == "answer":
+        why = f"{who.name!r} answers only the approvals that name them on thread "
+        return 403, f"{why}{who.thread_id!r}: the {what} is for its owner or an admin"
+    return 403, f"{who.name!r} may read thread {who.thread_id!r}, not answer its {what}"
 
 
 class Access:
@@ -145,7 +222,22 @@ class Access:
             return "read"
         if caller.name is not None and self.named_by_pause(caller.name, thread_id):
             return "answer"
+        if caller.name is not None and self.runner.db.store.answered(thread_id, caller.name):
+            return "read"
         return "none"
+
+    def answering(self, request: Request) -> Answering:
+        """What the caller of a route whose path names a thread may answer of it, by the
+        level the gate found (none recorded: the thread did not exist then)."""
+        caller = caller_of(request)
+        thread_id = str(request.path_params["thread_id"])
+        return Answering(caller.name, thread_id, getattr(request.state, "level", None))
+
+    async def sees(self, caller: Caller, thread_id: str) -> bool | None:
+        """Whether ``caller`` may see the thread (as a read of it would be decided); None:
+        no such thread. For a door that names a thread in its body."""
+        level = await self.level_for(caller, thread_id, "read")
+        return None if level is None else level != "none"
 
     def acts_on(self, caller: Caller, thread_id: str) -> bool | None:
         """Whether ``caller`` may act on the thread (an auth handler's filter, given to the
@@ -203,6 +295,9 @@ class Access:
             named = await run_in_threadpool(self.named_by_pause, caller.name, thread_id)
             if named:
                 return "answer"
+            store = self.runner.db.store
+            if await run_in_threadpool(store.answered, thread_id, caller.name):
+                return "read"
         return "none"
 
     async def run_metadata(
@@ -265,7 +360,11 @@ class Access:
         def passes(thread_id: str) -> bool:
             if matches(self.metadata_of(thread_id), wanted):
                 return True
-            return caller.name is not None and self.named_by_pause(caller.name, thread_id)
+            if caller.name is None:
+                return False
+            return self.named_by_pause(caller.name, thread_id) or self.runner.db.store.answered(
+                thread_id, caller.name
+            )
 
         return passes
 
@@ -302,6 +401,10 @@ class Access:
             return found
         caller = found
         request.state.caller = caller
+        if rule is Rule.ACT and await _answers_only(request):
+            # A run that only resumes the thread's pauses is an answer: an approver may send
+            # it, and the route asks about each pause it answers (``Answering.check``).
+            rule = Rule.ANSWER
         acting = rule in _ACTING
         if acting and caller.name is None:
             return unauthorized("a bearer token is needed")
@@ -323,6 +426,7 @@ class Access:
                 return error(403, f"{caller.name!r} is a viewer: reads only")
             return None
         level = await run_in_threadpool(self.level, caller, str(thread_id))
+        request.state.level = level
         if level is None:
             # No such thread: the route answers (a 404, or a thread it creates).
             if acting and caller.role == "viewer":
@@ -330,9 +434,9 @@ class Access:
             return None
         if level == "none":
             return error(404, f"no thread {thread_id!r}")
-        if rule is Rule.COPY and level == "answer":
-            # An approver reads the thread while its pause waits for them, for the answer:
-            # not in their own right, so not into a thread of their own.
+        if rule is Rule.COPY and level in ("answer", "read"):
+            # An approver reads the thread while its pause waits for them, for the answer,
+            # and after it: not in their own right, so not into a thread of their own.
             return error(
                 403, f"{caller.name!r} may answer the pause of thread {thread_id!r}, not copy it"
             )
@@ -438,8 +542,11 @@ class Access:
         if not exists[0]:
             return None  # the route answers 404 (or creates the thread)
         level = await self._handler_level(caller, thread_id, found)
+        request.state.level = level
         if level == "act" or (
-            level == "answer" and rule is not Rule.COPY and _LEVEL[_NEEDS[rule]] <= _LEVEL[level]
+            level in ("answer", "read")
+            and rule is not Rule.COPY
+            and _LEVEL[_NEEDS[rule]] <= _LEVEL[level]
         ):
             return None
         return error(404, f"no thread {thread_id!r}")
@@ -479,6 +586,23 @@ class Access:
 
         setattr(guarded, _RULE, rule)
         return guarded
+
+
+async def _answers_only(request: Request) -> bool:
+    """Whether a request is a run of the thread its path names that only answers: a
+    ``command`` of ``resume`` alone, and nothing else that acts."""
+    if request.method != "POST" or "thread_id" not in request.path_params:
+        return False
+    if not request.url.path.endswith(_RUN_PATHS):
+        return False
+    body = await _json_object(request)
+    command = body.get("command")
+    return (
+        isinstance(command, dict)
+        and set(command) == {"resume"}
+        and command["resume"] is not None
+        and set(body) <= _ANSWER_RUN_KEYS
+    )
 
 
 def _action(rule: Rule, request: Request) -> str:

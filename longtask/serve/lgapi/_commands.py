@@ -6,6 +6,10 @@ or LangChain's human-in-the-loop ``{"decisions": [{"type": "approve" | "reject"}
 made by the token's name (an approver the request names may not decide is refused); a wait
 takes its payload, checked against the step's schema; the interrupt of a graph step's own
 graph takes any JSON value. A resume keyed by interrupt id answers several at once.
+
+Whether the caller may answer each pause a resume answers is asked first, once the pauses
+are known (``Answering.check``, serve.access): an approver answers the approvals that name
+them, nothing else.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ if TYPE_CHECKING:
     from longtask._runner import Runner
     from longtask.model import LongTask
     from longtask.runtime._views import Pending
+    from longtask.serve.access import Answering
     from longtask.store import ThreadRecord
 
 APPROVE = {"approve", "approved", "accept", "yes"}
@@ -81,9 +86,15 @@ def _check(
 
 
 def plan_command(
-    runner: Runner, rec: ThreadRecord, task: LongTask, command: dict[str, Any], actor: str
+    runner: Runner,
+    rec: ThreadRecord,
+    task: LongTask,
+    command: dict[str, Any],
+    actor: str,
+    answering: Answering | None,
 ) -> dict[str, Any]:
-    """The run request for ``command`` on ``rec`` (raises InvalidInput, storing nothing)."""
+    """The run request for ``command`` on ``rec`` (raises InvalidInput, storing nothing).
+    ``answering``: what the caller may answer (None: nothing; a resume is refused)."""
     unknown = set(command) - {"resume", "update", "goto"}
     if unknown:
         raise InvalidInput(f"a command takes resume, update and goto, not {sorted(unknown)}")
@@ -114,6 +125,7 @@ def plan_command(
                 f"thread {thread_id!r} waits for several answers "
                 f"({', '.join(p.step for p in pending)}): key the resume by interrupt id"
             )
+        _may_answer(answering, rec.thread_id, [item for item, _ in pairs])
         return {
             "kind": "answer",
             "answers": [_check(runner, thread_id, task, item, v, actor) for item, v in pairs],
@@ -166,12 +178,22 @@ def plan_answer(
     kind: str | None,
     value: Any,
     actor: str,
+    answering: Answering,
 ) -> dict[str, Any]:
     """The run request answering the pending ``kind`` (approval or wait; any if None)
     ``target`` (the only one if None) of ``rec`` with ``value``, checked (raises
-    InvalidInput)."""
+    InvalidInput; HTTPException if ``answering`` may not answer it)."""
     item = runner.pauses.select(rec.thread_id, task, target, kind)
+    answering.check([item])
     return {"kind": "answer", "answers": [_check(runner, rec.thread_id, task, item, value, actor)]}
+
+
+def _may_answer(answering: Answering | None, thread_id: str, items: list[Pending]) -> None:
+    if answering is None:
+        from starlette.exceptions import HTTPException
+
+        raise HTTPException(403, f"this request may not answer the pauses of {thread_id!r}")
+    answering.check(items)
 
 
 def plan_continue(rec: ThreadRecord) -> dict[str, Any]:

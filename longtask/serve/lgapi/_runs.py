@@ -22,7 +22,7 @@ from longtask.model import GraphApp, takes_context
 from longtask.runtime._inputs import validate_context
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._webhooks import check_url, redacted
-from longtask.serve.access import check_owner_key, matches
+from longtask.serve.access import Answering, check_owner_key, matches
 from longtask.serve.lgapi._body import id_text, mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
@@ -343,10 +343,12 @@ def routes(api: Api) -> list[Route]:
         body: dict[str, Any],
         actor: str,
         new_thread: bool,
-        defaults: dict[str, Any] | None = None,
+        defaults: dict[str, Any] | None,
+        answering: Answering | None,
     ) -> tuple[bool, dict[str, Any]]:
         """What ``body`` asks of the thread as it is now, checked against its state
-        (raises, storing nothing): whether the run makes a new thread, and the request."""
+        (raises, storing nothing): whether the run makes a new thread, and the request.
+        ``answering``: which of its pauses the caller may answer (None: none)."""
         rec = store.get_thread(thread_id)
         if rec is None and not new_thread and store.api_thread(thread_id) is None:
             if body.get("if_not_exists") != "create":
@@ -369,7 +371,7 @@ def routes(api: Api) -> list[Route]:
             _one_of(raw_input)
             task = entry.for_thread(rec)
             _same_context(runner, rec, task, body)
-            return new_thread, plan_command(runner, rec, task, dict(command), actor)
+            return new_thread, plan_command(runner, rec, task, dict(command), actor, answering)
         if rec is None:
             if raw_input is not None and not isinstance(raw_input, dict):
                 raise HTTPException(422, "a run's input is an object of the task's inputs")
@@ -416,8 +418,11 @@ def routes(api: Api) -> list[Route]:
         body: dict[str, Any],
         actor: str,
         assistant: AssistantRow | None = None,
+        answering: Answering | None = None,
     ) -> ApiRun:
-        found = checked(thread_id, entry, body, actor, assistant, dry=False)
+        """Check a run request and record it. ``answering``: which pauses of the thread
+        the caller may answer, for a ``command.resume`` (None: none)."""
+        found = checked(thread_id, entry, body, actor, assistant, answering, dry=False)
         assert found is not None
         return found
 
@@ -428,8 +433,9 @@ def routes(api: Api) -> list[Route]:
         actor: str,
         assistant: AssistantRow | None = None,
     ) -> None:
-        """Every check ``prepare`` makes of a run request, recording nothing (raises)."""
-        checked(thread_id, entry, body, actor, assistant, dry=True)
+        """Every check ``prepare`` makes of a run request, recording nothing (raises); no
+        pause is answered through it."""
+        checked(thread_id, entry, body, actor, assistant, None, dry=True)
 
     def checked(
         thread_id: str | None,
@@ -437,6 +443,7 @@ def routes(api: Api) -> list[Route]:
         body: dict[str, Any],
         actor: str,
         assistant: AssistantRow | None,
+        answering: Answering | None,
         dry: bool,
     ) -> ApiRun | None:
         thread_id_given = thread_id
@@ -479,6 +486,14 @@ def routes(api: Api) -> list[Route]:
                 raise _busy(thread_id)
             if command:
                 _one_of(body.get("input"))
+                if command.get("resume") is not None and (answering is None or answering.limited):
+                    # Which pause it would answer is known only when its turn comes: only
+                    # who may answer every pause of the thread is queued behind a run.
+                    raise HTTPException(
+                        409,
+                        f"thread {thread_id!r} has a run in progress: answer its pause once "
+                        "the run has ended",
+                    )
             if dry:
                 return None
             asked = {
@@ -498,7 +513,9 @@ def routes(api: Api) -> list[Route]:
                 webhook=webhook,
                 queued=True,
             )
-        new_thread, request = plan(thread_id, entry, body, actor, new_thread, settings["context"])
+        new_thread, request = plan(
+            thread_id, entry, body, actor, new_thread, settings["context"], answering
+        )
         if dry:
             return None
         if new_thread:
@@ -526,8 +543,16 @@ def routes(api: Api) -> list[Route]:
         except LookupError as exc:
             raise InvalidInput(str(exc)) from None
         try:
+            # Queued only for who may answer every pause of the thread (``checked``).
+            acting = Answering(run.actor, run.thread_id, "act")
             _, planned = plan(
-                run.thread_id, entry, req["body"], run.actor or "api", False, req.get("context")
+                run.thread_id,
+                entry,
+                req["body"],
+                run.actor or "api",
+                False,
+                req.get("context"),
+                acting,
             )
         except HTTPException as exc:
             raise InvalidInput(str(exc.detail)) from None
@@ -558,7 +583,8 @@ def routes(api: Api) -> list[Route]:
         else:
             # a thread the run creates gets the run's metadata: no owner but who starts it
             check_owner_key(body.get("metadata"), actor, "the run")
-        return await api.call(prepare, thread_id, entry, body, actor, assistant)
+        answering = api.access.answering(request) if thread_id is not None else None
+        return await api.call(prepare, thread_id, entry, body, actor, assistant, answering)
 
     def located(run: ApiRun, response: Response) -> Response:
         response.headers["Content-Location"] = f"/threads/{run.thread_id}/runs/{run.run_id}"

@@ -43,6 +43,15 @@ if TYPE_CHECKING:
 RESERVED = ("graph_id", "assistant_id", "longtask_status", "longtask_error")
 
 
+def _taken(thread_id: str) -> str:
+    """The answer to creating a thread whose id another thread, one the caller may not see,
+    has: the same for any such id, so it tells nothing of that thread."""
+    return (
+        f"thread id {thread_id!r} cannot be used: choose another id, or leave thread_id out "
+        "for a new one"
+    )
+
+
 #: what threads.search sorts by
 _SORTS = ("thread_id", "status", "created_at", "updated_at")
 
@@ -60,7 +69,11 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             raise ThreadNotFound(thread_id, runner.db.url.redacted)
         return found
 
-    def make(body: dict[str, Any], actor: str) -> dict[str, Any]:
+    def make(body: dict[str, Any], actor: str, seen: bool | None) -> dict[str, Any]:
+        """Create the thread ``body`` asks for. ``seen``: whether the caller may see a
+        thread with the id it names (None: there was none when asked). An id taken by a
+        thread the caller may not see gets one answer, whatever ``if_exists`` says, that
+        never says the thread exists nor shows it."""
         if body.get("supersteps"):
             raise HTTPException(
                 422,
@@ -78,6 +91,8 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             raise HTTPException(404, f"no assistant {graph_id!r}")
         exists = store.get_thread(thread_id) is not None
         if exists or not store.api_thread_put(thread_id, metadata, owner=actor):
+            if seen is not True:
+                raise HTTPException(409, _taken(thread_id))
             if body.get("if_exists") == "do_nothing":
                 return get_json(thread_id)
             raise HTTPException(409, f"thread {thread_id!r} exists already")
@@ -269,7 +284,14 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             body["metadata"] = edited
         else:
             check_owner_key(body.get("metadata"), actor, "the new thread")
-        return JSONResponse(await api.call(make, body, actor))
+        given = text_field(body, "thread_id")
+        seen = None
+        if given:
+            check_thread_id(given)
+            # A door that names a thread in its body asks what its path would: a thread
+            # the caller may not see is neither shown nor said to exist (``make``).
+            seen = await api.access.sees(caller_of(request), given)
+        return JSONResponse(await api.call(make, body, actor, seen))
 
     async def search_threads(request: Request) -> Response:
         body = await api.json_body(request)

@@ -40,7 +40,7 @@ from starlette.routing import Route
 
 from longtask.errors import LongTaskError, TooLateToCancel
 from longtask.serve._executor import FINAL_RUN
-from longtask.serve.access import Caller, caller_of, signed_in
+from longtask.serve.access import Answering, Caller, caller_of, signed_in
 from longtask.serve.lgapi._state import thread_state
 from longtask.serve.lgapi.protocols._a2a_shapes import (
     ALIASES,
@@ -191,14 +191,16 @@ class A2aEndpoint:
     async def _level(self, caller: Caller, thread_id: str, needed: str = "act") -> str | None:
         return await self.api.access.level_for(caller, thread_id, needed)
 
-    async def _may(self, caller: Caller, thread_id: str, needed: str, task_id: str) -> None:
+    async def _may(self, caller: Caller, thread_id: str, needed: str, task_id: str) -> str:
         """As the route the method stands for would be checked: a task whose thread the
-        caller may not see is not found; one they see but may not ``needed`` is refused."""
+        caller may not see is not found; one they see but may not ``needed`` is refused.
+        Returns the caller's level on the thread."""
         level = await self._level(caller, thread_id, needed)
         if level is None or level == "none":
             raise RpcError(TASK_NOT_FOUND, f"Task not found: {task_id}")
         if _ORDER.index(level) < _ORDER.index(needed):
             raise RpcError(INVALID_PARAMS, f"{caller.name!r} may not {needed} task {task_id!r}")
+        return level
 
     # -- tasks --------------------------------------------------------------------------
 
@@ -357,7 +359,9 @@ class A2aEndpoint:
                 )
             if not waiting:
                 raise RpcError(INVALID_PARAMS, "Task is not awaiting input")
-            await self._may(caller, thread_id, "answer", task_id)
+            # which pause the command answers is known when it is planned: asked there
+            has = await self._may(caller, thread_id, "answer", task_id)
+            answering: Answering | None = Answering(caller.name, thread_id, has)
             body: dict[str, Any] = {"command": command, "metadata": {"a2a": {"task_id": task_id}}}
         else:
             if command is not None:
@@ -365,7 +369,13 @@ class A2aEndpoint:
             thread_id = context_id or str(uuid.uuid4())
             level = await self._level(caller, thread_id)
             if level == "none":
-                raise RpcError(TASK_NOT_FOUND, f"no context {thread_id!r}")
+                # Taken by a thread the caller may not see: said as for any such id, so it
+                # tells nothing of that thread (a free id starts a task).
+                raise RpcError(
+                    TASK_NOT_FOUND,
+                    f"context id {thread_id!r} cannot be used: choose another, or leave "
+                    "contextId out for a new one",
+                )
             if caller.name is None:
                 raise RpcError(INVALID_PARAMS, "acting needs a bearer token: open mode only reads")
             if caller.role == "viewer" or (level is not None and level != "act"):
@@ -385,6 +395,7 @@ class A2aEndpoint:
                     {"role": role, "content": text, "id": message_id} for text in texts
                 ]
             body = {"input": inputs, "if_not_exists": "create", "metadata": {"a2a": {}}}
+            answering = None  # a new task answers nothing
         if caller.name is None:
             raise RpcError(INVALID_PARAMS, "acting needs a bearer token: open mode only reads")
         prepare = self.api.prepare
@@ -393,7 +404,7 @@ class A2aEndpoint:
         metadata = await self.api.access.run_metadata(caller, thread_id, entry.assistant_id, body)
         if metadata is not None:
             body = {**body, "metadata": metadata}
-        run = await self.api.call(prepare, thread_id, entry, body, caller.name)
+        run = await self.api.call(prepare, thread_id, entry, body, caller.name, None, answering)
         return run, task_id or f"{run.thread_id}:{run.run_id}", history
 
     async def _send(

@@ -34,8 +34,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from longtask._version import __version__
-from longtask.errors import LongTaskError, ThreadNotFound
-from longtask.serve.access import Caller, ListScope, caller_of
+from longtask.errors import LongTaskError
+from longtask.serve.access import Answering, Caller, ListScope, caller_of
 from longtask.serve.lgapi._commands import plan_answer
 from longtask.serve.lgapi._json import plain
 
@@ -190,8 +190,10 @@ class McpEndpoint:
                 await self._may(caller, thread_id, "read")
                 return _result(await self.api.call(self._status, thread_id))
             if name == ANSWER_TOOL:
-                await self._may(caller, _thread_arg(args), "answer")
-                return _result(await self._answer(args, _name(caller)))
+                thread_id = _thread_arg(args)
+                level = await self._may(caller, thread_id, "answer")
+                answering = Answering(caller.name, thread_id, level)
+                return _result(await self._answer(args, _name(caller), answering))
             if name == THREADS_TOOL:
                 scope = await self.api.access.list_scope(caller)
                 return _result(await self.api.call(self._threads, args.get("limit", 20), scope))
@@ -211,15 +213,19 @@ class McpEndpoint:
         except HTTPException as exc:  # an auth handler refused
             return _result({"error": exc.detail}, error=True)
 
-    async def _may(self, caller: Caller, thread_id: str, needed: str) -> None:
+    async def _may(self, caller: Caller, thread_id: str, needed: str) -> str:
         """As the route the tool stands for would be checked: a thread the caller may not
-        see does not exist for them; one they see but may not ``needed`` is refused."""
+        see does not exist for them; one they see but may not ``needed`` is refused.
+        Returns the caller's level on the thread."""
         level = await self.api.access.level_for(caller, thread_id, needed)
         if level is None or level == "none":
-            raise ThreadNotFound(thread_id, self.api.runner.db.url.redacted)
+            # One answer for a thread that does not exist and one the caller may not see:
+            # never "not in this database", which would be untrue of the second.
+            raise _Refused(f"no thread {thread_id!r}")
         order = ("none", "read", "answer", "act")
         if order.index(level) < order.index(needed):
             raise _Refused(f"{caller.name!r} may not {needed} on thread {thread_id!r}")
+        return level
 
     async def _start(
         self, entry: Registered, row: AssistantRow | None, args: dict[str, Any], caller: Caller
@@ -235,7 +241,9 @@ class McpEndpoint:
         run = await self.api.call(prepare, None, entry, body, _name(caller), row)
         return await self._after(run)
 
-    async def _answer(self, args: dict[str, Any], actor: str) -> dict[str, Any]:
+    async def _answer(
+        self, args: dict[str, Any], actor: str, answering: Answering
+    ) -> dict[str, Any]:
         thread_id = _thread_arg(args)
         if "answer" not in args:
             raise _Refused("give the answer: true/false for an approval, the payload for a wait")
@@ -250,7 +258,7 @@ class McpEndpoint:
             rec = runner.reads.thread(thread_id)
             entry = self.api.registry.find(rec.task_name)
             task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
-            request = plan_answer(runner, rec, task, step, None, args["answer"], actor)
+            request = plan_answer(runner, rec, task, step, None, args["answer"], actor, answering)
             assistant = entry.assistant_id if entry is not None else rec.task_name
             return record_run(self.api, thread_id, assistant, request, actor, queued=False)
 
