@@ -2,8 +2,9 @@
 receiver.
 
 ``Dripper()`` listens on 127.0.0.1 (``.url``). For each connection it reads the request,
-then sends a status line and a header line every ``every`` seconds (``part="headers"``),
-or a complete header block and then a body byte every ``every`` seconds (``part="body"``),
+then sends a status line and the start of a header, and a byte of its value every
+``every`` seconds (``part="headers"``: a line may be 64 KiB long, so hours of bytes), or a
+complete header block and then a body byte every ``every`` seconds (``part="body"``),
 for up to ``lasts`` seconds. A client that bounds each socket read but not the attempt
 never gets to the end of it. ``connected`` is set when a request has arrived; ``cut``
 counts connections the client closed before the drip ended, ``finished`` those that
@@ -54,8 +55,8 @@ class Dripper:
             end = time.monotonic() + self.lasts
             try:
                 if self.part == "headers":
-                    conn.sendall(b"HTTP/1.1 200 OK\r\n")
-                    piece = b"X-Drip: 1\r\n"
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+                    piece = b"d"
                 else:
                     length = int(self.lasts / self.every) + 1
                     conn.sendall(f"HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n".encode())
