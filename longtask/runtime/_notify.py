@@ -5,17 +5,21 @@ fails or completes, to the URLs of the task's (or the step's) ``notify`` and of
 Durable and at least once: the notice is an outbox row made by a trigger on the event that
 tells of the moment (store._notify), so it commits with that event and the checkpoint it
 describes, on every path that stores events; a kill after the commit loses nothing. Each
-run of a thread first records whether notifications are configured for it (the outbox
-gets rows only then). The ``Notifier`` of whichever process advances or serves threads
-(a run, a worker, ``serve``) delivers after the commit from background threads, with a
-timeout on each attempt, so a slow or hanging receiver never delays a thread; what is
-owed when a process exits is delivered by the next one, or by ``longtask tick``. Failed
-attempts are retried with back-off across restarts; the ``Idempotency-Key`` header is the
-same on every attempt of a notice (a digest of its canonical identity), and the body is
-signed (HMAC-SHA256 over timestamp and body) with ``$LONGTASK_NOTIFY_SECRET``. Each
-attempt is recorded as ``notify.sent`` / ``notify.failed`` (the URL without credentials
-or query). A pause still unanswered ``remind_after`` seconds after its last notice is
-told again (a new notice, its own key), by the same processes.
+run of a thread that finds receivers configured records them on the thread (the outbox
+gets rows only then), and the trigger copies them into each notice: a notice goes where
+its thread's run was configured to send it, whichever process delivers it. The
+``Notifier`` of whichever process advances or serves threads (a run, a worker, ``serve``)
+delivers after the commit from background threads, one lane per receiver (a slow or
+hanging receiver delays only its own notices, and never a thread), each attempt bounded
+as a whole by the timeout; what is owed when a process exits is delivered by the next
+one, or by ``longtask tick``. Failed attempts are retried with back-off across restarts
+(a receiver that took a notice is not sent it again); the ``Idempotency-Key`` header is
+the same on every attempt of a notice (a digest of its canonical identity), and the body
+is signed (HMAC-SHA256 over timestamp and body) with ``$LONGTASK_NOTIFY_SECRET``, which is
+never stored (a notice records only that its run had one). Each attempt is recorded as
+``notify.sent`` / ``notify.failed`` (the URL without credentials or query). A pause still
+unanswered ``remind_after`` seconds after its last notice is told again (a new notice, its
+own key, the same receivers), by the same processes.
 
 URLs are checked as run webhooks are (runtime._delivery): a loopback, private or
 link-local address is refused unless ``$LONGTASK_WEBHOOK_ALLOW`` names the host.
@@ -32,8 +36,9 @@ import shlex
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -41,7 +46,7 @@ from longtask._schema_example import schema_example
 from longtask._version import __version__
 from longtask.model._canonical import canonical_digest
 from longtask.model._notify import PAUSE_NOTIFY_KINDS, url_problem
-from longtask.runtime._delivery import Failed, backoff_wait, post, redacted, scrub
+from longtask.runtime._delivery import Failed, Lanes, backoff_wait, post, redacted, scrub
 
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
@@ -77,17 +82,19 @@ KIND_OF_EVENT: dict[str, str] = {
 @dataclass(frozen=True)
 class NotifyPolicy:
     """How notices are delivered: ``attempts`` in all, the n-th retry after
-    ``backoff * 2**(n-1)`` seconds (at most ``max_wait``), each attempt given ``timeout``
-    seconds per connect, send and read; ``poll``: seconds between looks for notices owed
-    and reminders due; ``linger``: how long a closing process waits for notices still
-    owed (then the next process or ``longtask tick`` sends them)."""
+    ``backoff * 2**(n-1)`` seconds (at most ``max_wait``), each attempt to a receiver
+    given ``timeout`` seconds in all (lookup, connect, send and the answer); ``poll``:
+    seconds between looks for notices owed and reminders due; ``threads``: attempts in
+    flight at once in a process (each to another receiver); ``linger``: how long a
+    closing process waits for notices still owed (then the next process or ``longtask
+    tick`` sends them)."""
 
     attempts: int = 10
     backoff: float = 5.0
     max_wait: float = 3600.0
     timeout: float = 10.0
     poll: float = 5.0
-    threads: int = 2
+    threads: int = 16
     linger: float = 5.0
 
     @classmethod
@@ -95,7 +102,7 @@ class NotifyPolicy:
         """The defaults, with ``$LONGTASK_NOTIFY_TIMEOUT`` (seconds per attempt) and
         ``$LONGTASK_NOTIFY_BACKOFF`` (seconds before the first retry) when set."""
         out = cls()
-        for env, field in (
+        for env, name in (
             ("LONGTASK_NOTIFY_TIMEOUT", "timeout"),
             ("LONGTASK_NOTIFY_BACKOFF", "backoff"),
         ):
@@ -106,7 +113,7 @@ class NotifyPolicy:
                 except ValueError:
                     log.warning("%s=%r is not a number of seconds; ignored", env, raw)
                     continue
-                out = NotifyPolicy(**{**out.__dict__, field: value})
+                out = NotifyPolicy(**{**out.__dict__, name: value})
         return out
 
 
@@ -124,26 +131,50 @@ def env_urls() -> list[str]:
     return urls
 
 
+def receivers_of(task: LongTask | None) -> dict[str, Any] | None:
+    """Who a thread of ``task`` tells, as its notices record it (None: nobody): each
+    step's and the task's ``notify`` (URLs, and the kinds in its ``on``), then
+    ``$LONGTASK_NOTIFY``'s URLs (every kind); ``signed``: the name of the variable of the
+    key notices are signed with, if set here (the key itself is never stored)."""
+    to: list[dict[str, Any]] = []
+    if task is not None:
+        for name, s in task.steps.items():
+            if s.notify is not None and s.notify.urls:
+                to.append({"urls": list(s.notify.urls), "step": name, "on": list(s.notify.on)})
+        if task.notify is not None and task.notify.urls:
+            to.append({"urls": list(task.notify.urls), "step": None, "on": list(task.notify.on)})
+    env = env_urls()
+    if env:
+        to.append({"urls": env, "step": None, "on": None})
+    if not to:
+        return None
+    return {"to": to, "signed": SECRET_ENV if os.environ.get(SECRET_ENV) else None}
+
+
 def configured(task: LongTask) -> bool:
     """Whether a thread of ``task`` has anyone to tell (its events then make notices)."""
-    return bool(
-        env_urls()
-        or (task.notify is not None and task.notify.urls)
-        or any(s.notify is not None and s.notify.urls for s in task.steps.values())
-    )
+    return receivers_of(task) is not None
+
+
+def stored_targets(receivers: dict[str, Any] | None, step: str | None, kind: str) -> list[str]:
+    """The URLs of ``receivers`` (``receivers_of``) a notice of ``kind`` about ``step``
+    goes to: the step's, the task's (each if its ``on`` has the kind) and the
+    environment's, each once."""
+    urls: list[str] = []
+    for entry in (receivers or {}).get("to", ()):
+        if entry.get("step") not in (None, step):
+            continue
+        on = entry.get("on")
+        if on is None or kind in on:
+            urls.extend(entry.get("urls", ()))
+    return list(dict.fromkeys(urls))
 
 
 def targets(task: LongTask | None, step: str | None, kind: str) -> list[str]:
-    """The URLs a notice of ``kind`` about ``step`` goes to: the step's, the task's (each
-    if its ``on`` has the kind) and ``$LONGTASK_NOTIFY``'s, each once."""
-    urls: list[str] = []
-    if task is not None:
-        found = task.steps.get(step) if step else None
-        for cfg in (found.notify if found is not None else None, task.notify):
-            if cfg is not None and kind in cfg.on:
-                urls.extend(cfg.urls)
-    urls.extend(env_urls())
-    return list(dict.fromkeys(urls))
+    """The URLs a notice of ``kind`` about ``step`` goes to with this process's
+    configuration: the step's, the task's (each if its ``on`` has the kind) and
+    ``$LONGTASK_NOTIFY``'s, each once."""
+    return stored_targets(receivers_of(task), step, kind)
 
 
 def remind_after(task: LongTask | None, step: str | None) -> float | None:
@@ -181,6 +212,28 @@ def payload_for(url: str, body: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+@dataclass
+class _Round:
+    """One attempt at a notice: a part per receiver not yet reached, each in its lane;
+    settled when the last part ends."""
+
+    n: Notification
+    kind: str
+    urls: list[str]
+    body: dict[str, Any]
+    headers: dict[str, str]
+    #: the variable of the key its run signed with (None: unsigned)
+    signed: str | None
+    #: parts still running (and one for the dispatcher while it starts them)
+    left: int = 1
+    #: parts that made an attempt
+    ran: int = 0
+    sent: list[str] = field(default_factory=list)
+    failures: list[tuple[str, Failed]] = field(default_factory=list)
+    #: lanes it waits for (busy with another notice): its receivers not tried this time
+    waits: set[str] = field(default_factory=set)
+
+
 class Notifier:
     """Delivers a database's notices (see the module doc). ``load(rec)`` gives the task a
     thread runs (for its ``notify``); ``clock`` decides reminders."""
@@ -198,10 +251,12 @@ class Notifier:
         self.policy = policy or NotifyPolicy.from_env()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        #: attempts in flight in this process
-        self._busy = 0
+        self._lanes = Lanes(self.policy.threads, self._freed)
+        #: notices put back until a lane is free: by lane, (event id, reminder) -> the
+        #: ``due`` they were put back with
+        self._parked: dict[str, dict[tuple[int, int], float]] = {}
         #: tasks this process ran, by definition hash (a notice is told with the task
         #: object at hand rather than one imported again by its reference)
         self._known: dict[str, LongTask] = {}
@@ -209,13 +264,15 @@ class Notifier:
     # -- the process's side --------------------------------------------------------------
 
     def thread_runs(self, thread_id: str, task: LongTask) -> bool:
-        """A run of ``thread_id`` starts: record whether its events make notices; whether
-        they do (then the run's end should ``wake`` this notifier)."""
-        on = configured(task)
-        if on:
-            self._known[task.definition_hash] = task
-            self.db.store.notify_enable(thread_id, True)
-        return on
+        """A run of ``thread_id`` starts: record who its events' notices go to, if anyone
+        is configured here (a run with nobody configured leaves what an earlier run
+        recorded); whether they do (then the run's end should ``wake`` this notifier)."""
+        to = receivers_of(task)
+        if to is None:
+            return False
+        self._known[task.definition_hash] = task
+        self.db.store.notify_enable(thread_id, to)
+        return True
 
     def task_of(self, rec: ThreadRecord) -> LongTask:
         known = self._known.get(rec.definition_hash)
@@ -228,30 +285,24 @@ class Notifier:
 
     def start(self) -> None:
         with self._lock:
-            if self._threads or self._stop.is_set():
+            if self._thread is not None or self._stop.is_set():
                 return
-            # Daemon threads: a process that exits never waits on a receiver beyond
+            # A daemon thread: a process that exits never waits on a receiver beyond
             # ``linger``; a notice cut off is still owed in the database.
-            self._threads = [
-                threading.Thread(target=self._loop, name=f"longtask-notify-{i}", daemon=True)
-                for i in range(max(1, self.policy.threads))
-            ]
-            for t in self._threads:
-                t.start()
+            self._thread = threading.Thread(target=self._loop, name="longtask-notify", daemon=True)
+            self._thread.start()
 
     def close(self) -> None:
         """Stop, after waiting up to ``linger`` seconds for notices owed and due now."""
-        if self._threads and not self._stop.is_set():
+        if self._thread is not None and not self._stop.is_set():
             deadline = time.monotonic() + self.policy.linger
             self._wake.set()
             while time.monotonic() < deadline:
-                with self._lock:
-                    busy = self._busy
                 try:
                     owed = bool(self.db.store.notify_due(time.time(), 1))
                 except Exception:
                     break
-                if not busy and not owed:
+                if not self._lanes.in_flight and not owed:
                     break
                 time.sleep(0.02)
         self._stop.set()
@@ -264,11 +315,11 @@ class Notifier:
                 if time.monotonic() >= next_remind:
                     self.remind()
                     next_remind = time.monotonic() + self.policy.poll
-                busy = self.deliver_one()
+                started = self.dispatch()
             except Exception:
                 log.exception("notification delivery failed")  # the database, say: again
-                busy = False
-            if busy:
+                started = 0
+            if started:
                 continue
             self._wake.wait(self.policy.poll)
             self._wake.clear()
@@ -281,103 +332,173 @@ class Notifier:
         self.remind()
         end = time.monotonic() + within
         made = 0
-        while time.monotonic() < end and self.deliver_one():
-            made += 1
+        while True:
+            made += self.dispatch()
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            if not self._lanes.in_flight and not self.db.store.notify_due(time.time(), 1):
+                break
+            self._lanes.wait(min(left, 0.05))
         return made
 
     def deliver_one(self) -> bool:
-        """Make one attempt at one due notice; whether there was one."""
+        """Start attempts at the notices due now; whether there were any."""
+        return bool(self.dispatch())
+
+    def dispatch(self) -> int:
+        """Claim the notices due now and start an attempt at each of their receivers whose
+        lane is free (the others wait for theirs); how many attempts this started (or
+        notices found with nobody to tell)."""
         now = time.time()
         store = self.db.store
+        self._lanes.limit = max(1, self.policy.threads)
+        made = 0
         for event_id, reminder in store.notify_due(now):
-            # Held for as long as an attempt at one target can take (connect, send and read
-            # each get the timeout): found due again if this process died in it (or, with
-            # several slow targets, while it goes on: at least once, the key dedupes).
-            until = now + 3 * self.policy.timeout + 2
+            if self._lanes.in_flight >= self._lanes.limit:
+                break  # the lane that frees first wakes the loop
+            # Held for as long as an attempt can take (each part's deadline is the
+            # timeout, and they run side by side): found due again if this process died.
+            until = now + self.policy.timeout + 5
             n = store.notify_claim(event_id, reminder, now, until)
             if n is None:
                 continue
-            with self._lock:
-                self._busy += 1
-            try:
-                self._attempt(n)
-            finally:
-                with self._lock:
-                    self._busy -= 1
-            return True
-        return False
+            r = self._round(n)
+            if r is None:
+                made += 1
+                continue
+            made += self._start(r)
+        return made
 
-    def _attempt(self, n: Notification) -> None:
+    def _round(self, n: Notification) -> _Round | None:
+        """What an attempt at ``n`` sends to whom; None if it has nobody to tell (settled)."""
         store = self.db.store
-        attempt = n.attempts + 1
         kind = KIND_OF_EVENT.get(n.kind, n.kind)
         if n.kind == "budget.exceeded" and str((n.data or {}).get("reason", "")).startswith(
             "deadline"
         ):
             kind = "deadline"
         rec = store.get_thread(n.thread_id)
-        if rec is None:
+        urls: list[str] = []
+        signed: str | None = None
+        if rec is not None and n.receivers is not None:
+            urls = stored_targets(n.receivers, n.step, kind)
+            signed = n.receivers.get("signed")
+        elif rec is not None:
+            # A notice stored before its receivers were (migration 27): this process's
+            # configuration decides, as it did then.
+            task: LongTask | None
+            try:
+                task = self.task_of(rec)
+            except Exception as exc:
+                # The code that defines the task is not here: the task's URLs are unknown.
+                # Tell $LONGTASK_NOTIFY's, and say so in the log.
+                log.warning(
+                    "notice of thread %s sent without the task's URLs: %s", n.thread_id, exc
+                )
+                task = None
+            urls = targets(task, n.step, kind)
+        if rec is None or not urls:
             store.notify_settle(
-                n.event_id, n.reminder, attempt, n.sent, state="none", retry_at=None
+                n.event_id, n.reminder, n.attempts + 1, n.sent, state="none", retry_at=None
             )
-            return
-        task: LongTask | None
-        try:
-            task = self.task_of(rec)
-        except Exception as exc:
-            # The code that defines the task is not here: the task's URLs are unknown.
-            # Tell $LONGTASK_NOTIFY's, and say so in the log.
-            log.warning("notice of thread %s sent without the task's URLs: %s", n.thread_id, exc)
-            task = None
-        urls = targets(task, n.step, kind)
-        if not urls:
-            store.notify_settle(
-                n.event_id, n.reminder, attempt, n.sent, state="none", retry_at=None
-            )
-            return
-        body = self.body(n, rec, task, kind)
+            return None
         headers = {
             "Content-Type": "application/json",
             "User-Agent": f"longtask/{__version__}",
             "Idempotency-Key": idempotency_key(n.thread_id, n),
         }
-        sent = list(n.sent)
-        failures: list[tuple[str, Failed]] = []
-        for url in urls:
-            digest = canonical_digest(url, "a URL")
-            if digest in sent:
+        return _Round(n, kind, urls, self.body(n, rec, kind), headers, signed)
+
+    def _start(self, r: _Round) -> int:
+        started = 0
+        for url in r.urls:
+            lane = canonical_digest(url, "a URL")
+            if lane in r.n.sent:
                 continue
-            shown = redacted(url)
-            payload = payload_for(url, body)
-            data = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()
-            sent_headers = dict(headers)
-            secret = os.environ.get(SECRET_ENV)
-            if secret:
-                sent_headers[SIGNATURE_HEADER] = signature(secret, int(time.time()), data)
-            try:
-                status = post(url, data, sent_headers, self.policy.timeout)
-            except Failed as exc:
-                failures.append((url, exc))
+            with self._lock:
+                r.left += 1
+            busy = self._lanes.start(lane, partial(self._part, r, url, lane), "longtask-notice")
+            if busy is None:
+                started += 1
                 continue
-            except Exception as exc:
-                failures.append((url, Failed(f"{type(exc).__name__}: {exc}")))
-                continue
-            sent.append(digest)
+            with self._lock:
+                r.waits.add(busy)
+            self._done(r)
+        self._done(r)  # the dispatcher's own share: the round may settle now
+        return started
+
+    def _part(self, r: _Round, url: str, lane: str) -> None:
+        n = r.n
+        try:
+            status = self._send(r, url)
+        except Failed as exc:
+            with self._lock:
+                r.ran += 1
+                r.failures.append((url, exc))
+        except Exception as exc:
+            with self._lock:
+                r.ran += 1
+                r.failures.append((url, Failed(f"{type(exc).__name__}: {exc}")))
+        else:
+            # the event before the row is settled: a kill between them sends again, with
+            # the same key, and records the same event once
             self._event(
                 n,
                 "notify.sent",
-                f"{n.event_id}/{n.reminder}/{digest}",
-                attempt,
-                {"url": shown, "http_status": status, "notice": kind},
+                f"{n.event_id}/{n.reminder}/{lane}",
+                n.attempts + 1,
+                {"url": redacted(url), "http_status": status, "notice": r.kind},
             )
-        if not failures:
-            store.notify_settle(
-                n.event_id, n.reminder, attempt, tuple(sent), state="sent", retry_at=None
+            with self._lock:
+                r.ran += 1
+                r.sent.append(lane)
+        finally:
+            self._done(r)
+
+    def _send(self, r: _Round, url: str) -> int:
+        payload = payload_for(url, r.body)
+        data = json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()
+        headers = dict(r.headers)
+        secret = os.environ.get(SECRET_ENV)
+        if secret:
+            headers[SIGNATURE_HEADER] = signature(secret, int(time.time()), data)
+        elif r.signed:
+            # Its receivers check signatures: sent unsigned, it would be refused (or
+            # trusted unsigned). Another process that has the key may send it.
+            raise Failed(
+                f"not sent: the thread's run signed its notices with ${r.signed}, which is "
+                f"not set in this process; set {r.signed} here as it is where the thread runs"
             )
+        return post(url, data, headers, self.policy.timeout)
+
+    def _done(self, r: _Round) -> None:
+        with self._lock:
+            r.left -= 1
+            if r.left:
+                return
+        try:
+            self._settle(r)
+        except Exception:
+            log.exception("could not settle the notice of thread %s", r.n.thread_id)
+
+    def _settle(self, r: _Round) -> None:
+        store = self.db.store
+        n = r.n
+        attempt = n.attempts + (1 if r.ran else 0)
+        sent = tuple(n.sent) + tuple(r.sent)
+        if not r.failures and not r.waits:
+            store.notify_settle(n.event_id, n.reminder, attempt, sent, state="sent", retry_at=None)
             return
-        last = attempt >= self.policy.attempts or not any(f.retry for _, f in failures)
+        if not r.failures:
+            self._park(r, attempt, sent)
+            return
+        # A notice with receivers still to try is not given up for the others' failures.
+        last = not r.waits and (
+            attempt >= self.policy.attempts or not any(f.retry for _, f in r.failures)
+        )
         wait = None if last else backoff_wait(attempt, self.policy.backoff, self.policy.max_wait)
-        for url, failed in failures:
+        for url, failed in r.failures:
             message = scrub(str(failed), url)
             self._event(
                 n,
@@ -389,7 +510,7 @@ class Notifier:
                     "error": message,
                     "retry_in": wait,
                     "final": last,
-                    "notice": kind,
+                    "notice": r.kind,
                 },
             )
             log.info(
@@ -403,10 +524,37 @@ class Notifier:
             n.event_id,
             n.reminder,
             attempt,
-            tuple(sent),
+            sent,
             state="failed" if last else None,
             retry_at=None if wait is None else time.time() + wait,
         )
+
+    def _park(self, r: _Round, attempt: int, sent: tuple[str, ...]) -> None:
+        """Put ``r``'s notice back until a lane it waits for is free (then ``_freed``
+        makes it due), at the latest when an attempt there must have ended."""
+        n = r.n
+        due = time.time() + self.policy.timeout + 5
+        self.db.store.notify_settle(n.event_id, n.reminder, attempt, sent, state=None, retry_at=due)
+        with self._lock:
+            for lane in r.waits:
+                self._parked.setdefault(lane, {})[(n.event_id, n.reminder)] = due
+        # A lane that freed meanwhile found nothing parked: look again.
+        for lane in r.waits:
+            if not self._lanes.busy(lane):
+                self._freed(lane)
+
+    def _freed(self, lane: str) -> None:
+        """An attempt in ``lane`` ended: what waited for it (or for any lane, when all
+        were taken) is due now."""
+        with self._lock:
+            waiting = {**self._parked.pop(lane, {}), **self._parked.pop(Lanes.ANY, {})}
+        now = time.time()
+        for (event_id, reminder), due in waiting.items():
+            try:
+                self.db.store.notify_hurry(event_id, reminder, due, now)
+            except Exception:
+                log.exception("could not make a parked notice due")  # due at ``due``
+        self._wake.set()
 
     def _event(
         self, n: Notification, kind: str, key: str, attempt: int, data: dict[str, Any]
@@ -463,9 +611,7 @@ class Notifier:
             return f" --db {shlex.quote(f'sqlite:///{url.path.resolve()}')}"
         return f" --db {shlex.quote(url.redacted)}"
 
-    def body(
-        self, n: Notification, rec: ThreadRecord, task: LongTask | None, kind: str
-    ) -> dict[str, Any]:
+    def body(self, n: Notification, rec: ThreadRecord, kind: str) -> dict[str, Any]:
         """The JSON a notice POSTs (see docs/howto/notifications.md)."""
         data = dict(n.data or {})
         t = rec.thread_id

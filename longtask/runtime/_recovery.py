@@ -64,11 +64,14 @@ def recover(store: Store, env: StepEnv, thread_id: str, run: int) -> list[str]:
     for step, started in sorted(dead.items(), key=lambda kv: kv[1].id):
         prior = counts.get((step, NO_ITEM))
         failed = prior.failed if prior else 0
-        window = prior.window_start if prior else 0
-        attempt = failed + 1
+        # The attempt that died is the one its step.started numbered: the count may be
+        # gone (an attempt that succeeded forgets it before its checkpoint is stored, and
+        # the process can die between the two), and then it is not failed + 1.
+        attempt = max(failed + 1, started.attempt or 0)
+        used = failed - prior.window_start if prior else 0
         # one more attempt counted, and the retry window moved with it: the next attempt
         # has as many retries left as the dead one had
-        record = Attempts(attempt, window + 1, None)
+        record = Attempts(attempt, attempt - used, None)
         statements.append(attempt_statement(thread_id, step, NO_ITEM, record))
         events.append(
             NewEvent(

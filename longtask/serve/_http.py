@@ -174,14 +174,21 @@ def page_response(page: tuple[str, str], status: int = 200) -> Response:
     return HTMLResponse(html, status_code=status, headers={"Content-Security-Policy": csp})
 
 
+#: the largest integer a database column of ours holds (a signed 64-bit one): an event id
+#: or a count above it is refused as out of range, on every backend alike
+MAX_INT = 2**63 - 1
+
+
 def int_value(raw: str, name: str, low: int = 0, high: int | None = None) -> int:
+    """``raw`` as an integer from ``low`` to ``high`` (at most ``MAX_INT``), or a 400
+    saying what it must be."""
+    high = MAX_INT if high is None else min(high, MAX_INT)
     try:
         value = int(raw)
     except ValueError:
         raise HTTPException(400, f"{name} must be an integer, not {raw[:40]!r}") from None
     if value < low or (high is not None and value > high):
-        bounds = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise HTTPException(400, f"{name} must be {bounds}")
+        raise HTTPException(400, f"{name} must be an integer from {low} to {high}")
     return value
 
 

@@ -2,6 +2,11 @@
 tells of the moment (migration 20), so it commits with that event and the checkpoint it
 describes; the run core's ``Notifier`` claims, delivers and settles it.
 
+A row holds its receivers (``receivers``, JSON): those its thread's run recorded when it
+started (``notify_enable``), copied by the trigger, so whichever process delivers it sends
+it where the thread was configured to, not to its own ``$LONGTASK_NOTIFY``; NULL on rows
+stored before migration 27 (the delivering process's configuration then decides).
+
 A row is claimed for one attempt (``due`` moved past the attempt's longest time), so two
 processes never deliver it at once and one that died mid-attempt leaves it due again when
 the claim lapses; it is settled ``sent`` (every target took it), retried at a later
@@ -29,7 +34,7 @@ PAUSE_EVENT_KINDS: tuple[str, ...] = (
 
 _COLS = (
     "n.event_id, n.reminder, n.thread_id, n.kind, n.step, n.created_at, n.due, n.attempts, "
-    "n.state, n.sent, n.settled_at"
+    "n.state, n.sent, n.settled_at, n.receivers"
 )
 
 
@@ -51,6 +56,9 @@ class Notification:
     #: digests of the URLs that took it
     sent: tuple[str, ...]
     settled_at: float | None
+    #: where it goes: ``{"to": [{"urls", "step", "on"}, ...], "signed": env name or
+    #: None}`` as its thread's run recorded it (None: a row from before migration 27)
+    receivers: dict[str, Any] | None = None
     #: the event: its stage, attempt, data and time
     stage: str | None = None
     attempt: int | None = None
@@ -60,12 +68,12 @@ class Notification:
 
 def _row(r: tuple[Any, ...]) -> Notification:
     extra: dict[str, Any] = {}
-    if len(r) > 11:
+    if len(r) > 12:
         extra = {
-            "stage": r[11],
-            "attempt": r[12],
-            "data": json.loads(r[13]) if isinstance(r[13], str) else r[13],
-            "ts": float(r[14]),
+            "stage": r[12],
+            "attempt": r[13],
+            "data": json.loads(r[14]) if isinstance(r[14], str) else r[14],
+            "ts": float(r[15]),
         }
     return Notification(
         event_id=int(r[0]),
@@ -79,6 +87,7 @@ def _row(r: tuple[Any, ...]) -> Notification:
         state=r[8],
         sent=tuple(json.loads(r[9])) if r[9] else (),
         settled_at=float(r[10]) if r[10] is not None else None,
+        receivers=json.loads(r[11]) if r[11] else None,
         **extra,
     )
 
@@ -88,20 +97,16 @@ class NotifyTables:
 
     _run: Any
 
-    def notify_enable(self, thread_id: str, on: bool) -> None:
-        """Whether the thread's events make notifications from now on (its run found
-        targets configured: the task's or a step's ``notify``, or ``$LONGTASK_NOTIFY``).
-        A write only when it changes."""
-        if on:
-            self._run(
-                "UPDATE longtask_threads SET notify = 1 WHERE thread_id = ? AND notify IS NULL",
-                (thread_id,),
-            )
-        else:
-            self._run(
-                "UPDATE longtask_threads SET notify = NULL WHERE thread_id = ? AND notify = 1",
-                (thread_id,),
-            )
+    def notify_enable(self, thread_id: str, receivers: dict[str, Any]) -> None:
+        """The thread's events make notifications from now on, to ``receivers`` (its run
+        found some configured: the task's or a step's ``notify``, or ``$LONGTASK_NOTIFY``);
+        the trigger copies them into each notice. A write only when they change."""
+        to = json.dumps(receivers, sort_keys=True, separators=(",", ":"))
+        self._run(
+            "UPDATE longtask_threads SET notify = 1, notify_to = ? WHERE thread_id = ? "
+            "AND (notify IS NULL OR notify_to IS NULL OR notify_to <> ?)",
+            (to, thread_id, to),
+        )
 
     def notify_due(self, now: float, limit: int = 20) -> list[tuple[int, int]]:
         """Notifications owed and due (never tried, a retry's time, or a lapsed claim),
@@ -162,6 +167,25 @@ class NotifyTables:
             ),
         )
 
+    def notify_park(self, event_id: int, reminder: int, now: float, due: float) -> bool:
+        """Put back a claimed notification (none of its receivers free in this process),
+        due at ``due``; whether it was still owed."""
+        rows = self._run(
+            "UPDATE longtask_notifications SET due = ? WHERE event_id = ? AND reminder = ? "
+            "AND state IS NULL AND due > ? RETURNING event_id",
+            (due, event_id, reminder, now),
+        )
+        return bool(rows)
+
+    def notify_hurry(self, event_id: int, reminder: int, parked: float, now: float) -> None:
+        """Make a notification parked until ``parked`` due ``now`` (the lane it waited for
+        is free), unless another process claimed or settled it since."""
+        self._run(
+            "UPDATE longtask_notifications SET due = ? WHERE event_id = ? AND reminder = ? "
+            "AND state IS NULL AND due = ?",
+            (now, event_id, reminder, parked),
+        )
+
     def notify_unanswered(self, limit: int = 100) -> list[Notification]:
         """The latest notice of each pause of a thread that still waits, once it was sent:
         the candidates for a reminder (the caller checks the pause is still open and its
@@ -187,9 +211,18 @@ class NotifyTables:
         whether this call made it."""
         rows = self._run(
             "INSERT INTO longtask_notifications (event_id, reminder, thread_id, kind, step, "
-            "created_at) VALUES (?,?,?,?,?,?) ON CONFLICT (event_id, reminder) DO NOTHING "
-            "RETURNING event_id",
-            (n.event_id, n.reminder + 1, n.thread_id, n.kind, n.step, now),
+            "created_at, receivers) VALUES (?,?,?,?,?,?,?) "
+            "ON CONFLICT (event_id, reminder) DO NOTHING RETURNING event_id",
+            (
+                n.event_id,
+                n.reminder + 1,
+                n.thread_id,
+                n.kind,
+                n.step,
+                now,
+                # a reminder goes where the notice it repeats went
+                json.dumps(n.receivers, sort_keys=True) if n.receivers is not None else None,
+            ),
         )
         return bool(rows)
 

@@ -186,6 +186,12 @@ _NOTIFY_INSERT = """INSERT INTO longtask_notifications (event_id, reminder, thre
             WHERE EXISTS (SELECT 1 FROM longtask_threads
                 WHERE thread_id = NEW.thread_id AND notify = 1)"""
 
+#: the outbox row (migration 27): with the receivers the thread's run recorded
+_NOTIFY_INSERT_27 = """INSERT INTO longtask_notifications (event_id, reminder, thread_id, kind,
+                step, created_at, receivers)
+            SELECT NEW.id, 0, NEW.thread_id, NEW.kind, NEW.step, NEW.ts, t.notify_to
+            FROM longtask_threads t WHERE t.thread_id = NEW.thread_id AND t.notify = 1"""
+
 SQLITE = Dialect("sqlite", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB", "REAL")
 POSTGRES = Dialect("postgresql", "BIGSERIAL PRIMARY KEY", "BYTEA", "DOUBLE PRECISION")
 
@@ -803,6 +809,33 @@ MIGRATIONS: list[list[str | Step]] = [
         + "SELECT DISTINCT thread_id, CAST(data AS jsonb) ->> 'by' FROM longtask_events "
         + "WHERE kind = 'approval.resolved' "
         + "AND jsonb_typeof(CAST(data AS jsonb) -> 'by') = 'string' ON CONFLICT DO NOTHING",
+    ],
+    # 27 (issue 50, notice receivers): the receivers a thread's notices go to, recorded by
+    # each run that finds some configured (``notify_to``: JSON, the task's and steps'
+    # ``notify`` and that process's ``$LONGTASK_NOTIFY``; the name of the signing key's
+    # variable if it was set, never the key), and copied by the trigger into each notice
+    # (``receivers``), so the process that delivers it sends it there rather than to its
+    # own configuration. Rows stored before keep NULL: delivered as before, to the
+    # delivering process's configuration.
+    [
+        "ALTER TABLE longtask_threads ADD COLUMN notify_to TEXT",
+        "ALTER TABLE longtask_notifications ADD COLUMN receivers TEXT",
+        SQLITE_ONLY + "DROP TRIGGER longtask_notify_outbox",
+        SQLITE_ONLY
+        + "CREATE TRIGGER longtask_notify_outbox AFTER INSERT ON longtask_events WHEN "
+        + _NOTIFY_WHEN
+        + "\n        BEGIN\n            "
+        + _NOTIFY_INSERT_27
+        + ";\n        END",
+        POSTGRES_ONLY
+        + """CREATE OR REPLACE FUNCTION longtask_notify_outbox() RETURNS trigger AS $$
+        BEGIN
+            """
+        + _NOTIFY_INSERT_27
+        + """;
+            RETURN NULL;
+        END
+        $$ LANGUAGE plpgsql""",
     ],
 ]
 

@@ -523,7 +523,9 @@ class Store(
             "SELECT id, thread_id, kind, stage, step, attempt, data, ts FROM longtask_events "
             "WHERE thread_id = ? AND id > ?"
         )
-        params: list[Any] = [thread_id, since]
+        # An id beyond the largest any backend stores: nothing comes after it (SQLite would
+        # refuse the number rather than answer so).
+        params: list[Any] = [thread_id, min(since, 2**63 - 1)]
         if recent is not None:
             # Also the last moments' events: one committed late, under a smaller id than
             # one already read, is not skipped (callers drop the ids they have seen).

@@ -95,3 +95,33 @@ GRAPH = LongTask(
 #: the work of a sub-task step happens in its child thread (here: FUNCTION's), so that is
 #: where its attempts are numbered
 SUBTASK = LongTask("num_subtask", stages=[Stage("s", [subtask_step("work", FUNCTION)])])
+
+
+def charge(amount: int) -> str:
+    """An outside effect: each call is a line in ``$LT_CHARGES``."""
+    with Path(os.environ["LT_CHARGES"]).open("a") as f:
+        f.write(f"{amount}\n")
+    return "charged"
+
+
+def pay(ctx: StepContext) -> str:
+    hold()
+    return str(ctx.effect("charge", charge, 5))
+
+
+#: a function step that runs an effect, then ends (for the kill after its attempt count is
+#: forgotten and before its checkpoint: ``$LT_EXIT_AFTER_CLEAR``)
+EFFECT = LongTask("num_effect", stages=[Stage("s", [function_step(pay, name="work")])])
+
+if os.environ.get("LT_EXIT_AFTER_CLEAR"):
+    # The chosen crash point: an attempt after a recovered one succeeded and the step's
+    # attempt count was deleted, and the step's checkpoint (step.completed) is not stored.
+    from longtask.store._limits import LimitTables
+
+    _clear = LimitTables.attempts_clear
+
+    def _clear_then_die(self: LimitTables, thread_id: str, step: str, item: int) -> None:
+        _clear(self, thread_id, step, item)
+        os._exit(9)
+
+    LimitTables.attempts_clear = _clear_then_die  # type: ignore[method-assign]

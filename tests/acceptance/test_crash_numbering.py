@@ -119,3 +119,60 @@ def test_a_step_killed_twice_is_numbered_on(db_url: str, tmp_path: Path, kind: s
 def _exists(db: str, thread: str) -> bool:
     with Runner(db) as runner:
         return runner.db.store.get_thread(thread) is not None
+
+
+def test_a_kill_after_an_attempt_with_effects_succeeded_abandons_that_attempt(
+    db_url: str, tmp_path: Path
+) -> None:
+    # Attempt #1 is killed mid-step; attempt #2 runs its effect and ends, and its process
+    # dies after the step's attempt count was forgotten, before its checkpoint: the next
+    # run abandons #2 (it used to say #1, reading the count that was gone) and runs #3,
+    # which replays the effect rather than running it again.
+    thread = "t-effect"
+    go, charges = tmp_path / "go", tmp_path / "charges"
+    extra = {"LT_GO": str(go), "LT_CHARGES": str(charges)}
+    env = {**os.environ, "LONGTASK_DB": db_url, **extra}
+    ref = f"{HERE / 'numbering_task.py'}:EFFECT"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "longtask", "run", ref, "--thread", thread],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (_exists(db_url, thread) and _started(db_url, thread) >= 1):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "attempt 1 never started"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    go.write_text("go")
+    died = run_cli("resume", thread, db=db_url, env={**extra, "LT_EXIT_AFTER_CLEAR": "1"})
+    assert died.returncode == 9, died.stdout + died.stderr
+    done = run_cli("resume", thread, db=db_url, env=extra)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    with Runner(db_url) as runner:
+        assert runner.status(thread).status == "completed"
+        events = [
+            e
+            for e in runner.events(thread)
+            if e.step == "work" and e.kind.startswith("step.") and e.kind != "step.progress"
+        ]
+        effects = [e.kind for e in runner.events(thread) if e.kind.startswith("effect.")]
+    assert [(e.kind, e.attempt) for e in events] == [
+        ("step.started", 1),
+        ("step.abandoned", 1),
+        ("step.started", 2),
+        ("step.abandoned", 2),
+        ("step.started", 3),
+        ("step.completed", 3),
+    ]
+    by_id = {e.id: e for e in events}
+    for abandoned in (e for e in events if e.kind == "step.abandoned"):
+        pointed = by_id[abandoned.data["started_event"]]
+        assert (pointed.kind, pointed.attempt) == ("step.started", abandoned.attempt)
+        assert abandoned.data["next_attempt"] == abandoned.attempt + 1
+    assert charges.read_text().splitlines() == ["5"]  # the effect ran once
+    assert effects == ["effect.started", "effect.succeeded"]

@@ -26,8 +26,10 @@ from typing import Any
 
 import pytest
 from conftest import run_cli
+from fakes.dripper import Dripper
 
 from longtask import LongTask, Notify, Runner, Stage, approval
+from longtask.runtime._delivery import Failed, post
 from longtask.runtime._notify import NotifyPolicy
 
 TASKS = Path(__file__).parent / "notify_task.py"
@@ -374,3 +376,115 @@ def test_a_failure_is_told_with_the_error_and_the_command_that_retries(
     assert "the release notes are empty" in body["asked"]["error"]["message"]
     assert shlex.split(body["command"])[:3] == ["longtask", "retry", "n-broken"]
     assert "failed" in body["text"]
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_an_attempt_is_bounded_as_a_whole_however_the_receiver_drips(
+    part: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each byte comes well within the timeout; the attempt as a whole does not.
+    monkeypatch.setenv("LONGTASK_WEBHOOK_ALLOW", "127.0.0.1")
+    drip = Dripper(every=0.2, lasts=20.0, part=part)
+    try:
+        with pytest.raises(Failed, match=r"no answer within 1 s"):
+            post(drip.url, b"{}", {"Content-Type": "application/json"}, timeout=1.0)
+        until(lambda: drip.cut, "the receiver to see its connection closed")
+        assert drip.finished == 0
+    finally:
+        drip.close()
+
+
+def test_a_dripping_receiver_delays_only_its_own_notices(
+    db_url: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LONGTASK_NOTIFY")
+    drip = Dripper(every=0.2, lasts=300.0)
+
+    def asking(name: str, *urls: str) -> LongTask:
+        return LongTask(name, [Stage("ask", [approval("go")])], notify=Notify(urls=list(urls)))
+
+    try:
+        with Runner(db_url) as runner:
+            runner.notifier.policy = NotifyPolicy(timeout=120.0, poll=0.05, linger=0.1, threads=2)
+            # One notice to both (the dripping one first), two to the dripping one alone,
+            # then one to the good one alone.
+            runner.start(asking("notify_both", drip.url, receiver.url), thread_id="n-both")
+            runner.start(asking("notify_drip", drip.url), thread_id="n-drip-1")
+            runner.start(asking("notify_drip", drip.url), thread_id="n-drip-2")
+            assert drip.connected.wait(60)
+            runner.start(asking("notify_good", receiver.url), thread_id="n-good")
+            until(
+                lambda: {b["thread_id"] for b in receiver.bodies()} == {"n-both", "n-good"},
+                "the good receiver's notices",
+                timeout=60,
+            )
+            # ... while the dripping receiver still holds its first attempt (it gets one
+            # at a time: its other notices wait for it, and only they do).
+            assert len(drip.requests) == 1 and drip.cut == 0
+            assert len(receiver.got) == 2
+            sent = notes(runner, "n-both", "notify.sent")
+            assert [e.data["url"] for e in sent] == [receiver.url.split("?")[0]]
+            assert notes(runner, "n-both", "notify.failed") == []
+    finally:
+        drip.close()
+
+
+def stored(runner: Runner, thread_id: str) -> list[Any]:
+    """The receivers a thread and its notices hold in the database, as stored."""
+    rows = runner.db.store._run(
+        "SELECT notify_to FROM longtask_threads WHERE thread_id = ?", (thread_id,)
+    )
+    rows += runner.db.store._run(
+        "SELECT receivers FROM longtask_notifications WHERE thread_id = ?", (thread_id,)
+    )
+    return [r[0] for r in rows]
+
+
+def test_a_notice_goes_to_the_receivers_its_thread_was_configured_with(
+    db_url: str, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = Receiver()
+    try:
+        # The process that runs the thread tells `receiver`, which is down: the notice
+        # stays owed when it exits.
+        receiver.down()
+        slow = NotifyPolicy(attempts=50, backoff=3600.0, timeout=5.0, poll=0.05, linger=0.1)
+        with Runner(db_url) as first:
+            first.notifier.policy = slow
+            first.start(load("RELEASE"), thread_id="n-owed")
+            first.start(load("CALLBACK"), thread_id="n-old")
+            until(lambda: notes(first, "n-owed", "notify.failed"), "a failed attempt")
+            until(lambda: notes(first, "n-old", "notify.failed"), "a failed attempt")
+            held = stored(first, "n-owed")
+            assert all(receiver.url in h for h in held) and len(held) == 2
+            # The signing key is named, never stored.
+            assert all("LONGTASK_NOTIFY_SECRET" in h and SECRET not in h for h in held)
+            # n-old's notice as a row stored before receivers were: no receivers
+            first.db.store._run(
+                "UPDATE longtask_notifications SET receivers = NULL WHERE thread_id = ?",
+                ("n-old",),
+            )
+        receiver.up()
+        # Another process, configured with `other` and without the signing key, delivers.
+        monkeypatch.setenv("LONGTASK_NOTIFY", other.url)
+        monkeypatch.delenv("LONGTASK_NOTIFY_SECRET")
+        with Runner(db_url) as second:
+            second.notifier.policy = slow
+            second.db.store._run("UPDATE longtask_notifications SET due = 0 WHERE state IS NULL")
+            second.deliver_notifications()
+            # The thread's receivers check signatures: not sent unsigned.
+            failed = notes(second, "n-owed", "notify.failed")[-1].data
+            assert "LONGTASK_NOTIFY_SECRET" in failed["error"] and not failed["final"]
+            assert receiver.got == []
+            # The row from before goes where the delivering process is configured to.
+            assert [b["thread_id"] for b in other.bodies()] == ["n-old"]
+
+            monkeypatch.setenv("LONGTASK_NOTIFY_SECRET", SECRET)
+            second.db.store._run("UPDATE longtask_notifications SET due = 0 WHERE state IS NULL")
+            second.deliver_notifications()
+            until(lambda: receiver.got, "the notice at the thread's receiver")
+        assert [b["thread_id"] for b in receiver.bodies()] == ["n-owed"]
+        assert verify(*receiver.got[0])
+        assert [b["thread_id"] for b in other.bodies()] == ["n-old"]
+    finally:
+        other.close()

@@ -231,3 +231,25 @@ def test_a_nul_byte_in_any_text_of_a_body_is_a_422_on_every_backend(
     assert got.status_code == 422, got.text
     assert got.json()["detail"].startswith(f"{field} holds a NUL byte"), got.text
     assert contents(runner) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "headers"),
+    [
+        ("/api/threads/{t}/events?since=" + "9" * 40, {}),
+        ("/api/threads/{t}/events?since=9223372036854775808", {}),
+        ("/api/threads/{t}/events/stream?since=" + "9" * 40, {}),
+        ("/api/threads/{t}/events/stream", {"Last-Event-ID": "9" * 40}),
+    ],
+)
+def test_an_event_id_beyond_any_stored_one_is_a_400_on_every_backend(
+    client: TestClient, runner: Runner, path: str, headers: dict[str, str]
+) -> None:
+    thread = paused(client)
+    got = client.get(path.format(t=thread), headers={**ALICE, **headers})
+    assert got.status_code == 400, got.text
+    assert "from 0 to 9223372036854775807" in got.json()["detail"]
+    # the largest id is taken, and nothing comes after it; in Python too, on every backend
+    top = client.get(f"/api/threads/{thread}/events?since=9223372036854775807", headers=ALICE)
+    assert top.status_code == 200 and top.json() == []
+    assert runner.events(thread, since=10**40) == []

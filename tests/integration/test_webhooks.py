@@ -324,6 +324,10 @@ def test_a_delivery_is_given_up_after_its_attempts(runner: Runner, receiver: Rec
         "http://169.254.169.254/latest/meta-data",
         "http://[::ffff:127.0.0.1]:9/hook",
         "http://0.0.0.0:9/hook",
+        # IPv6 forms that carry 127.0.0.1: 6to4, NAT64, IPv4-compatible
+        "http://[2002:7f00:1::]:9/hook",
+        "http://[64:ff9b::7f00:1]:9/hook",
+        "http://[::7f00:1]:9/hook",
     ],
 )
 def test_a_loopback_or_private_url_is_refused_unless_allowed(

@@ -15,6 +15,7 @@ import pytest
 
 from longtask import LongTask, Notify, Stage, approval, function_step, wait_for
 from longtask.errors import DefinitionError
+from longtask.runtime._delivery import not_public, resolve
 from longtask.runtime._notify import _text, idempotency_key, payload_for, signature, targets
 from longtask.store._notify import Notification
 
@@ -133,3 +134,30 @@ def test_a_slack_incoming_webhook_gets_the_text_alone() -> None:
     slack = "https://hooks.slack.com/services/T000/B000/XXXX"
     assert payload_for(slack, body) == {"text": "release v3, thread th-1 failed"}
     assert payload_for("https://ops.example/hook", body) == body
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "2002:a00:1::",  # 6to4 of 10.0.0.1
+        "64:ff9b::7f00:1",  # NAT64 (RFC 6052) of 127.0.0.1
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254 (a cloud's metadata service)
+        "64:ff9b:1::a00:1",  # local-use NAT64 (RFC 8215) of 10.0.0.1
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
+        "::ffff:7f00:1",  # IPv4-mapped 127.0.0.1
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+    ],
+)
+def test_an_ipv6_address_that_carries_a_private_ipv4_one_is_refused(
+    address: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LONGTASK_WEBHOOK_ALLOW", raising=False)
+    assert not_public(address)
+    with pytest.raises(ValueError, match="server-side request forgery"):
+        resolve(f"http://[{address}]/hook")
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::", "2606:4700::1111"])
+def test_an_ipv6_address_that_carries_a_public_ipv4_one_is_public(address: str) -> None:
+    assert not not_public(address)
