@@ -626,26 +626,28 @@ def _action(rule: Rule, request: Request) -> str:
     return "update"
 
 
-async def _json_object(request: Request) -> dict[str, Any]:
-    """The body as an object, for the handler's ``value`` ({} if it is none: the route
-    itself answers a malformed body). Starlette keeps the bytes for the route."""
+async def _parsed(request: Request, empty: bytes) -> Any:
+    """The body parsed for the gate's own look (None when it is no JSON, or nests too deep
+    to parse: the route itself answers that, with the 400 that says so). Starlette keeps
+    the bytes for the route."""
     import json
 
     try:
-        data = json.loads(await request.body() or b"{}")
-    except ValueError:
-        return {}
+        return json.loads(await request.body() or empty)
+    except (ValueError, RecursionError):
+        return None
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The body as an object, for the handler's ``value`` ({} if it is none: the route
+    itself answers a malformed body)."""
+    data = await _parsed(request, b"{}")
     return data if isinstance(data, dict) else {}
 
 
 async def _json_items(request: Request) -> list[dict[str, Any]]:
     """The objects of a body that is a JSON array ([] otherwise: the route answers it)."""
-    import json
-
-    try:
-        data = json.loads(await request.body() or b"[]")
-    except ValueError:
-        return []
+    data = await _parsed(request, b"[]")
     return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
 
 
