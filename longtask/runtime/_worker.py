@@ -271,19 +271,36 @@ class Worker:
 
     async def _housekeeping(self) -> None:
         """Heartbeat, and retry the jobs of workers that stopped beating."""
-        manager = self.app.job_manager
         while True:
             await asyncio.to_thread(self._beat)
-            try:
-                threshold = await asyncio.to_thread(
-                    self.db.store.stalled_threshold, self.stalled_after
-                )
-                for job in await manager.get_stalled_jobs(seconds_since_heartbeat=threshold):
-                    log.warning("retrying job %s of a stalled worker", job.id)
-                    await manager.retry_job(job)
-            except Exception:  # the next round tries again
-                log.exception("could not retry stalled jobs")
+            await self._take_over()
             await asyncio.sleep(max(0.2, self.stalled_after / 4))
+
+    async def _take_over(self) -> list[int]:
+        """Put the jobs of stalled workers back in the queue; returns the ids of those put
+        back. Each job on its own: one that cannot be put back is logged and tried again
+        next round, and holds up no other."""
+        try:
+            threshold = await asyncio.to_thread(self.db.store.stalled_threshold, self.stalled_after)
+            stalled = await self.app.job_manager.get_stalled_jobs(seconds_since_heartbeat=threshold)
+        except Exception:  # the next round tries again
+            log.exception("could not look for the jobs of stalled workers")
+            return []
+        retried = []
+        for job in stalled:
+            try:
+                done = await asyncio.to_thread(self.db.store.job_take_over, job.id, job.worker_id)
+            except Exception:  # the next round tries again
+                log.exception(
+                    "could not retry job %s (thread %s) of a stalled worker",
+                    job.id,
+                    job.task_kwargs.get("thread_id"),
+                )
+                continue
+            if done is not None:
+                log.warning("job %s of a stalled worker %s", job.id, done)
+                retried.append(job.id)
+        return retried
 
     async def _pruning(self) -> None:
         """The scheduled prune, apart from the heartbeat (a long prune must not make this
@@ -392,8 +409,8 @@ def _tolerate_taken_jobs(manager: Any) -> None:
     out of the job's asyncio task, which nothing awaits: asyncio logged it at exit as "Task
     exception was never retrieved" with two tracebacks, twice per takeover. The job is the
     other worker's now, so there is nothing left to acknowledge: the refusal is dropped
-    (debug), and every other error goes on as before. Also covers our own retry of a
-    stalled job that another worker retried first."""
+    (debug), and every other error goes on as before. (Our own takeover of a stalled job
+    does not go through procrastinate: see ``Store.job_take_over``.)"""
     for name in ("finish_job", "retry_job"):
         settle = getattr(manager, name)
 

@@ -1,5 +1,5 @@
 """Workers' tables (mixed into Store): leases with fencing epochs, the inbox of
-continuations, and live workers."""
+continuations, live workers, and the takeover of a stalled worker's job."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+#: procrastinate's unique index on the queueing lock of waiting jobs (``_v1`` and later)
+_QUEUEING_LOCK_INDEX = "procrastinate_jobs_queueing_lock_idx"
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,8 @@ class LeaseTables:
 
     def _run(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
+
+    _transaction: Any
 
     # -- leases ------------------------------------------------------------------------------
 
@@ -155,6 +160,44 @@ class LeaseTables:
         )
         found = rows[0][0] if rows else None
         return max(own, float(found)) if found is not None else own
+
+    def job_take_over(self, job_id: int, worker_id: int | None) -> str | None:
+        """Put job ``job_id`` of the workers' queue (PostgreSQL), left running by the stalled
+        worker ``worker_id``, back to wait for another worker, in one transaction.
+
+        While the job ran, a wake-up of its thread may have been queued with the same
+        queueing lock (the lock only binds waiting jobs), so putting the job back to wait
+        as it is would break procrastinate's unique index on that lock, on every try, while
+        the job keeps the thread's lock and the queued wake-up can never run. When that
+        happens the job's queueing lock is released (inside a savepoint, so a wake-up queued
+        at that very moment is covered too): both wait, and run one after the other.
+
+        Returns None when the job is no longer that worker's (taken over by another worker
+        already, or ended), else what was done."""
+        import psycopg.errors
+
+        with self._transaction(serialise=False) as execute:
+            # The worker id too: a job another worker took over and a third one fetched is
+            # that one's, running, not stalled.
+            found = execute(
+                "SELECT id FROM procrastinate_jobs WHERE id = ? AND status = 'doing' "
+                "AND worker_id IS NOT DISTINCT FROM ?::bigint FOR UPDATE",
+                (job_id, worker_id),
+            )
+            if not found:
+                return None
+            retry = "SELECT procrastinate_retry_job_v2(?, now(), NULL, NULL, NULL)"
+            execute("SAVEPOINT longtask_takeover", ())
+            try:
+                execute(retry, (job_id,))
+                return "retried"
+            except psycopg.errors.UniqueViolation as exc:
+                if not (exc.diag.constraint_name or "").startswith(_QUEUEING_LOCK_INDEX):
+                    raise
+                execute("ROLLBACK TO SAVEPOINT longtask_takeover", ())
+            execute("UPDATE procrastinate_jobs SET queueing_lock = NULL WHERE id = ?", (job_id,))
+            execute(retry, (job_id,))
+            return "retried, its queueing lock released (a wake-up of its thread waits too)"
 
     def worker_stopped(self, name: str) -> None:
         self._run(

@@ -85,10 +85,20 @@ class SubtaskTables:
     def subtask_parents_waiting(
         self, limit: int, thread_id: str | None = None, *, workers: bool = False
     ) -> list[str]:
-        """Threads waiting (``waiting_external``) that have sub-tasks, at most ``limit``
-        (only ``thread_id``; with ``workers`` only threads served by workers): where a
-        lost continuation would be."""
-        where = "t.status = 'waiting_external'"
+        """Threads waiting (``waiting_external``) with a sub-task step whose children have
+        all ended (the latest attempt of each item), at most ``limit`` (only ``thread_id``;
+        with ``workers`` only threads served by workers): where a lost continuation would
+        be. Filtered here, not by the caller: a ``limit`` of parents whose children still
+        run would hide every parent after them."""
+        ended = ", ".join(f"'{s}'" for s in sorted(ENDED))
+        where = (
+            "t.status = 'waiting_external' AND NOT EXISTS (SELECT 1 FROM longtask_subtasks o "
+            "LEFT JOIN longtask_threads c ON c.thread_id = o.child_thread_id "
+            "WHERE o.thread_id = s.thread_id AND o.step = s.step "
+            f"AND (c.status IS NULL OR c.status NOT IN ({ended})) "
+            "AND NOT EXISTS (SELECT 1 FROM longtask_subtasks n WHERE n.thread_id = o.thread_id "
+            "AND n.step = o.step AND n.idx = o.idx AND n.attempt > o.attempt))"
+        )
         params: list[Any] = []
         if thread_id is not None:
             where += " AND t.thread_id = ?"
