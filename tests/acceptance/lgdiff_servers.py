@@ -206,11 +206,12 @@ def reference_server(llm_url: str, auth: str | None = None) -> Server:
     )
 
 
-def longtask_server(db: str, llm_url: str, token: str) -> Server:
-    """``longtask serve`` with ``lgdiff_task.py:task`` (the task ``chat``)."""
+def longtask_server(db: str, llm_url: str, token: str, role: str = "user") -> Server:
+    """``longtask serve`` with ``lgdiff_task.py:task`` (the task ``chat``), ``token`` being
+    alice's, with ``role``."""
     port = free_port()
     env = _quiet_env(llm_url)
-    env["LONGTASK_API_TOKENS"] = f"alice={token}"
+    env["LONGTASK_API_TOKENS"] = f"alice={token}:{role}"
     env["LONGTASK_WEBHOOK_ALLOW"] = "127.0.0.1"  # the test's webhook receiver
     env.pop("LONGTASK_API_TOKEN", None)
     args = [sys.executable, "-m", "longtask", "serve", "--port", str(port), "--db", db]
