@@ -160,7 +160,7 @@ class Runner:
             notifier=self.notifier,
         )
         self.subtasks = self.engine.subtasks
-        self.pauses = Pauses(self.db, self.clock, self.reads, self.engine)
+        self.pauses = Pauses(self.db, self.clock, self.reads, self.engine, self.queue)
         self.control = Control(self.db, self.codec, self.clock, self.reads, self.engine, self.queue)
         self.watch = Watch(self.db, self.reads)
         self.travel = TimeTravel(self.db, self.codec, self.reads, self.engine)

@@ -93,8 +93,10 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         self._held = HeldWrites(self._commit_held)
         #: statements to run in the transaction of a thread's next checkpoint (``with_put``)
         self._with_put: dict[str, Sequence[tuple[str, Sequence[Any]]]] = {}
-        #: checks run in the transaction of each checkpoint of a thread (``guarded``)
+        #: checks run in the transaction of each write of a thread (``guarded``)
         self._guards: dict[str, Callable[[Any], None]] = {}
+        #: a guarded write's task writes, kept for the checkpoint it stores after them
+        self._guarded_writes: dict[str, builtins.list[Held]] = {}
 
     # -- versions ----------------------------------------------------------------------------
 
@@ -119,15 +121,22 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
 
     @contextlib.contextmanager
     def guarded(self, thread_id: str, check: Callable[[Any], None]) -> Iterator[None]:
-        """Run ``check(tx)`` in the transaction of every checkpoint of ``thread_id`` stored
-        in this block (``tx.query(sql, params)`` reads): a check that raises stores nothing
-        of that checkpoint. For a writer that holds the thread's lock, whose write must be
-        ordered with rows other processes record without it (an accepted answer's run)."""
+        """Run ``check(tx)`` in the transaction of every write of ``thread_id`` stored in
+        this block (``tx.query(sql, params)`` reads): a check that raises stores nothing of
+        that write. For a writer that holds the thread's lock, whose write must be ordered
+        with rows other processes record without it (an accepted answer's run or inbox
+        command). The block's task writes (LangGraph's ``update_state`` stores its writes
+        on the checkpoint it starts from, then the checkpoint that applies them) wait for
+        that checkpoint's transaction, whatever checkpoint is live: stored apart, they and
+        the events waiting in the outbox (the write's ``manual.update``) would commit
+        before the check refused the checkpoint. Writes left when the block ends (its
+        checkpoint never came) are not stored."""
         self._guards[thread_id] = check
         try:
             yield
         finally:
             self._guards.pop(thread_id, None)
+            self._guarded_writes.pop(thread_id, None)
 
     def _events_for(self, thread_id: str) -> builtins.list[NewEvent]:
         return self.outbox.take(thread_id) if self.outbox is not None else []
@@ -141,9 +150,23 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         parallel steps write at once."""
         return self._stripes[hash(thread_id) % len(self._stripes)]
 
+    def _guarded_for(self, thread_id: str, ns: str, parent_id: str | None) -> builtins.list[Held]:
+        """The guarded block's task writes on ``parent_id``, for its child's transaction."""
+        kept = self._guarded_writes.get(thread_id)
+        if not kept or parent_id is None:
+            return []
+        key = (thread_id, ns, parent_id)
+        mine = [h for h in kept if h.key == key]
+        kept[:] = [h for h in kept if h.key != key]
+        return mine
+
     def _commit(self, thread_id: str, batch: Batch) -> None:
         """Store ``batch`` in one fenced transaction together with the thread's pending
-        events and blobs; on failure they go back to the outbox (they are not lost)."""
+        events and blobs; on failure they go back to the outbox (they are not lost). In a
+        ``guarded`` block of the thread, the block's check runs first in the transaction."""
+        guard = self._guards.get(thread_id)
+        if guard is not None:
+            batch.then = _checked_first(guard, batch.then)
         with self._ordered(thread_id):
             events = self._events_for(thread_id)
             blobs = self.outbox.take_blobs(thread_id) if self.outbox is not None else {}
@@ -279,15 +302,16 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         # in its transaction (see _held).
         held = self._held.take(thread_id, ns, parent_id) if parent_id is not None else []
         statements = self._with_put.pop(thread_id, ())
-        guard = self._guards.get(thread_id)
 
         def then(tx: Any) -> None:
-            if guard is not None:
-                guard(tx)
             for sql, params in statements:
                 tx.execute(sql, params)
 
-        batch = Batch(values=value_rows, checkpoint=row, then=then if statements or guard else None)
+        batch = Batch(values=value_rows, checkpoint=row, then=then if statements else None)
+        # A guarded write's own task writes: in the batch, not held (a refused write's are
+        # dropped with it, never given back to be stored later).
+        for h in self._guarded_for(thread_id, ns, parent_id):
+            (batch.upserts if h.upsert else batch.writes).extend(h.rows)
         self._commit_held(thread_id, held, batch)
         live = meta.get("source") in ("input", "loop")
         self._held.set_live(thread_id, ns, checkpoint_id if live else None)
@@ -337,6 +361,10 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         # task; ordinary writes are kept as first stored (a retried task writes the same).
         upsert = all(channel in WRITES_IDX_MAP for channel, _ in writes)
         mine = Held(upsert, rows, (thread_id, ns, str(checkpoint_id)))
+        if not upsert and thread_id in self._guards:
+            # committed with the checkpoint after them, under the check (see guarded)
+            self._guarded_writes.setdefault(thread_id, []).append(mine)
+            return
         if not upsert and self._held.hold((thread_id, ns, str(checkpoint_id)), mine):
             return  # committed by the checkpoint after it, or by the flusher (see _held)
         # An error, an interrupt or a resume ends the super-step with no checkpoint after
@@ -533,3 +561,12 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
     return all(metadata.get(k) == v for k, v in wanted.items())
+
+
+def _checked_first(check: Callable[[Any], None], then: Callable[[Any], None] | None) -> Any:
+    def work(tx: Any) -> None:
+        check(tx)
+        if then is not None:
+            then(tx)
+
+    return work

@@ -406,10 +406,17 @@ class Engine:
         by: str | None = None,
         spec: StreamSpec,
         config: Mapping[str, Any] | None,
+        seen: str | None = None,
     ) -> Iterator[Any]:
         """Check and translate now; the run happens as the parts are read (none for a
-        thread served by workers: its run is queued)."""
+        thread served by workers: its run is queued, only if its state is still the one
+        checked: ``seen``, the queue's mark taken before the caller's own checks, else
+        one taken here)."""
         rec = self._reads.thread(thread_id)
+        if seen is None and command is not None:
+            # Before every read of its state the checks below make (a command only: a
+            # plain continuation depends on no state).
+            seen = self._queue.mark(rec)
         task = task or self.load(rec)
         update = command.update if command is not None else None
         if update is not None and command is not None and command.resume is not None:
@@ -451,6 +458,7 @@ class Engine:
                     "skip_pending": skip_pending,
                     "by": by,
                 },
+                seen=seen,
             )
             return iter(())
 

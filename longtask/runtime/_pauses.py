@@ -26,7 +26,7 @@ from longtask.errors import (
 from longtask.model import ApprovalRequest, Decision, LongTask, WaitStep
 from longtask.model._decision import plan_hash as hash_plan
 from longtask.runtime._answers import GATE_ANSWER, NotWaiting
-from longtask.runtime._calls import check_config, using_config
+from longtask.runtime._calls import StreamSpec, check_config, using_config
 from longtask.runtime._interrupts import GATE_KINDS
 from longtask.runtime._text import refuse_bad_text
 from longtask.runtime._views import Pending
@@ -42,6 +42,7 @@ from longtask.store._values import to_json_bytes
 if TYPE_CHECKING:
     from longtask.checkpointers import Database
     from longtask.runtime._engine import Engine
+    from longtask.runtime._queue import Queue
     from longtask.runtime._reading import Reads
 
 
@@ -61,12 +62,25 @@ class Pauses:
     deadlines (the database server's on PostgreSQL)."""
 
     def __init__(
-        self, db: Database, clock: Callable[[], datetime], reads: Reads, engine: Engine
+        self,
+        db: Database,
+        clock: Callable[[], datetime],
+        reads: Reads,
+        engine: Engine,
+        queue: Queue,
     ) -> None:
         self.db = db
         self.clock = clock
         self._reads = reads
         self._engine = engine
+        self._queue = queue
+
+    def _checking(self, thread_id: str, task: LongTask | None) -> tuple[LongTask, str | None]:
+        """The thread's task, and for a thread served by workers the queue's mark, taken
+        before an answer is checked against its state: the answer is queued only if that
+        state is still the thread's then (``Queue.enqueue``)."""
+        rec = self._reads.thread(thread_id)
+        return task or self._engine.load(rec), self._queue.mark(rec)
 
     def select(
         self, thread_id: str, task: LongTask, target: str | None, kind: str | None
@@ -148,15 +162,23 @@ class Pauses:
         item: Pending,
         value: Any,
         allow_changed_definition: bool = False,
+        seen: str | None = None,
     ) -> str:
-        """Continue the thread with ``value`` for ``item``, if it is still pending then."""
-        return self._engine.resume(
+        """Continue the thread with ``value`` for ``item``, if it is still pending then
+        (``seen``: the queue's mark taken before the answer was checked, see ``_checking``)."""
+        parts = self._engine.resume_run(
             thread_id,
             Command(resume={item.interrupt_id: value}),
             task=task,
             expect_interrupt=item.interrupt_id,
             allow_changed_definition=allow_changed_definition,
+            spec=StreamSpec(),
+            config=None,
+            seen=seen,
         )
+        for _ in parts:
+            pass
+        return thread_id
 
     def decide(
         self,
@@ -180,7 +202,7 @@ class Pauses:
         with them) or answered with a ``response`` in the tool's place (it does not run).
         """
         check_config(config)
-        task = task or self._engine.load(self._reads.thread(thread_id))
+        task, seen = self._checking(thread_id, task)
         item = self.select(thread_id, task, step, "approval")
         decision = self.decision(
             item,
@@ -193,7 +215,7 @@ class Pauses:
         )
         value = self.resume_value(thread_id, task, item, decision)
         with using_config(config):
-            return self._resume_pending(thread_id, task, item, value)
+            return self._resume_pending(thread_id, task, item, value, seen=seen)
 
     def decision(
         self,
@@ -285,11 +307,12 @@ class Pauses:
         ``wait.resolved`` records ``by`` (the user of this process if None). ``config`` as
         for ``start``."""
         check_config(config)
-        task = task or self._engine.load(self._reads.thread(thread_id))
+        task, seen = self._checking(thread_id, task)
         item = self.select(thread_id, task, name, "wait")
         value = self.resume_value(thread_id, task, item, payload, by)
+        answer = signal_value(value, by or whoami())
         with using_config(config):
-            return self._resume_pending(thread_id, task, item, signal_value(value, by or whoami()))
+            return self._resume_pending(thread_id, task, item, answer, seen=seen)
 
     def answer(
         self,
@@ -309,7 +332,7 @@ class Pauses:
         token): a HITL decision is recorded with it (else the user of this process), and a
         decision that names somebody else is refused. ``allow_changed_definition`` as for
         ``resume``."""
-        task = task or self._engine.load(self._reads.thread(thread_id))
+        task, seen = self._checking(thread_id, task)
         item = self.select(thread_id, task, interrupt, None)
         if by is not None and item.kind == "approval" and not is_hitl(value):
             if isinstance(value, dict) and "by" not in value:
@@ -331,7 +354,9 @@ class Pauses:
                 step=item.step,
                 data={"interrupt_id": item.interrupt_id, "by": by or whoami(), "value": checked},
             )
-        return self._resume_pending(thread_id, task, item, checked, allow_changed_definition)
+        return self._resume_pending(
+            thread_id, task, item, checked, allow_changed_definition, seen=seen
+        )
 
     def resolve_effect(
         self,

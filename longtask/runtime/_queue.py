@@ -103,13 +103,27 @@ class Queue:
         """Whether this runner must hand ``rec``'s continuation to the queue."""
         return self.worker is None and rec.mode == "worker"
 
-    def enqueue(self, thread_id: str, command: dict[str, Any]) -> None:
-        """Put a continuation in the thread's inbox and wake a worker for it."""
+    def mark(self, rec: ThreadRecord) -> str | None:
+        """For a thread this runner queues for workers, the mark to take before a command
+        is checked against its state and to give ``enqueue`` (None for any other thread)."""
+        return self.db.store.inbox_mark(rec.thread_id) if self.served_by_workers(rec) else None
+
+    def enqueue(self, thread_id: str, command: dict[str, Any], *, seen: str | None = None) -> None:
+        """Put a continuation in the thread's inbox and wake a worker for it. With ``seen``
+        (``mark``, taken before the command was checked): refused (InvalidInput, nothing
+        queued) if the thread's state or inbox changed since, as the check may no longer
+        hold: a command accepted here is never voided by a state write made meanwhile."""
         headers = trace_carrier()
         if headers:
             # The worker's run continues the caller's trace (see apply_command).
             command = {**command, "trace": headers}
-        self.db.store.inbox_put(thread_id, command)
+        if not self.db.store.inbox_put(thread_id, command, seen=seen):
+            raise InvalidInput(
+                f"the state of thread {thread_id!r} changed while this command was checked "
+                "(a state update or another command was recorded): nothing was queued; "
+                f"look at the thread again (`longtask status {thread_id}`) and send it "
+                "again if it still applies"
+            )
         self.wake(thread_id)
 
     def wake(self, thread_id: str, *, at: float | None = None, queue: str = DEFAULT_QUEUE) -> None:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from longtask.store._apiruns import RUN_LOCK_SQL
+
 #: procrastinate's unique index on the queueing lock of waiting jobs (``_v1`` and later)
 _QUEUEING_LOCK_INDEX = "procrastinate_jobs_queueing_lock_idx"
 
@@ -63,6 +65,9 @@ def _ts(value: Any) -> datetime:
 class LeaseTables:
     """Mixed into Store."""
 
+    _transaction: Any
+    dialect: Any
+
     def _run(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
@@ -97,11 +102,34 @@ class LeaseTables:
 
     # -- inbox -------------------------------------------------------------------------------
 
-    def inbox_put(self, thread_id: str, command: dict[str, Any]) -> None:
-        self._run(
-            "INSERT INTO longtask_inbox (thread_id, command, created_at) VALUES (?,?,?)",
-            (thread_id, json.dumps(command, default=str), time.time()),
-        )
+    def inbox_put(
+        self, thread_id: str, command: dict[str, Any], *, seen: str | None = None
+    ) -> bool:
+        """Put ``command`` in the thread's inbox; with ``seen`` (``inbox_mark`` taken before
+        the command was checked against the thread's state), only if neither the thread's
+        state (its latest checkpoint) nor its inbox changed since. Whether it was put.
+
+        Ordered with a state write from outside by the lock the gate's check takes in the
+        write's checkpoint transaction (``queued_for``): of a command and a write at once,
+        the one that commits second sees the other, so a write never voids a command that
+        was put here (and answered 202)."""
+        with self._transaction(serialise=False) as execute:
+            if self.dialect.name == "postgresql":
+                # (SQLite's BEGIN IMMEDIATE already serialises writers)
+                execute(RUN_LOCK_SQL, (thread_id,))
+            if seen is not None and _inbox_mark(execute, thread_id) != seen:
+                return False
+            execute(
+                "INSERT INTO longtask_inbox (thread_id, command, created_at) VALUES (?,?,?)",
+                (thread_id, json.dumps(command, default=str), time.time()),
+            )
+        return True
+
+    def inbox_mark(self, thread_id: str) -> str:
+        """What ``inbox_put(seen=...)`` compares: the thread's latest checkpoint and the
+        newest command in its inbox (a command taken by a worker is followed by the
+        checkpoints its run writes, so the mark never comes back to an old value)."""
+        return _inbox_mark(self._run, thread_id)
 
     def inbox_peek(self, thread_id: str) -> list[tuple[int, dict[str, Any]]]:
         rows = self._run(
@@ -240,3 +268,14 @@ def _worker(r: tuple[Any, ...]) -> WorkerRecord:
         int(r[9] or 0),
         float(r[10]) if r[10] is not None else None,
     )
+
+
+def _inbox_mark(execute: Any, thread_id: str) -> str:
+    rows = execute(
+        # named columns: PostgreSQL rows come as dicts, where two unnamed would be one
+        "SELECT (SELECT MAX(seq) FROM longtask_cp_checkpoints WHERE thread_id = ?) AS head, "
+        "(SELECT MAX(id) FROM longtask_inbox WHERE thread_id = ?) AS newest",
+        (thread_id, thread_id),
+    )
+    head, newest = rows[0]
+    return f"{head}/{newest}"
