@@ -71,8 +71,6 @@ class LeaseTables:
     def _run(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
-    _transaction: Any
-
     # -- leases ------------------------------------------------------------------------------
 
     def lease_take(self, thread_id: str, holder: str) -> int:
