@@ -217,12 +217,14 @@ def test_an_accepted_answer_is_carried_out_despite_racing_updates_50_rounds(
     print(f"\n50 rounds: {dict(seen)}")
 
 
-def test_a_state_update_is_refused_in_its_transaction_when_an_answer_was_recorded(
+def test_a_state_update_and_an_answer_recorded_while_the_other_is_checked(
     runner: Runner,
 ) -> None:
-    """Item 5, the two orders made deterministic. An answer recorded after the gate's first
-    look (no run then) refuses the update in its checkpoint's transaction, storing nothing;
-    an update that commits after an answer's check was taken refuses the answer's record."""
+    """Item 5, the two orders made deterministic. An answer recorded while the gate checks
+    an update (after its look at the runs) refuses the update, storing nothing (the answer
+    recorded on the gate's last look before its write, which reaches the check in the
+    checkpoint's transaction, is test_gate_workers'); an update that commits after an
+    answer's check was taken refuses the answer's record."""
     thread = runner.start(GATED, thread_id="ordered")
     graph = runner.graph(GATED)
     gate = runner.engine.gate
