@@ -60,7 +60,6 @@ from longtask.serve._http import (
 )
 from longtask.serve._json_body import read_json_body
 from longtask.serve._manual import final_results, retry_later, skip_later
-from longtask.serve._page import FAVICON, index_page, thread_page
 from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
@@ -85,6 +84,7 @@ from longtask.serve.lgapi._common import Api
 from longtask.serve.lgapi.protocols._a2a import A2aEndpoint
 from longtask.serve.lgapi.protocols._mcp import McpEndpoint
 from longtask.serve.lgapi.resources._store import StoreRoutes
+from longtask.serve.page import FAVICON, index_page, thread_page
 from longtask.store import THREAD_SORTS
 
 if TYPE_CHECKING:
