@@ -41,6 +41,12 @@ class InvalidInput(LongTaskError):
     retryable = False
 
 
+class BadAnswer(InvalidInput):
+    """An answer of a shape the pause it is given to cannot take (a graph's interrupt that
+    wants another): refused before the graph sees it, naming the shape it takes. The pause
+    stays answerable; nothing is recorded."""
+
+
 def describe_validation(exc: Exception) -> str:
     """A pydantic ValidationError on one line: ``field: problem; other: problem``."""
     errors = getattr(exc, "errors", None)

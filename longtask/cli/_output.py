@@ -315,6 +315,24 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             # the graph of a graph step asks: its own value, answered with any JSON
             if req.get("stop"):
                 out.print(f"  stopped before: {escape(', '.join(req.get('next') or []))}")
+            elif req.get("actions"):
+                # a tool review of LangChain's HumanInTheLoopMiddleware: each call, and
+                # the answers it takes (approve/reject answer it)
+                for action in req["actions"]:
+                    out.print(f"  tool call: {escape(str(action.get('name')))}")
+                    out.print(f"    arguments: {escape(render(action.get('args'), '    '))}")
+                    allowed = ", ".join(action.get("allowed_decisions") or [])
+                    out.print(f"    allowed: {escape(allowed)}")
+                one = len(req["actions"]) == 1
+                at = f"{thread_id} {p.interrupt_id}"
+                out.print(f"  approve: {escape(cmd(f'longtask approve {at} --by NAME'))}")
+                if one:
+                    line = cmd(f"longtask approve {at} --by NAME --edit ARGS_JSON")
+                    out.print(f"  edit:    {escape(line)}")
+                line = cmd(f"longtask reject {at} --by NAME --comment WHY")
+                out.print(f"  reject:  {escape(line)}")
+                out.print(f"  takes:   {escape(str(req.get('answer')))}")
+                continue
             else:
                 out.print(f"  asks: {escape(render(req.get('value'), '  '))}")
             out.print(f"  answer: {escape(in_text(str(req.get('command'))))}")

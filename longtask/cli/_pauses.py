@@ -33,7 +33,10 @@ PlanHashOpt = Annotated[
     typer.Option("--plan-hash", help="The plan hash you reviewed [default: the pending one]."),
 ]
 StepArg = Annotated[
-    str | None, typer.Argument(help="The approval step [default: the only pending one].")
+    str | None,
+    typer.Argument(
+        help="The approval step, or a graph's interrupt id [default: the only pending one]."
+    ),
 ]
 
 
@@ -45,10 +48,18 @@ def _decide(
     by: str,
     comment: str | None,
     plan_hash: str | None,
+    edit: str | None = None,
 ) -> None:
+    edited = parse_json(edit, "--edit")  # checked with the answer, as every door's is
     with _runner(db, thread_id, on_update=_printer()) as runner:
         runner.decide(
-            thread_id, step, approved=approved, by=by, comment=comment, plan_hash=plan_hash
+            thread_id,
+            step,
+            approved=approved,
+            by=by,
+            comment=comment,
+            plan_hash=plan_hash,
+            edited_args=edited,
         )
         raise typer.Exit(_finish(runner, thread_id))
 
@@ -60,10 +71,18 @@ def approve(
     by: ByOpt = ...,  # type: ignore[assignment]
     comment: CommentOpt = None,
     plan_hash: PlanHashOpt = None,
+    edit: Annotated[
+        str | None,
+        typer.Option(
+            "--edit",
+            help="A tool call's corrected arguments, as a JSON object or @file: it runs "
+            "with them (a tool approval's, or a graph's HumanInTheLoopMiddleware's).",
+        ),
+    ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Approve a pending approval and continue the thread."""
-    _decide(db, thread_id, step, True, by, comment, plan_hash)
+    """Approve a pending approval (or a graph's tool review) and continue the thread."""
+    _decide(db, thread_id, step, True, by, comment, plan_hash, edit)
 
 
 @app.command()
@@ -75,7 +94,8 @@ def reject(
     plan_hash: PlanHashOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Reject a pending approval (its on_reject decides what follows)."""
+    """Reject a pending approval (its on_reject decides what follows), or a graph's tool
+    review (the tool does not run; --comment is the reason the model is told)."""
     _decide(db, thread_id, step, False, by, comment, plan_hash)
 
 

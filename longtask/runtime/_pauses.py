@@ -8,6 +8,7 @@ state is left exactly as it was.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,7 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from langgraph.types import Command
 from pydantic import ValidationError
 
+from longtask._schema_example import schema_example
 from longtask.errors import (
+    BadAnswer,
     InvalidInput,
     LongTaskError,
     StepFailed,
@@ -35,6 +38,7 @@ from longtask.steps import INTERRUPT_KIND, TIMEOUT, check_decision, check_payloa
 from longtask.steps._effects import RESOLVED_AS_FAILED
 from longtask.steps._hitl import decision_from_hitl, is_hitl, is_tool_approval
 from longtask.steps._pause import signal_value
+from longtask.steps._review import review_answer, review_of_request, schema_problem
 from longtask.store import Effect
 from longtask.store._kinds import SUBTASK_KIND
 from longtask.store._values import to_json_bytes
@@ -87,7 +91,9 @@ class Pauses:
     ) -> Pending:
         rec = self._reads.thread(thread_id)
         items = [
-            p for p in self._reads.pending(thread_id, task=task) if kind is None or p.kind == kind
+            p
+            for p in self._reads.pending(thread_id, task=task)
+            if kind is None or p.kind == kind or (kind == "approval" and _reviews(p))
         ]
         what = {"approval": "an approval", "wait": "an outside event"}.get(kind or "", "an answer")
         if not items:
@@ -128,9 +134,11 @@ class Pauses:
                 "own pauses"
             )
         if item.kind == INTERRUPT_KIND:
-            # The graph's own interrupt: its answer is whatever the graph expects, as JSON.
+            # The graph's own interrupt: its answer is whatever the graph expects, as JSON,
+            # and what the graph said it expects is checked here: an answer it cannot take
+            # would raise inside the graph and fail the step.
             to_json_bytes(value, "the answer")
-            return value
+            return graph_answer(item, value)
         if item.kind in GATE_KINDS:
             # Any value: the step looks again (and pauses again if it is still blocked).
             return value if value is not None else GATE_ANSWER
@@ -204,6 +212,15 @@ class Pauses:
         check_config(config)
         task, seen = self._checking(thread_id, task)
         item = self.select(thread_id, task, step, "approval")
+        if item.kind == INTERRUPT_KIND:
+            # A tool review of the graph's own (HumanInTheLoopMiddleware): the decision in
+            # longtask's shape, converted to the graph's with every other answer's checks.
+            own: dict[str, Any] = {"approved": approved, "comment": comment}
+            own["plan_hash"] = plan_hash
+            own |= {"edited_args": edited_args, "response": response}
+            given = {k: v for k, v in own.items() if v is not None or k == "approved"}
+            with using_config(config):
+                return self.answer(thread_id, given, interrupt=item.interrupt_id, task=task, by=by)
         decision = self.decision(
             item,
             approved=approved,
@@ -474,6 +491,32 @@ class Pauses:
         for parent, step in self._engine.subtasks.sweep(limit, only):
             results.append(TickResult(parent, step, "sub-tasks ended: continued"))
         return results
+
+
+def _reviews(item: Pending) -> bool:
+    """Whether ``item`` is a tool review of a graph's own, which approve and reject answer."""
+    return item.kind == INTERRUPT_KIND and review_of_request(item.request) is not None
+
+
+def graph_answer(item: Pending, value: Any) -> Any:
+    """``value`` as the graph's interrupt ``item`` takes it: a tool review of LangChain's
+    HumanInTheLoopMiddleware gets its decisions from any shape that says them
+    unambiguously (steps._review); an interrupt with a response schema gets an answer that
+    fits it. Else BadAnswer, naming the shape, with nothing recorded."""
+    where = f"the answer to {item.step!r} (interrupt {item.interrupt_id})"
+    schema = item.request.get("response_schema")
+    review = review_of_request(item.request)
+    if review is not None:
+        return review_answer(where, review, value, schema)
+    if isinstance(schema, Mapping):
+        problem = schema_problem(value, schema)
+        if problem is not None:
+            raise BadAnswer(
+                f"{where} does not fit the schema the graph gave for it: {problem}; it "
+                f"takes {json.dumps(schema_example(schema), ensure_ascii=False)} "
+                f"(schema: {json.dumps(schema, ensure_ascii=False)[:300]})"
+            )
+    return value
 
 
 def _settled_as(row: Effect) -> str:

@@ -185,6 +185,7 @@ class Pending(BaseModel):
             "command",
             "item",
             "value",
+            "actions",
             "open",
             "total",
         ):

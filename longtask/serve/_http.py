@@ -17,6 +17,7 @@ from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from longtask.errors import (
+    BadAnswer,
     DefinitionChanged,
     InvalidInput,
     LongTaskError,
@@ -41,6 +42,9 @@ def error(status: int, message: str, headers: Mapping[str, str] | None = None) -
 def _status_of(exc: LongTaskError) -> int:
     if isinstance(exc, ThreadNotFound):
         return 404
+    # An answer of a shape its pause cannot take: the request itself is malformed.
+    if isinstance(exc, BadAnswer):
+        return 422
     # Not waiting, a different plan, another process holds the thread: the request is fine
     # but conflicts with the thread's state, and that state is unchanged.
     if isinstance(exc, InvalidInput | NothingToResume | ThreadBusy | DefinitionChanged):

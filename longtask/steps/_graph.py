@@ -55,6 +55,7 @@ from longtask.steps._function import (
 )
 from longtask.steps._ledgered import coroutine_only
 from longtask.steps._prices import cost_of
+from longtask.steps._review import review_of
 from longtask.store import NO_CHECKPOINT, CheckpointMark
 from longtask.store._kinds import PAUSE_KINDS
 
@@ -403,6 +404,7 @@ def _as_pause(
         if isinstance(value, dict) and value.get("kind") in PAUSE_KINDS:
             out.append(intr)
             continue
+        schema = getattr(intr, "response_schema", None)
         request = {
             "kind": INTERRUPT_KIND,
             "step": info.name,
@@ -411,7 +413,21 @@ def _as_pause(
             "command": f"`longtask resume {call.thread_id} --interrupt {intr.id} --resume JSON`",
             "answer": "the value the graph's interrupt() returns, as JSON",
         }
-        out.append(Interrupt(value=request, id=intr.id))
+        if isinstance(schema, dict):
+            # the answer's JSON schema, as the graph gave it: answers are checked against it
+            request["response_schema"] = schema
+        review = review_of(value, schema)
+        if review is not None:
+            # LangChain's HumanInTheLoopMiddleware asks: each tool call, and what it takes
+            names = ", ".join(a.name for a in review.actions)
+            request["reason"] = f"graph step {info.name!r} asks to review tool calls: {names}"
+            request["actions"] = [a.view() for a in review.actions]
+            request["answer"] = review.shape()
+            request["command"] = (
+                f"`longtask approve {call.thread_id} {intr.id} --by NAME` (or reject)"
+            )
+        # the graph's response schema kept on the pause, as LangGraph's server shows it
+        out.append(Interrupt(value=request, id=intr.id, response_schema=schema))
     for intr in out:
         request = intr.value
         if request.get("kind") == INTERRUPT_KIND:

@@ -5,7 +5,10 @@ an approval takes ``true``/``false``, ``{"approved": ..., "comment": ..., "plan_
 or LangChain's human-in-the-loop ``{"decisions": [{"type": "approve" | "reject"}]}``, and is
 made by the token's name (an approver the request names may not decide is refused); a wait
 takes its payload, checked against the step's schema; the interrupt of a graph step's own
-graph takes any JSON value. A resume keyed by interrupt id answers several at once.
+graph takes any JSON value that fits the interrupt's response schema, and a tool review of
+LangChain's ``HumanInTheLoopMiddleware`` takes its decisions in LangChain's, Agent Inbox's or
+longtask's shape (steps._review); one it cannot take is a 422. A resume keyed by interrupt
+id answers several at once.
 
 Whether the caller may answer each pause a resume answers is asked first, once the pauses
 are known (``Answering.check``, serve.access): an approver answers the approvals that name
@@ -73,12 +76,13 @@ def _check(
         }
     checked = runner.pauses.resume_value(thread_id, task, item, value)
     if item.kind == "interrupt":
-        # a graph step's own interrupt: the answer is the graph's, kept by its id
+        # a graph step's own interrupt: the answer is the graph's, kept by its id, as the
+        # graph takes it (a tool review's decisions converted from Agent Inbox's shape)
         return {
             "kind": "interrupt",
             "step": item.step,
             "interrupt_id": item.interrupt_id,
-            "value": value,
+            "value": checked,
         }
     # a wait's payload as checked (Agent Inbox's response to it unwrapped)
     payload = checked if item.kind == "wait" else value

@@ -229,6 +229,16 @@ function answerForm(card, p) {
   card.append(el("h3", null, "Graph asks: " + p.step));
   if (r.stop) {
     card.append(el("div", "muted", "stopped before: " + (r.next || []).join(", ")));
+  } else if (r.actions) {
+    // a tool review of LangChain's HumanInTheLoopMiddleware: each call, what it allows
+    for (const a of r.actions) {
+      const call = el("div", "plan tool-call");
+      call.append(el("div", null, "tool call: " + a.name));
+      call.append(planView(a.args));
+      call.append(el("div", "muted", "allowed: " + (a.allowed_decisions || []).join(", ")));
+      card.append(call);
+    }
+    card.append(el("div", "muted answer-shape", "takes " + r.answer));
   } else {
     const asks = el("div", "plan");
     asks.append(planView(r.value));
@@ -237,6 +247,12 @@ function answerForm(card, p) {
   const value = el("textarea", "answer");
   value.setAttribute("aria-label", "answer (JSON)");
   value.value = "{}";
+  if (r.actions) {
+    // approving every call: edit it to reject, edit or respond
+    const approve = r.actions.map(() => ({type: "approve"}));
+    const perCall = (r.value || {}).type === "tool_approval";
+    value.value = JSON.stringify(perCall ? approve[0] : {decisions: approve}, null, 2);
+  }
   const send = el("button", "ok", "Answer");
   send.addEventListener("click", () => {
     const answer = parsed(value, "the answer");
