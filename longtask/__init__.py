@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from longtask._lazy import lazy_names
 from longtask._version import __version__
 from longtask.errors import (
+    BadAnswer,
     DatabaseError,
     DefinitionChanged,
     DefinitionError,
@@ -130,6 +131,7 @@ __getattr__ = lazy_names("longtask", _LAZY)
 
 __all__ = [
     "AgentStep",
+    "BadAnswer",
     "Budget",
     "Classified",
     "Command",
