@@ -90,17 +90,30 @@ ANSWERS: list[tuple[str, Any, list[str], str | None]] = [
 ]
 
 
-@pytest.mark.parametrize(("what", "answer", "envs", "said"), ANSWERS, ids=[a[0] for a in ANSWERS])
+#: every shape in the batched mode, and one of each kind (approve, edit, text) per call: the
+#: conversion is the same code for both, the modes differ in what the graph is then given
+SHAPE_CASES = [("batched", *a) for a in ANSWERS] + [
+    ("per_call", *a) for a in ANSWERS if a[0] in ("inbox accept", "inbox edit", "decisions reject")
+]
+
+
+@pytest.mark.parametrize(
+    ("shape_mode", "what", "answer", "envs", "said"),
+    SHAPE_CASES,
+    ids=[f"{c[0]}-{c[1]}" for c in SHAPE_CASES],
+)
 def test_each_answer_shape_does_what_it_says(
     db_url: str,
     llm: FakeOpenAI,
     deployed: Path,
-    mode: str,
+    monkeypatch: pytest.MonkeyPatch,
+    shape_mode: str,
     what: str,
     answer: Any,
     envs: list[str],
     said: str | None,
 ) -> None:
+    monkeypatch.setenv("LT_HITL_MODE", shape_mode)
     task = _task()
     with Runner(db_url) as runner:
         thread = runner.start(task, thread_id="t-hitl")
