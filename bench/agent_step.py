@@ -1,13 +1,15 @@
 #!/usr/bin/env python
 """An agent graph step against the same agent graph on raw LangGraph: time per run.
 
-    python bench/agent_step.py                    # PostgreSQL and SQLite, 30 runs a side
-    python bench/agent_step.py --quick            # smoke run (4 runs a side)
-    python bench/agent_step.py --backend postgres --runs 60
+    python bench/agent_step.py                    # PostgreSQL and SQLite, 20 runs a side
+    python bench/agent_step.py --quick            # smoke run (3 runs a side)
+    python bench/agent_step.py --backend postgres --runs 60 --turns 3,5,9
 
 The graph is LangChain's ``create_agent`` over ``ChatOpenAI`` and two tools, talking to the
-scripted OpenAI-compatible server of ``tests/fakes`` on 127.0.0.1 (no network): three model
-calls a run (two asking for tools, the last answering), three tool calls.
+scripted OpenAI-compatible server of ``tests/fakes`` on 127.0.0.1 (no network): ``--turns``
+model calls a run (each but the last asking for tools, two of them on the first), measured
+at each size given, so that the cost of one more model call (what accounting adds per call)
+is told apart from the cost of a run (a thread's record, lease, end).
 
 - **graph step**: a ``LongTask`` with one ``graph_step`` over the agent, run with
   ``Runner.start`` (a new thread per run): the agent's super-steps checkpointed on
@@ -59,14 +61,12 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-SCRIPT = by_turn(
-    [
-        Reply.tool_calls([("look", {"topic": "graphs"}), ("add", {"a": 1, "b": 2})]),
-        Reply.tool_calls([("look", {"topic": "savers"})]),
-        Reply.text("graphs are saved by savers; 1 + 2 = 3"),
-    ]
-)
-MODEL_CALLS = 3
+def script(turns: int) -> Any:
+    """``turns`` model calls: each but the last asks for tools (two on the first)."""
+    first = Reply.tool_calls([("look", {"topic": "graphs"}), ("add", {"a": 1, "b": 2})])
+    more = [Reply.tool_calls([("look", {"topic": f"savers {i}"})]) for i in range(turns - 2)]
+    return by_turn([first, *more, Reply.text("graphs are saved by savers; 1 + 2 = 3")])
+
 
 # The fake server sends a response's headers and body in two writes: with Nagle's algorithm
 # on, the body waits for the client's delayed ACK (~40 ms a call here), which would drown
@@ -136,44 +136,59 @@ def measure(backend: Backend, base_url: str, runs: int) -> tuple[list[float], li
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(parser)
-    parser.add_argument("--runs", type=int, default=None, help="timed runs a side (30; 4 quick)")
+    parser.add_argument("--runs", type=int, default=None, help="timed runs a side (20; 3 quick)")
+    parser.add_argument("--turns", default="3,9", help="model calls per run, each size (3,9)")
     args = parser.parse_args(argv)
     backends = backends_of(args)
-    runs = args.runs or (4 if args.quick else 30)
+    runs = args.runs or (3 if args.quick else 20)
+    sizes = sorted({int(x) for x in args.turns.split(",")})
+    if sizes[0] < 2:
+        parser.error("--turns: at least 2 model calls a run (tools, then the answer)")
     workdir = print_header(args, backends)
     started = time.perf_counter()
     rows = []
     try:
-        with FakeOpenAI(SCRIPT) as server:
-            for name in backends:
+        for name in backends:
+            medians: list[tuple[int, float, float]] = []
+            for turns in sizes:
                 t0 = time.perf_counter()
-                ours, raw = measure(Backend(name, workdir, args.pg), server.base_url, runs)
+                with FakeOpenAI(script(turns)) as server:
+                    ours, raw = measure(Backend(name, workdir, args.pg), server.base_url, runs)
                 mo, mr = statistics.median(ours), statistics.median(raw)
+                medians.append((turns, mo, mr))
                 paired = statistics.median(o / r for o, r in zip(ours, raw, strict=True))
                 rows.append(
                     [
                         name,
+                        str(turns),
                         ms(mo),
                         ms(mr),
-                        ms((mo - mr) / MODEL_CALLS),
+                        ms(mo - mr),
                         f"{mo / mr:.2f}",
                         f"{paired:.2f}",
                     ]
                 )
                 print(
-                    f"  [{name}] {runs} runs a side in {time.perf_counter() - t0:.1f} s",
+                    f"  [{name}] {turns} turns, {runs} runs a side: "
+                    f"{time.perf_counter() - t0:.1f} s",
                     file=sys.stderr,
                 )
+            if len(medians) > 1:
+                (n0, o0, r0), (n1, o1, r1) = medians[0], medians[-1]
+                per_o, per_r = (o1 - o0) / (n1 - n0), (r1 - r0) / (n1 - n0)
+                ratio = f"{per_o / per_r:.2f}"
+                rows.append([name, "per call", ms(per_o), ms(per_r), ms(per_o - per_r), ratio, ""])
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     print(
-        f"\nms per agent run ({MODEL_CALLS} model calls, 3 tool calls; median of {runs} runs a "
-        "side, alternating; ratio = graph step / raw)"
+        f"\nms per agent run (median of {runs} runs a side, alternating; ratio = graph step / "
+        "raw; paired = median of run-by-run ratios). 'per call': the cost of one more model "
+        f"call (and its tool call), from {sizes[0]} to {sizes[-1]} turns"
     )
     print(
         table(
-            ["backend", "graph step", "raw LangGraph", "extra per model call", "ratio", "paired"],
+            ["backend", "turns", "graph step", "raw LangGraph", "extra", "ratio", "paired"],
             rows,
         )
     )
