@@ -139,7 +139,7 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
             self._guarded_writes.pop(thread_id, None)
 
     def _events_for(self, thread_id: str) -> builtins.list[NewEvent]:
-        return self.outbox.take(thread_id) if self.outbox is not None else []
+        return self.outbox.take(thread_id, writing=True) if self.outbox is not None else []
 
     def _epoch(self, thread_id: str) -> int | None:
         return self.fence.epoch(thread_id) if self.fence is not None else None
@@ -181,6 +181,8 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
                     if blobs:
                         self.outbox.restore_blobs(thread_id, blobs)
                 raise
+            if events and self.outbox is not None:
+                self.outbox.landed(thread_id, events)
 
     def store_live(self, thread_id: str) -> None:
         """Store the thread's pending live events (see EventWriter) in a transaction of
@@ -196,9 +198,12 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
             try:
                 self.backend.write(thread_id, self._epoch(thread_id), Batch(events=events))
             except BaseException as exc:
-                if not lease_lost(exc):
+                if lease_lost(exc):
+                    self.outbox.landed(thread_id, events)
+                else:
                     self.outbox.restore(thread_id, events)
                 raise
+            self.outbox.landed(thread_id, events)
 
     def settle(
         self, thread_id: str, sql: str, params: Sequence[Any], then: NewEvent | None = None

@@ -20,9 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from longtask.store._events import charge_rows
 from longtask.store._fence import LOST
+from longtask.store._limits import BUDGET_CHARGE_SQL
 from longtask.store._pooled import on_pooled
 from longtask.store._store import _EVENT_INSERT, _EVENT_ROW
+from longtask.store._usage import USAGE_CHARGE_SQL
 
 if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
@@ -402,7 +405,7 @@ class SqliteBackend(Backend):
                 if batch.blobs:
                     conn.executemany(_BLOB_SQL, _blob_rows(batch.blobs))
                 if batch.events:
-                    conn.executemany(EVENTS_SQL, [e.params() for e in batch.events])
+                    self._put_events(conn, batch.events)
                 if batch.writes:
                     conn.executemany(self.PUT_WRITE, batch.writes)
                 if batch.upserts:
@@ -417,6 +420,21 @@ class SqliteBackend(Backend):
                 conn.rollback()
                 raise
             conn.commit()
+
+    def _put_events(self, conn: sqlite3.Connection, events: Sequence[NewEvent]) -> None:
+        """Insert ``events`` and pay the charges of those it stored (not of one stored
+        before: a repeated write charges nothing twice)."""
+        if all(e.charge is None for e in events):
+            conn.executemany(EVENTS_SQL, [e.params() for e in events])
+            return
+        stored = [e for e in events if conn.execute(EVENTS_SQL, e.params()).rowcount]
+        budgets, usage = charge_rows(stored)
+        now = time.time()
+        conn.executemany(BUDGET_CHARGE_SQL, [(*r, now) for r in budgets])
+        conn.executemany(
+            USAGE_CHARGE_SQL,
+            [(t, st, int(tk), c, int(tc), mc, now) for t, st, tk, c, tc, mc in usage],
+        )
 
     def _json_pairs(self) -> str:
         return (
@@ -475,10 +493,12 @@ def _cp_write_params(thread_id: str, epoch: int | None, batch: Batch) -> tuple[A
     check), the rows as one JSON document, and every byte string as one ``bytea[]`` that
     the rows point into (1-based). The document's lists, each present only when not
     empty: ``b`` blobs [digest, size, created_at, i]; ``e`` events [kind, stage, step,
-    attempt, data, ts, dedupe_key]; ``w`` writes and ``u`` upserts [ns, checkpoint, task,
-    idx, channel, type, task_path, i]; ``v`` values [ns, channel, version, type, i]; ``c``
-    the checkpoint [ns, id, parent, base, depth, metadata, run_id, i]. Text travels in JSON
-    (parsed by the server in C), bytes in binary: no escaping of either."""
+    attempt, data, ts, dedupe_key]; ``g`` the charges some of them carry [dedupe_key,
+    owners, step, tokens, cost, tool_calls, model_calls, wall_time, now]; ``w`` writes and
+    ``u`` upserts [ns, checkpoint, task, idx, channel, type, task_path, i]; ``v`` values
+    [ns, channel, version, type, i]; ``c`` the checkpoint [ns, id, parent, base, depth,
+    metadata, run_id, i]. Text travels in JSON (parsed by the server in C), bytes in
+    binary: no escaping of either."""
     data: list[bytes | None] = []
 
     def at(value: bytes | None) -> int:
@@ -491,6 +511,14 @@ def _cp_write_params(thread_id: str, epoch: int | None, batch: Batch) -> tuple[A
         doc["b"] = [[d, len(b), now, at(b)] for d, b in batch.blobs.items()]
     if batch.events:
         doc["e"] = [e.params()[1:] for e in batch.events]
+        now = time.time()
+        charges = [
+            [e.params()[7], list(g.owners), g.step, g.tokens, g.cost, *g.rest(), now]
+            for e in batch.events
+            if (g := e.charge) is not None
+        ]
+        if charges:
+            doc["g"] = charges
     if batch.writes:
         doc["w"] = [[*r[1:7], r[8], at(r[7])] for r in batch.writes]
     if batch.upserts:

@@ -247,13 +247,6 @@ class AgentRun:
         self.tokens += total
         self.cost += cost or 0.0
         self.cost_unknown = self.cost_unknown or cost is None
-        self.env.store.charge(
-            self.call.thread_id,
-            step=self.info.name,
-            model_calls=1,
-            tokens=total,
-            cost=cost or 0.0,
-        )
         self.env.emit(
             self.call,
             "model.call",
@@ -273,6 +266,8 @@ class AgentRun:
                 "response_id": meta.get("id") or getattr(message, "id", None),
                 "tool_calls": len(getattr(message, "tool_calls", None) or []),
             },
+            # Paid by the write that stores the event (see Charge): no transaction of its own.
+            charge=self.env.charge_for(self.call, self.info, total, cost or 0.0, model_calls=1),
         )
 
     # -- tool calls --------------------------------------------------------------------------
@@ -322,13 +317,23 @@ class AgentRun:
         check_limits(self.env, self.call, self.info)
 
         if name in self.step.read_only_tools:
-            self.env.store.charge(self.call.thread_id, step=self.info.name, tool_calls=1)
+            self.env.store.charge(
+                self.call.thread_id,
+                step=self.info.name,
+                ancestors=self.env.ancestors_of(self.call.thread_id),
+                tool_calls=1,
+            )
             self.tool_calls += 1
             return handler(request)
 
         def perform(_id: str, _args: Any) -> ToolRecord:
             # Charged when the tool really runs (a replay from the ledger costs nothing).
-            self.env.store.charge(self.call.thread_id, step=self.info.name, tool_calls=1)
+            self.env.store.charge(
+                self.call.thread_id,
+                step=self.info.name,
+                ancestors=self.env.ancestors_of(self.call.thread_id),
+                tool_calls=1,
+            )
             out = handler(request)
             if isinstance(out, ToolMessage):
                 return {"content": out.content, "status": out.status}

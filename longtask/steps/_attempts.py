@@ -38,6 +38,7 @@ from longtask.errors import Cancelled, LimitReached, NeedsPerson, RetryLater, St
 from longtask.model import Retry, StepInfo
 from longtask.steps._classify import Classified, classify
 from longtask.store import NO_ITEM, Attempts, Store
+from longtask.store._events import Charge
 
 if TYPE_CHECKING:
     from longtask.steps._call import NodeCall
@@ -95,7 +96,10 @@ class AttemptEnv(Protocol):
         stage: str | None = None,
         attempt: int | None = None,
         data: dict[str, Any] | None = None,
+        charge: Charge | None = None,
     ) -> None: ...
+
+    def unstored(self, owner: str) -> dict[str, float]: ...
 
     def attempts_of(self, thread_id: str, where: tuple[str, int]) -> Attempts | None: ...
 
@@ -187,6 +191,10 @@ def check_limits(
     now = env.clock().timestamp()
     for owner in (call.thread_id, *ancestors):
         budget = env.store.budget(owner)
+        if budget is not None:
+            # Charges ride with their events (a model call's with its ``model.call``): what
+            # the queued ones charge is not in the stored counters yet.
+            budget = budget.plus(env.unstored(owner))
         exceeded = budget.exceeded(now) if budget is not None else []
         if budget is not None and exceeded:
             break

@@ -4,6 +4,7 @@ identity for idempotent events, attempts with retries, timeouts."""
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import inspect
 import threading
 import time
@@ -45,6 +46,7 @@ from longtask.store import (
     attempt_statement,
     skipped_value,
 )
+from longtask.store._events import Charge
 
 __all__ = [
     "CONTROL",
@@ -141,10 +143,14 @@ class StepEnv:
         stage: str | None = None,
         attempt: int | None = None,
         data: dict[str, Any] | None = None,
+        charge: Charge | None = None,
     ) -> None:
         """Queue an event about ``info``'s step (or just ``stage``): it commits with the
-        thread's next checkpoint."""
+        thread's next checkpoint (a live one within a second), and pays ``charge`` in that
+        transaction."""
         event = self.event(call, kind, key, info, stage=stage, attempt=attempt, data=data)
+        if charge is not None:
+            event = dataclasses.replace(event, charge=charge)
         self.events.put(event)
         # Also to LangGraph's `custom` stream mode, for a caller streaming the run.
         write_custom(
@@ -304,7 +310,7 @@ class StepEnv:
 
     def charge_time(self, thread_id: str, seconds: float) -> None:
         if self.counts_time:
-            self.store.charge(thread_id, wall_time=seconds)
+            self.store.charge(thread_id, ancestors=self.ancestors_of(thread_id), wall_time=seconds)
 
     def cancel(self, thread_id: str) -> None:
         with self._lock:
@@ -323,6 +329,17 @@ class StepEnv:
             return False
         self.cancel(thread_id)
         return True
+
+    def unstored(self, owner: str) -> dict[str, float]:
+        return self.events.unstored(owner)
+
+    def charge_for(
+        self, call: NodeCall, info: StepInfo, tokens: int, cost: float, *, model_calls: int = 0
+    ) -> Charge:
+        """A charge to the step's usage and the budgets of its thread and its ancestors
+        (known for the run: no query per call)."""
+        owners = (call.thread_id, *self.ancestors_of(call.thread_id))
+        return Charge(owners, info.name, tokens=tokens, cost=cost, model_calls=model_calls)
 
     def set_ancestors(self, thread_id: str, ancestors: tuple[str, ...]) -> None:
         with self._lock:
@@ -363,6 +380,7 @@ class StepRuntime:
         self.env.store.charge(
             self.call.thread_id,
             step=self.info.name,
+            ancestors=self.env.ancestors_of(self.call.thread_id),
             tokens=tokens,
             cost=cost,
             tool_calls=tool_calls,

@@ -217,9 +217,6 @@ class ModelCalls(BaseCallbackHandler):
         cost = cost_of(model, tokens_in, tokens_out, self.step.prices)
         with self._lock:
             self.tokens += total
-        self.env.store.charge(
-            self.call.thread_id, step=self.info.name, model_calls=1, tokens=total, cost=cost or 0.0
-        )
         self.env.emit(
             self.call,
             "model.call",
@@ -237,6 +234,8 @@ class ModelCalls(BaseCallbackHandler):
                 "response_id": meta.get("id") or getattr(message, "id", None),
                 "tool_calls": len(getattr(message, "tool_calls", None) or []),
             },
+            # Paid by the write that stores the event (see Charge): no transaction of its own.
+            charge=self.env.charge_for(self.call, self.info, total, cost or 0.0, model_calls=1),
         )
 
 

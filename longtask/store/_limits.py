@@ -43,6 +43,13 @@ class BudgetState:
     #: epoch seconds after which no step may start (the task's deadline), if any
     deadline_at: float | None
 
+    def plus(self, used: dict[str, float]) -> BudgetState:
+        """The same budget with ``used`` added to what it has used (charges not stored yet)."""
+        if not any(used.values()):
+            return self
+        total = {n: self.used[n] + used.get(n, 0.0) for n in BUDGET_LIMITS}
+        return BudgetState(self.thread_id, self.limits, total, self.deadline_at)
+
     def exceeded(self, now: float) -> list[str]:
         """Which limits are used up, as ``"tokens 1200 of 1000"`` (empty if none)."""
         out = []
@@ -70,6 +77,19 @@ def _num(value: float) -> str:
 _BUDGET_COLS = (
     "thread_id, tokens_limit, cost_limit, tool_calls_limit, wall_time_limit, deadline_at, "
     "tokens, cost, tool_calls, wall_time"
+)
+
+
+#: adds a charge to a thread's budget row (made without limits if missing): (thread, tokens,
+#: cost, tool_calls, wall_time, now)
+BUDGET_CHARGE_SQL = (
+    "INSERT INTO longtask_budgets (thread_id, tokens, cost, tool_calls, wall_time, "
+    "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT (thread_id) DO UPDATE SET "
+    "tokens = longtask_budgets.tokens + excluded.tokens, "
+    "cost = longtask_budgets.cost + excluded.cost, "
+    "tool_calls = longtask_budgets.tool_calls + excluded.tool_calls, "
+    "wall_time = longtask_budgets.wall_time + excluded.wall_time, "
+    "updated_at = excluded.updated_at"
 )
 
 
@@ -155,28 +175,24 @@ class LimitTables:
         )
 
     def charge(
-        self, thread_id: str, *, step: str | None = None, model_calls: int = 0, **used: float
+        self,
+        thread_id: str,
+        *,
+        step: str | None = None,
+        model_calls: int = 0,
+        ancestors: Sequence[str] | None = None,
+        **used: float,
     ) -> None:
         """Add to the thread's usage counters (a row without limits is created if needed),
         and, with ``step``, to that step's (in the same transaction: the steps' usage adds up
-        to the thread's)."""
+        to the thread's). ``ancestors``: the thread's, when the caller knows them (None:
+        looked up)."""
         values = [float(used.get(n, 0) or 0) for n in BUDGET_LIMITS]
         now = time.time()
         # A sub-task's usage is its ancestors' too (their budgets bound the whole tree), in
         # the same transaction.
-        budgets = [
-            (
-                "INSERT INTO longtask_budgets (thread_id, tokens, cost, tool_calls, wall_time, "
-                "updated_at) VALUES (?,?,?,?,?,?) ON CONFLICT (thread_id) DO UPDATE SET "
-                "tokens = longtask_budgets.tokens + excluded.tokens, "
-                "cost = longtask_budgets.cost + excluded.cost, "
-                "tool_calls = longtask_budgets.tool_calls + excluded.tool_calls, "
-                "wall_time = longtask_budgets.wall_time + excluded.wall_time, "
-                "updated_at = excluded.updated_at",
-                (who, *values, now),
-            )
-            for who in (thread_id, *self.ancestors(thread_id))
-        ]
+        owners = (thread_id, *(self.ancestors(thread_id) if ancestors is None else ancestors))
+        budgets = [(BUDGET_CHARGE_SQL, (who, *values, now)) for who in owners]
         if step is None:
             self._run_all(budgets)
             return

@@ -89,16 +89,7 @@ _CP_WRITE_FUNCTION = (
                     FROM jsonb_array_elements(d->'b') r
                     ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at;
             END IF;
-            IF d ? 'e' THEN
-                -- in emission order: event ids follow it
-                INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data, ts,
-                        dedupe_key)
-                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, (r->>5)::float8, r->>6
-                    FROM jsonb_array_elements(d->'e') WITH ORDINALITY AS x(r, n) ORDER BY n
-                    ON CONFLICT (dedupe_key) DO NOTHING;
-                PERFORM pg_notify('longtask_events', t);
-            END IF;
-            IF d ? 'w' THEN
+{events}            IF d ? 'w' THEN
                 INSERT INTO longtask_cp_writes (thread_id, checkpoint_ns, checkpoint_id,
                         task_id, idx, channel, type, value, task_path)
                     SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, r->>5,
@@ -162,8 +153,77 @@ _CHECKPOINT_17 = """            IF d ? 'c' THEN
 """
 
 
-def _cp_write_function(checkpoint: str) -> str:
-    return _CP_WRITE_FUNCTION.replace("{checkpoint}", checkpoint)
+#: migration 16's insert of the events
+_EVENTS_16 = """            IF d ? 'e' THEN
+                -- in emission order: event ids follow it
+                INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data, ts,
+                        dedupe_key)
+                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, (r->>5)::float8, r->>6
+                    FROM jsonb_array_elements(d->'e') WITH ORDINALITY AS x(r, n) ORDER BY n
+                    ON CONFLICT (dedupe_key) DO NOTHING;
+                PERFORM pg_notify('longtask_events', t);
+            END IF;
+"""
+
+#: migration 28's: the charges the events carry (``Charge``: a model call's tokens and
+#: cost) go to the budgets and the steps' usage rows in the same statement, and only for
+#: the events this write stored (a write repeated after its answer was lost, or an event
+#: stored before, charges nothing twice). Rows of ``g``: [event key, owners, step,
+#: tokens, cost, tool_calls, model_calls, wall_time, now].
+_EVENTS_28 = """            IF d ? 'g' THEN
+                WITH e AS (
+                    INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data,
+                            ts, dedupe_key)
+                        SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, (r->>5)::float8,
+                            r->>6
+                        FROM jsonb_array_elements(d->'e') WITH ORDINALITY AS x(r, n)
+                        ORDER BY n
+                        ON CONFLICT (dedupe_key) DO NOTHING
+                        RETURNING dedupe_key
+                ), g AS (
+                    SELECT r FROM jsonb_array_elements(d->'g') r
+                        JOIN e ON e.dedupe_key = r->>0
+                ), b AS (
+                    INSERT INTO longtask_budgets (thread_id, tokens, cost, tool_calls,
+                            wall_time, updated_at)
+                        SELECT o, SUM((r->>3)::float8)::bigint, SUM((r->>4)::float8),
+                            SUM((r->>5)::float8)::bigint, SUM((r->>7)::float8),
+                            MAX((r->>8)::float8)
+                        FROM g, jsonb_array_elements_text(r->1) o GROUP BY o
+                        ON CONFLICT (thread_id) DO UPDATE SET
+                            tokens = longtask_budgets.tokens + excluded.tokens,
+                            cost = longtask_budgets.cost + excluded.cost,
+                            tool_calls = longtask_budgets.tool_calls + excluded.tool_calls,
+                            wall_time = longtask_budgets.wall_time + excluded.wall_time,
+                            updated_at = excluded.updated_at
+                )
+                INSERT INTO longtask_usage (thread_id, step, tokens, cost, tool_calls,
+                        model_calls, updated_at)
+                    SELECT r->1->>0, r->>2, SUM((r->>3)::float8)::bigint, SUM((r->>4)::float8),
+                        SUM((r->>5)::float8)::bigint, SUM((r->>6)::int),
+                        MAX((r->>8)::float8)
+                    FROM g WHERE r->>2 IS NOT NULL GROUP BY r->1->>0, r->>2
+                    ON CONFLICT (thread_id, step) DO UPDATE SET
+                        tokens = longtask_usage.tokens + excluded.tokens,
+                        cost = longtask_usage.cost + excluded.cost,
+                        tool_calls = longtask_usage.tool_calls + excluded.tool_calls,
+                        model_calls = longtask_usage.model_calls + excluded.model_calls,
+                        updated_at = excluded.updated_at;
+                PERFORM pg_notify('longtask_events', t);
+            ELSIF d ? 'e' THEN
+                -- in emission order: event ids follow it
+                INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data, ts,
+                        dedupe_key)
+                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, (r->>5)::float8, r->>6
+                    FROM jsonb_array_elements(d->'e') WITH ORDINALITY AS x(r, n) ORDER BY n
+                    ON CONFLICT (dedupe_key) DO NOTHING;
+                PERFORM pg_notify('longtask_events', t);
+            END IF;
+"""
+
+
+def _cp_write_function(checkpoint: str, events: str = _EVENTS_16) -> str:
+    return _CP_WRITE_FUNCTION.replace("{checkpoint}", checkpoint).replace("{events}", events)
 
 
 #: the events that make a notification (store._notify): a pause of each kind, a thread's
@@ -836,6 +896,12 @@ MIGRATIONS: list[list[str | Step]] = [
             RETURN NULL;
         END
         $$ LANGUAGE plpgsql""",
+    ],
+    # 28 (issue 51): a model call is paid for by the write that stores its event (the
+    # saver's batch: its checkpoint's, or the live events' own), not by a transaction of its
+    # own; on SQLite the saver runs the same upserts in the batch's transaction
+    [
+        POSTGRES_ONLY + _cp_write_function(_CHECKPOINT_17, _EVENTS_28),
     ],
 ]
 

@@ -36,18 +36,25 @@ USAGE_KEYS = (
 _USAGE_COLS = "step, " + ", ".join(USAGE_KEYS)
 
 
+#: adds a charge to a step's usage row (made if missing): (thread, step, tokens, cost,
+#: tool_calls, model_calls, now)
+USAGE_CHARGE_SQL = (
+    "INSERT INTO longtask_usage (thread_id, step, tokens, cost, tool_calls, model_calls, "
+    "updated_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT (thread_id, step) DO UPDATE SET "
+    "tokens = longtask_usage.tokens + excluded.tokens, "
+    "cost = longtask_usage.cost + excluded.cost, "
+    "tool_calls = longtask_usage.tool_calls + excluded.tool_calls, "
+    "model_calls = longtask_usage.model_calls + excluded.model_calls, "
+    "updated_at = excluded.updated_at"
+)
+
+
 def usage_statement(
     thread_id: str, step: str, tokens: float, cost: float, tool_calls: float, model_calls: int
 ) -> tuple[str, tuple[Any, ...]]:
     """The statement adding a charge to ``step``'s row (made if missing)."""
     return (
-        "INSERT INTO longtask_usage (thread_id, step, tokens, cost, tool_calls, model_calls, "
-        "updated_at) VALUES (?,?,?,?,?,?,?) ON CONFLICT (thread_id, step) DO UPDATE SET "
-        "tokens = longtask_usage.tokens + excluded.tokens, "
-        "cost = longtask_usage.cost + excluded.cost, "
-        "tool_calls = longtask_usage.tool_calls + excluded.tool_calls, "
-        "model_calls = longtask_usage.model_calls + excluded.model_calls, "
-        "updated_at = excluded.updated_at",
+        USAGE_CHARGE_SQL,
         (thread_id, step, int(tokens), float(cost), int(tool_calls), model_calls, time.time()),
     )
 

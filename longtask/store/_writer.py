@@ -64,6 +64,9 @@ class EventWriter:
         #: whether the flusher waits with no deadline (only then does a live event wake it:
         #: a deadline it waits for is never later than a new event's)
         self._idle = False
+        #: events carrying a charge, taken for a write that has not ended yet (per thread):
+        #: what they charge is in neither the queue nor the database until it ends
+        self._flying: dict[str, list[NewEvent]] = {}
 
     def put_blob(self, thread_id: str, digest: str, data: bytes) -> None:
         """A content-addressed blob a node's writes will refer to (see ValueCodec)."""
@@ -86,15 +89,57 @@ class EventWriter:
                 self._live_at[event.thread_id] = time.monotonic()
                 self._wake()
 
-    def take(self, thread_id: str) -> list[NewEvent]:
-        """The thread's pending events, for the transaction about to store its checkpoint."""
+    def take(self, thread_id: str, *, writing: bool = False) -> list[NewEvent]:
+        """The thread's pending events, for the transaction about to store its checkpoint
+        (``writing``: the writer calls ``landed`` when it has ended, or ``restore``)."""
         with self._lock:
             self._live_at.pop(thread_id, None)
-            return self._pending.pop(thread_id, [])
+            events = self._pending.pop(thread_id, [])
+            if writing:
+                self._fly(thread_id, events)
+            return events
+
+    def _fly(self, thread_id: str, events: list[NewEvent]) -> None:
+        charged = [e for e in events if e.charge is not None]
+        if charged:
+            self._flying.setdefault(thread_id, []).extend(charged)
+
+    def landed(self, thread_id: str, events: Sequence[NewEvent]) -> None:
+        """The write that took ``events`` committed them (or dropped them for good)."""
+        with self._lock:
+            self._land(thread_id, events)
+
+    def _land(self, thread_id: str, events: Sequence[NewEvent]) -> None:
+        """(Under the lock.)"""
+        flying = self._flying.get(thread_id)
+        if not flying:
+            return
+        gone = {id(e) for e in events}
+        flying[:] = [e for e in flying if id(e) not in gone]
+        if not flying:
+            del self._flying[thread_id]
+
+    def unstored(self, owner: str) -> dict[str, float]:
+        """What the events not stored yet charge to ``owner``'s budget (queued, or in a
+        write that has not ended): a budget check adds it to the stored counters, as the
+        charge is paid only by the write that stores its event."""
+        out = {"tokens": 0.0, "cost": 0.0, "tool_calls": 0.0, "wall_time": 0.0}
+        with self._lock:
+            queues = [*self._pending.values(), *self._flying.values()]
+            for queue in queues:
+                for e in queue:
+                    c = e.charge
+                    if c is not None and owner in c.owners:
+                        out["tokens"] += c.tokens
+                        out["cost"] += c.cost
+                        out["tool_calls"] += c.tool_calls
+                        out["wall_time"] += c.wall_time
+        return out
 
     def take_live(self, thread_id: str) -> list[NewEvent]:
         """The thread's pending live events, in order, for a transaction of their own; its
-        facts stay for the write they describe."""
+        facts stay for the write they describe. The writer calls ``landed`` when it has
+        ended, or ``restore``."""
         with self._lock:
             self._live_at.pop(thread_id, None)
             pending = self._pending.get(thread_id)
@@ -107,11 +152,13 @@ class EventWriter:
                     self._pending[thread_id] = facts
                 else:
                     del self._pending[thread_id]
+                self._fly(thread_id, live)
             return live
 
     def restore(self, thread_id: str, events: list[NewEvent]) -> None:
         """Give back events whose transaction failed (ahead of any queued since)."""
         with self._lock:
+            self._land(thread_id, events)
             self._pending[thread_id] = events + self._pending.get(thread_id, [])
             if self._live_sink is not None and any(e.kind in LIVE_KINDS for e in events):
                 self._live_at.setdefault(thread_id, time.monotonic())
