@@ -318,7 +318,7 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         for h in self._guarded_for(thread_id, ns, parent_id):
             (batch.upserts if h.upsert else batch.writes).extend(h.rows)
         self._commit_held(thread_id, held, batch)
-        live = meta.get("source") in ("input", "loop")
+        live = meta.get("source") in ("input", "loop") and _one_task(checkpoint)
         self._held.set_live(thread_id, ns, checkpoint_id if live else None)
         updated = checkpoint.get("updated_channels")
         self._remember(
@@ -370,7 +370,12 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
             # committed with the checkpoint after them, under the check (see guarded)
             self._guarded_writes.setdefault(thread_id, []).append(mine)
             return
-        if not upsert and self._held.hold((thread_id, ns, str(checkpoint_id)), mine):
+        if (
+            not upsert
+            # a task a running one started (a functional API's): it has a sibling
+            and not task_path.startswith(_PUSH)
+            and self._held.hold((thread_id, ns, str(checkpoint_id)), mine)
+        ):
             return  # committed by the checkpoint after it, or by the flusher (see _held)
         # An error, an interrupt or a resume ends the super-step with no checkpoint after
         # it: commit now, with the writes held on this checkpoint.
@@ -562,6 +567,28 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+
+#: how a task made by a ``Send`` or a functional API's call starts its path
+_PUSH = "~__pregel_push"
+
+
+def _one_task(checkpoint: Checkpoint) -> bool:
+    """Whether the super-step after ``checkpoint`` runs one task, as its updated channels
+    say: one node triggered (``branch:to:NODE``, ``join:...:NODE``, ``__start__``) and no
+    ``Send``. Unsure (no updated channels recorded): False, and its writes are not held."""
+    updated = checkpoint.get("updated_channels")
+    if updated is None or "__pregel_tasks" in updated:
+        return False
+    nodes = set()
+    for ch in updated:
+        if ch.startswith("branch:to:"):
+            nodes.add(ch[10:])
+        elif ch.startswith("join:"):
+            nodes.add(ch.rpartition(":")[2])
+        elif ch == "__start__":
+            nodes.add(ch)
+    return len(nodes) == 1
 
 
 def _matches(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:

@@ -35,6 +35,7 @@ from longtask.errors import (
 )
 from longtask.graphs import compile_graph, entry_node
 from longtask.model import GraphApp, LongTask, PauseStep
+from longtask.runtime._accepted import record_answers, with_accepted
 from longtask.runtime._answers import GATE_ANSWER, NotWaiting, refuse_repeated_outcome
 from longtask.runtime._calls import (
     CALL_CONFIG,
@@ -526,6 +527,8 @@ class Engine:
             if update is not None:
                 # Checked under the lock, before the lease is taken: a refusal changes nothing.
                 self.gate.check(task, graph, thread_id, update, door="command", held=True)
+            # Accepted: an answer to a graph's interrupt is durable from here on.
+            record_answers(self.db, thread_id, command, by)
 
         if graph_input is None:
             graph_input = self._answer_gates(rec, task)
@@ -668,6 +671,9 @@ class Engine:
             if not first and rec.status == "running":
                 # Running, yet this process got the lock: the run that held it died.
                 recover(store, env, thread_id, run)
+            if not first:
+                # answers the dead run had accepted, which its graph had not stored yet
+                graph_input = with_accepted(self.db, thread_id, graph_input)
             run_config = merge_config(_config(thread_id, run), extra)
             run_config["max_concurrency"] = concurrency(task)
             if first:

@@ -171,14 +171,17 @@ class Pauses:
         value: Any,
         allow_changed_definition: bool = False,
         seen: str | None = None,
+        by: str | None = None,
     ) -> str:
         """Continue the thread with ``value`` for ``item``, if it is still pending then
-        (``seen``: the queue's mark taken before the answer was checked, see ``_checking``)."""
+        (``seen``: the queue's mark taken before the answer was checked, see ``_checking``;
+        ``by``: who answers, recorded with an answer to a graph's interrupt)."""
         parts = self._engine.resume_run(
             thread_id,
             Command(resume={item.interrupt_id: value}),
             task=task,
             expect_interrupt=item.interrupt_id,
+            by=by or (whoami() if item.kind == INTERRUPT_KIND else None),
             allow_changed_definition=allow_changed_definition,
             spec=StreamSpec(),
             config=None,
@@ -361,18 +364,11 @@ class Pauses:
                     f"is given by {by!r}; a decision can only be given in one's own name"
                 )
         checked = self.resume_value(thread_id, task, item, value, by=by)
-        if item.kind == INTERRUPT_KIND:
-            # Who answered a graph's own interrupt: its answer is the graph's, with no room
-            # for a name, so the record is written here, once the answer passed its checks.
-            self.db.store.append_event(
-                thread_id,
-                "interrupt.resolved",
-                key=f"interrupt.resolved/{item.interrupt_id}",
-                step=item.step,
-                data={"interrupt_id": item.interrupt_id, "by": by or whoami(), "value": checked},
-            )
+        # Who answered a graph's own interrupt (its answer is the graph's, with no room for a
+        # name) is recorded by the run once it accepted the answer, with the answer itself
+        # (runtime._accepted): a refused answer leaves no record.
         return self._resume_pending(
-            thread_id, task, item, checked, allow_changed_definition, seen=seen
+            thread_id, task, item, checked, allow_changed_definition, seen=seen, by=by
         )
 
     def resolve_effect(

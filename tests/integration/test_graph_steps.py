@@ -19,6 +19,7 @@ from typing_extensions import TypedDict
 
 from longtask import (
     Budget,
+    DefinitionChanged,
     DefinitionError,
     InvalidInput,
     LongTask,
@@ -220,6 +221,28 @@ def test_interrupts_of_the_graph_are_pauses_answered_by_id(runner: Runner) -> No
     assert [(e.step, e.data["by"]) for e in resolved] == [("asks", "ana"), ("stops", "bo")]
     required = runner.events(thread, kinds=["interrupt.required"])
     assert sorted(e.step for e in required) == ["asks", "stops"]
+
+
+def test_a_refused_answer_records_nobody_as_answering(runner: Runner) -> None:
+    # The answer passes its own checks, and the run refuses it (the thread's definition
+    # changed since): no `interrupt.resolved` says it was answered.
+    task = LongTask(
+        "refused", stages=[Stage("s", [graph_step("asks", _asking(), input=lambda ctx: {"n": 0})])]
+    )
+    thread = runner.start(task, {}, thread_id="t-refused")
+    (pending,) = runner.pending(thread)
+    changed = LongTask(
+        "refused",
+        version="2",
+        stages=[Stage("s", [graph_step("asks", _asking(), input=lambda ctx: {"n": 0})])],
+    )
+    with pytest.raises(DefinitionChanged):
+        runner.answer(thread, {"add": 1}, interrupt=pending.interrupt_id, by="ana", task=changed)
+    assert runner.events(thread, kinds=["interrupt.resolved"]) == []
+    assert [p.interrupt_id for p in runner.pending(thread)] == [pending.interrupt_id]
+    runner.answer(thread, {"add": 1}, interrupt=pending.interrupt_id, by="bo", task=task)
+    resolved = runner.events(thread, kinds=["interrupt.resolved"])
+    assert [(e.data["by"], e.data["value"]) for e in resolved] == [("bo", {"add": 1})]
 
 
 def _agent(tools: list[Any], **kw: Any) -> Any:

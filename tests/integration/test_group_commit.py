@@ -29,15 +29,23 @@ def _config(thread_id: str, checkpoint_id: str | None = None) -> dict[str, Any]:
     return {"configurable": conf}
 
 
-def _checkpoint(n: int) -> Any:
+def _checkpoint(n: int, triggers: tuple[str, ...] = ("branch:to:a",)) -> Any:
     cp = empty_checkpoint()
     cp["channel_values"] = {"x": n}
     cp["channel_versions"] = {"x": f"{n:032}.0"}
+    # what the super-step after it runs: one node unless told
+    cp["updated_channels"] = ["x", *triggers]
     return cp
 
 
-def _put(db: Database, thread_id: str, n: int, parent: str | None) -> str:
-    cp = _checkpoint(n)
+def _put(
+    db: Database,
+    thread_id: str,
+    n: int,
+    parent: str | None,
+    triggers: tuple[str, ...] = ("branch:to:a",),
+) -> str:
+    cp = _checkpoint(n, triggers)
     db.saver.put(_config(thread_id, parent), cp, {"source": "loop", "step": n}, {"x": f"{n:032}.0"})
     return str(cp["id"])
 
@@ -93,21 +101,39 @@ def test_writes_with_no_checkpoint_after_them_commit_on_their_own(
     assert not db.saver._held.pending
 
 
-def test_held_writes_of_several_tasks_commit_with_the_next_checkpoint(
-    db: Database, db_url: str
-) -> None:
+def test_held_writes_of_a_task_commit_with_the_next_checkpoint(db: Database, db_url: str) -> None:
     db.saver._held.window = 30.0  # a loaded machine must not let the flusher in first
     parent = _put(db, "t", 1, None)
-    db.saver.put_writes(_config("t", parent), [("x", 1)], "task-a")
-    db.saver.put_writes(_config("t", parent), [("x", 2)], "task-b")
+    db.saver.put_writes(_config("t", parent), [("x", 1)], "task-a", "~__pregel_pull, a")
     assert db.saver._held.pending
     assert _writes_of(db_url, "t", parent) == []  # not yet committed
     calls = _counting_transactions(db)
     child = _put(db, "t", 2, parent)
     assert calls[0] == 1  # the writes and the checkpoint: one transaction
-    assert sorted(_writes_of(db_url, "t", parent)) == [("task-a", "x", 1), ("task-b", "x", 2)]
+    assert _writes_of(db_url, "t", parent) == [("task-a", "x", 1)]
     tup = db.saver.get_tuple(_config("t"))
     assert tup is not None and tup.checkpoint["id"] == child
+
+
+@pytest.mark.parametrize(
+    ("triggers", "path"),
+    [
+        (("branch:to:a", "branch:to:b"), "~__pregel_pull, a"),  # parallel nodes
+        (("__pregel_tasks",), "~__pregel_push, 0000000000, 0000000000"),  # Sends
+        (("branch:to:a",), "~__pregel_push, ~__pregel_pull, a, 0000000000, 0000000001"),
+    ],
+    ids=["parallel-nodes", "sends", "functional-task"],
+)
+def test_a_task_with_siblings_commits_its_writes_when_it_returns(
+    db: Database, db_url: str, triggers: tuple[str, ...], path: str
+) -> None:
+    # A sibling may run on for long: held, these writes would be lost with a kill meanwhile
+    # and the finished task would run again.
+    db.saver._held.window = 30.0
+    parent = _put(db, "t", 1, None, triggers)
+    db.saver.put_writes(_config("t", parent), [("x", 1)], "task-a", path)
+    assert not db.saver._held.pending
+    assert _writes_of(db_url, "t", parent) == [("task-a", "x", 1)]
 
 
 def test_a_read_sees_held_writes(db: Database) -> None:
