@@ -89,3 +89,38 @@ def test_an_answer_accepted_by_the_server_api_survives_kill_9(db_url: str, tmp_p
         (resolved,) = runner.events(tid, kinds=["interrupt.resolved"])
         assert resolved.data["by"] == "alice"
         assert resolved.data["value"] == "blue"
+
+
+def test_an_answer_a_worker_was_carrying_out_survives_its_kill_9(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """``serve --workers`` on PostgreSQL: the worker that carries the answer out is the
+    process killed in the tool; the next worker takes its job over and completes the thread
+    with the answer. The job carries the queued answer out again (the worker's inbox keeps
+    it until the job ends): still one ``interrupt.resolved``, not one per try."""
+    calls = tmp_path / "calls.db"
+    server = _server(pg_url, tmp_path)
+    server.args.append("--workers")
+    try:
+        with lgdiff_servers.running_worker(
+            pg_url, server.env, HERE, "--stalled-after", "2"
+        ) as worker:
+            server.start()
+            tid, asked = asyncio.run(_ask(server.url))
+            assert asked[0]["value"] == {"question": "Which colour?"}
+            run_id = asyncio.run(_answer(server.url, tid))
+            assert worker.wait(timeout=120) == -9  # the tool's SIGKILL
+        assert counter.counts(calls) == {"ask": 2, "tool:blue": 1}
+        with lgdiff_servers.running_worker(pg_url, server.env, HERE, "--stalled-after", "2"):
+            values, interrupts, status = asyncio.run(_finished(server.url, tid, run_id))
+    finally:
+        assert TOKEN not in server.stop()
+    assert (values, interrupts, status) == ({"answer": "blue"}, {}, "success")
+    assert counter.counts(calls) == {"ask": 3, "tool:blue": 2}
+    with Runner(pg_url) as runner:
+        rec = runner.db.store.get_thread(tid)
+        assert rec is not None and rec.mode == "worker" and rec.status == "completed"
+        assert len(runner.events(tid, kinds=["interrupt.required"])) == 1
+        (resolved,) = runner.events(tid, kinds=["interrupt.resolved"])
+        assert resolved.data["by"] == "alice"
+        assert resolved.data["value"] == "blue"
