@@ -37,6 +37,16 @@ def _head_id(head: Any) -> str | None:
     return str((head.config.get("configurable") or {}).get("checkpoint_id"))
 
 
+def _latest(db: Database, thread_id: str, at: str | None) -> dict[str, tuple[Any, Any]]:
+    """The latest answer recorded for each interrupt open at checkpoint ``at``: (by, value)."""
+    latest: dict[str, tuple[Any, Any]] = {}
+    for event in db.store.events(thread_id, kinds=[RESOLVED]):
+        data = event.data or {}
+        if data.get("checkpoint_id") == at:
+            latest[str(data.get("interrupt_id"))] = (data.get("by"), data.get("value"))
+    return latest
+
+
 def record_answers(db: Database, thread_id: str, command: Any, by: str | None) -> None:
     """Record the answers ``command`` gives to the graph interrupts the thread waits at
     (called once the answer was accepted, under the thread's lock): committed before the
@@ -47,19 +57,25 @@ def record_answers(db: Database, thread_id: str, command: Any, by: str | None) -
     head = db.saver.head(thread_id)
     asked = {p.interrupt_id: p for p in open_interrupts(head) if p.kind == INTERRUPT_KIND}
     at = _head_id(head)
+    latest = _latest(db, thread_id, at) if asked else {}
     for interrupt_id, value in resume.items():
         item = asked.get(str(interrupt_id))
         if item is None:
             continue
+        who = by or whoami()
+        if latest.get(item.interrupt_id) == (who, value):
+            # Accepted again as it stands (a worker's queued answer carried out again after
+            # the worker died, or the same answer sent twice): one record of it is enough.
+            continue
         db.store.append_event(
             thread_id,
             RESOLVED,
-            # one per acceptance: an answer given again after a crash is recorded too
+            # one per change: another answer accepted after a crash is recorded too
             key=f"{RESOLVED}/{interrupt_id}/{uuid.uuid4().hex}",
             step=item.step,
             data={
                 "interrupt_id": item.interrupt_id,
-                "by": by or whoami(),
+                "by": who,
                 "value": value,
                 "checkpoint_id": at,
             },

@@ -1,7 +1,8 @@
 """A graph step whose graph asks a person with ``interrupt()`` and then, in the same node,
-calls a tool with the answer, for test_graph_answer_kill.py. In the first process that
-runs it with the answer, the tool SIGKILLs the process: the answer was accepted, and nothing
-of the node that took it was stored."""
+calls a tool with the answer, for test_graph_answer_kill.py (the task, through the CLI) and
+test_graph_answer_serve_kill.py (the graph, served from a langgraph.json). In the first
+process that runs it with the answer, the tool SIGKILLs the process: the answer was
+accepted, and nothing of the node that took it was stored."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ builder = StateGraph(State)
 builder.add_node("ask", ask)
 builder.add_edge(START, "ask")
 builder.add_edge("ask", END)
+graph = builder.compile()
 
 task = LongTask(
     name="graph-answer",
