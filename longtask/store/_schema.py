@@ -210,16 +210,7 @@ _EVENTS_28 = """            IF d ? 'g' THEN
                         model_calls = longtask_usage.model_calls + excluded.model_calls,
                         updated_at = excluded.updated_at;
                 PERFORM pg_notify('longtask_events', t);
-            ELSIF d ? 'e' THEN
-                -- in emission order: event ids follow it
-                INSERT INTO longtask_events (thread_id, kind, stage, step, attempt, data, ts,
-                        dedupe_key)
-                    SELECT t, r->>0, r->>1, r->>2, (r->>3)::int, r->>4, (r->>5)::float8, r->>6
-                    FROM jsonb_array_elements(d->'e') WITH ORDINALITY AS x(r, n) ORDER BY n
-                    ON CONFLICT (dedupe_key) DO NOTHING;
-                PERFORM pg_notify('longtask_events', t);
-            END IF;
-"""
+            ELS""" + _EVENTS_16.lstrip()  # events that carry no charge: as migration 16
 
 
 def _cp_write_function(checkpoint: str, events: str = _EVENTS_16) -> str:
