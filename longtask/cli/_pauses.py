@@ -81,7 +81,10 @@ def approve(
     ] = None,
     db: DbOpt = None,
 ) -> None:
-    """Approve a pending approval (or a graph's tool review) and continue the thread."""
+    """Approve a pending approval or a graph's tool review.
+
+    The thread continues. A tool review is LangChain's HumanInTheLoopMiddleware's in a
+    graph step: --edit JSON runs the tool with corrected arguments."""
     _decide(db, thread_id, step, True, by, comment, plan_hash, edit)
 
 
@@ -94,8 +97,10 @@ def reject(
     plan_hash: PlanHashOpt = None,
     db: DbOpt = None,
 ) -> None:
-    """Reject a pending approval (its on_reject decides what follows), or a graph's tool
-    review (the tool does not run; --comment is the reason the model is told)."""
+    """Reject a pending approval or a graph's tool review.
+
+    An approval's on_reject decides what follows. A rejected tool of a graph's review does
+    not run; --comment is the reason the model is told."""
     _decide(db, thread_id, step, False, by, comment, plan_hash)
 
 

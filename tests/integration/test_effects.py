@@ -190,12 +190,21 @@ def test_an_explicit_key_replaces_the_arguments(runner: Runner) -> None:
 
         return ctx.effect("charge", charge, Opaque(), 42, key="order-17")
 
+    printer = {"jammed": True}
+
     @function_step
     def receipt(ctx: StepContext) -> str:
+        if printer["jammed"]:
+            raise RuntimeError("the printer is jammed")
         return f"receipt for {ctx.result('pay')['charged']}"
 
     task = LongTask("own-key", stages=[Stage("pay", [pay]), Stage("done", [receipt])])
-    thread = runner.start(task)
+    # the thread fails after the charge, so that the step can be run again in place (a
+    # completed thread is forked instead, never changed in place)
+    with pytest.raises(StepFailed):
+        runner.start(task, thread_id="own-key")
+    thread = "own-key"
+    printer["jammed"] = False
     [effect] = runner.effects(thread)
     assert (effect.status, effect.calls, effect.args_hash) == ("succeeded", 1, "key:order-17")
     # a re-run of the step with a new (differently printed) object finds the recorded call

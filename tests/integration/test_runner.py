@@ -300,9 +300,15 @@ def test_added_map_and_wait_steps_start_at_their_entry_nodes(runner: Runner) -> 
     runner.resume("t-grow", task=new, allow_changed_definition=True)
     assert runner.status("t-grow").status == "completed"
     assert runner.result("t-grow", "doubled") == [2, 4, 6]
-    # goto a map step by name starts the map, not its pass-through node
-    runner.resume("t-grow", Command(goto="doubled"), task=new)
-    assert runner.result("t-grow", "doubled") == [2, 4, 6]
+    # goto a map step by name starts the map, not its pass-through node (on a thread that
+    # failed: a completed one is forked instead, never changed in place)
+    fail[0] = True
+    with pytest.raises(StepFailed):
+        runner.start(new, thread_id="t-grow-goto")
+    fail[0] = False
+    runner.resume("t-grow-goto", Command(goto="doubled"), task=new)
+    assert runner.result("t-grow-goto", "doubled") == [2, 4, 6]
+    assert [e.data["by"] for e in runner.events("t-grow-goto", kinds=["manual.goto"])]
 
     fail[0] = True
     with pytest.raises(StepFailed):

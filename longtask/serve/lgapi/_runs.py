@@ -383,7 +383,7 @@ def routes(api: Api) -> list[Route]:
             raise InvalidInput(
                 "a run from a past checkpoint of a served graph's thread takes the new input "
                 "to run it with (a run of it as it was is not supported): send input, or fork "
-                f"with `longtask fork {thread_id} CHECKPOINT` and resume"
+                f"with `longtask fork {thread_id} CHECKPOINT --inputs JSON` and resume"
             )
         if raw_input:
             task = entry.for_thread(rec)
