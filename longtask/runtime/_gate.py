@@ -603,8 +603,8 @@ def check_status(rec: ThreadRecord, door: str) -> None:
     if rec.status in FINISHED and door != "fork":
         if door == "goto":
             how = (
-                "to run a step again, fork it at a checkpoint before that step, giving a step "
-                f"before it its result, and run on from there (`longtask history {thread_id}`, "
+                "to run a step again, fork it from a checkpoint before that step, giving a "
+                f"step before it its result, and run on (`longtask history {thread_id}`, "
                 f"then `longtask fork {thread_id} CHECKPOINT --set STEP=JSON` and "
                 f"`longtask resume {thread_id}`)"
             )
