@@ -74,10 +74,12 @@ if TYPE_CHECKING:
     from longtask.runtime import ThreadStatus, ThreadUsage
     from longtask.steps import (
         Classified,
+        EffectCall,
         ItemContext,
         StepContext,
         classify,
         current_context,
+        idempotency_key,
         ledgered,
     )
 
@@ -120,6 +122,8 @@ _LAZY = {
     "classify": "longtask.steps",
     "current_context": "longtask.steps",
     "ledgered": "longtask.steps",
+    "idempotency_key": "longtask.steps",
+    "EffectCall": "longtask.steps",
     "Classified": "longtask.steps",
     "Command": "langgraph.types",
     "draw_graph": "longtask.ops",
@@ -139,6 +143,7 @@ __all__ = [
     "Decision",
     "DefinitionChanged",
     "DefinitionError",
+    "EffectCall",
     "ExportFileInvalid",
     "ExportFormatTooNew",
     "GraphStep",
@@ -185,6 +190,7 @@ __all__ = [
     "fix_with",
     "function_step",
     "graph_step",
+    "idempotency_key",
     "ledgered",
     "map_step",
     "subtask_step",

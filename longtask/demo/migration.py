@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from longtask import (
+    EffectCall,
     InvalidInput,
     LongTask,
     Prompt,
@@ -210,7 +211,7 @@ def prepare(ctx: StepContext) -> dict[str, str]:
     maybe_crash("prepare")
     inputs: Inputs = ctx.inputs
 
-    def existing(key: str) -> dict[str, str] | None:
+    def existing(call: EffectCall) -> dict[str, str] | None:
         return (
             {"worktree": inputs.worktree, "branch": inputs.branch}
             if Path(inputs.worktree).exists()

@@ -10,6 +10,26 @@ from typing import Any, ClassVar, Literal
 from longtask.model._notify import Notify
 from longtask.model._steps import Retry, Step, _as_retry, _qualname
 
+#: how a graph's tool calls that were cut off mid-way are settled (besides a reconcile
+#: function): run again freely, run again with the same idempotency key, or ask a person
+TOOL_MARKS = ("read_only", "idempotent", "once")
+
+
+def tool_mark_problems(where: str, tools: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a ``tools=`` mapping (tool name or ``"*"`` → mark), each problem
+    naming the fix."""
+    out = []
+    for name, mark in tools.items():
+        if not isinstance(name, str) or not name:
+            out.append(f"{where}: tools= keys are tool names (or '*' for every tool), got {name!r}")
+        elif mark not in TOOL_MARKS and not callable(mark):
+            out.append(
+                f"{where}: tools[{name!r}] is {mark!r}; use one of "
+                f"{', '.join(map(repr, TOOL_MARKS))} or a function reconcile(call) that looks "
+                "the call up in the outside system"
+            )
+    return out
+
 
 def _graph_nodes(graph: Any) -> list[str] | None:
     """The node names of a compiled graph or a ``StateGraph`` builder (both have ``nodes``),
@@ -58,6 +78,9 @@ class GraphStep(Step):
     #: the step's name, as LangGraph keeps a ``checkpointer=True`` subgraph's, so a new
     #: input is applied to the state the last run left (``Runner.run_again``)
     keeps_state: bool = False
+    #: how each tool's cut-off calls are settled (tool name or "*" → a TOOL_MARKS mark or a
+    #: reconcile function); every call not "read_only" goes through the effect ledger
+    tools: dict[str, Any] | None = None
     #: a graph step may stop at an interrupt of the graph's own; while one is unanswered the
     #: step's result is guarded like a pause's (see ``graphs._checked``)
     may_pause: ClassVar[bool] = True
@@ -75,6 +98,14 @@ class GraphStep(Step):
                 out.append(f"step {self.name!r}: {what} must be a callable")
         if self.recursion_limit is not None and self.recursion_limit < 1:
             out.append(f"step {self.name!r}: recursion_limit must be at least 1")
+        if self.tools is not None:
+            if not isinstance(self.tools, Mapping):
+                out.append(
+                    f"step {self.name!r}: tools= must be a dict of tool name (or '*') to "
+                    f"mark, got {type(self.tools).__name__}"
+                )
+            else:
+                out.extend(tool_mark_problems(f"step {self.name!r}", self.tools))
         return out
 
     def spec(self) -> dict[str, Any]:
@@ -114,6 +145,7 @@ def graph_step(
     prices: Mapping[str, tuple[float, float]] | None = None,
     compensate: Callable[..., Any] | None = None,
     notify: Notify | str | Sequence[str] | None = None,
+    tools: Mapping[str, Any] | None = None,
 ) -> GraphStep:
     """A step that runs ``graph``, any LangGraph graph, as a subgraph of the task.
 
@@ -133,8 +165,16 @@ def graph_step(
     it are recorded (``model.call``) and charged to the task's budget, which is checked
     before each call. An ``interrupt()`` inside it, or a stop it was compiled with
     (``interrupt_before``/``interrupt_after``), pauses the thread; answer it with
-    ``longtask resume THREAD --resume JSON``. Tools with side effects go through the effect
-    ledger with :func:`longtask.ledgered`. ``retry`` and ``timeout`` apply to the whole run
+    ``longtask resume THREAD --resume JSON``.
+
+    Every tool call a ``ToolNode`` of the graph makes (``create_agent``'s, a deep agent's and
+    its sub-agents') goes through the effect ledger, keyed by the model's ``tool_call_id``:
+    a call that completed is never run again. ``tools`` says how a call cut off by a crash
+    is settled, per tool name or ``"*"`` for every tool: ``"read_only"`` (not in the ledger,
+    run again freely), ``"idempotent"`` (run again with the same ``idempotency_key()``),
+    a function ``reconcile(call)`` (asked what happened: the tool's result, or None), or
+    ``"once"``, the default (the thread pauses for a person). A tool may carry its own mark
+    as ``metadata={"longtask": MARK}``. ``retry`` and ``timeout`` apply to the whole run
     of the graph (a retry continues from the graph's last checkpoint). ``notify``: who is
     told when it pauses (see Notify).
     """
@@ -151,4 +191,5 @@ def graph_step(
         prices=dict(prices) if prices else None,
         compensate=compensate,
         notify=notify,  # type: ignore[arg-type]  # normalised by the validator
+        tools=dict(tools) if isinstance(tools, Mapping) else tools,
     )

@@ -17,6 +17,7 @@ from longtask.steps._context import (
     current_context,
     result_channel,
 )
+from longtask.steps._effects import EffectCall, idempotency_key
 from longtask.steps._function import STEP_ATTR, StepEnv, function_node
 from longtask.steps._graph import INTERRUPT_KIND, graph_node, resolve_graph
 from longtask.steps._ledgered import ledgered
@@ -43,6 +44,7 @@ __all__ = [
     "TIMEOUT",
     "ChildThreads",
     "Classified",
+    "EffectCall",
     "ItemContext",
     "NodeCall",
     "PauseOutcome",
@@ -58,6 +60,7 @@ __all__ = [
     "fix_channel",
     "function_node",
     "graph_node",
+    "idempotency_key",
     "ledgered",
     "map_node",
     "pause_nodes",

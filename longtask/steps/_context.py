@@ -6,7 +6,7 @@ import contextvars
 import os
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, TypeAdapter
 
@@ -14,6 +14,9 @@ from longtask.errors import ResultNotAvailable
 from longtask.model import StepInfo
 from longtask.store import ValueCodec
 from longtask.store._values import is_reference
+
+if TYPE_CHECKING:
+    from longtask.steps._effects import EffectCall
 
 T = TypeVar("T")
 
@@ -168,7 +171,7 @@ class StepContext:
         name: str,
         fn: Callable[..., T],
         *args: Any,
-        reconcile: Callable[[str], Any] | None = None,
+        reconcile: Callable[[EffectCall], Any] | None = None,
         key: str | None = None,
         **kwargs: Any,
     ) -> T:
@@ -183,10 +186,12 @@ class StepContext:
         ``key="..."``, a string naming this call (an order id, say), and it replaces the
         arguments in the key (so ``key`` and ``reconcile`` are not passed on to ``fn``).
         ``fn`` gets the idempotency key as ``idempotency_key=`` if it takes that parameter (or
-        ``**kwargs``), so the outside system can deduplicate too. On a re-run a succeeded
-        effect returns its recorded result without calling ``fn``. If an earlier call died
-        mid-way, ``reconcile(key)`` is asked what happened (a result, or None if nothing
-        did); without a reconciler the thread pauses until a person settles it with
+        ``**kwargs``) and as :func:`longtask.idempotency_key` while it runs, so the outside
+        system can deduplicate too. On a re-run a succeeded effect returns its recorded result
+        without calling ``fn``. If an earlier call died mid-way, ``reconcile(call)`` is asked
+        what happened, told the call's name, arguments and idempotency key
+        (:class:`longtask.EffectCall`): a result, or None if nothing did (``fn`` is called
+        again); without a reconciler the thread pauses until a person settles it with
         ``longtask effects resolve``. Results must be JSON values.
         """
         if self._effects is None:

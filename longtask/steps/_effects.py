@@ -9,18 +9,27 @@ its earlier outcome instead of calling again:
 - ``succeeded``: the recorded result is returned; the function is not called.
 - ``failed``: the function is called again (the step's retry policy decided to retry).
 - ``started`` with no outcome: the process died during the call and nobody knows whether it
-  happened. ``reconcile(key)`` asks the outside system (a result if it happened, None if
-  not); without a reconciler the thread pauses for a person (``waiting_user``, "effect
-  outcome unknown"), who settles it with ``longtask effects resolve``.
+  happened. ``reconcile(call)`` asks the outside system (a result if it happened, None if
+  not), told what the outside system can know of the call (``EffectCall``: its name and
+  arguments, the idempotency key it was offered, a tool call's id); without a reconciler
+  the thread pauses for a person (``waiting_user``, "effect outcome unknown"), who settles
+  it with ``longtask effects resolve``.
+
+The function is offered the key: as ``idempotency_key=`` if it takes that parameter, and as
+``idempotency_key()`` while it runs, for an API's ``Idempotency-Key`` header.
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import hashlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
+from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
 from longtask.errors import InvalidInput, LongTaskError, OutcomeUnknown
@@ -38,6 +47,54 @@ class EffectFailed(LongTaskError):
 
 #: ledger error text of an effect a person resolved as failed, not yet reported to its step
 RESOLVED_AS_FAILED = "resolved as failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class EffectCall:
+    """What a reconciler is told of a call that was cut off mid-way: what the outside system
+    can know of it, to look it up there.
+
+    ``name``: the effect's name (a tool's name for a tool call); ``args``/``kwargs``: the
+    call's arguments (a tool's arguments as ``kwargs``); ``idempotency_key``: the key the
+    call was offered (``idempotency_key=`` or ``longtask.idempotency_key()``), which an
+    outside system that deduplicates by it knows; ``tool_call_id``: the model's id of a
+    tool call (None for other effects), which a tool may have stored with its write;
+    ``key``: the ledger's key of the effect, as ``longtask effects`` shows it (the same
+    string as ``idempotency_key``)."""
+
+    name: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    idempotency_key: str
+    tool_call_id: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.idempotency_key
+
+
+_KEY: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "longtask_idempotency_key", default=None
+)
+
+
+def idempotency_key() -> str | None:
+    """The idempotency key of the effect (a ``ctx.effect`` call, a ``ledgered`` function, a
+    graph's tool call) running now, None outside one: pass it to an outside API that
+    deduplicates (an ``Idempotency-Key`` header), so a call run again after a crash with the
+    same key is done once there, and so a reconciler can look it up
+    (``EffectCall.idempotency_key``). The same on every run of the same call."""
+    return _KEY.get()
+
+
+@contextmanager
+def offered(key: str) -> Iterator[None]:
+    """``idempotency_key()`` is ``key`` inside."""
+    token = _KEY.set(key)
+    try:
+        yield
+    finally:
+        _KEY.reset(token)
 
 
 def effect_key(thread_id: str, step: str, name: str, args_hash: str, item: int | None) -> str:
@@ -170,23 +227,33 @@ def run_effect(
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
-    reconcile: Callable[[str], Any] | None,
+    reconcile: Callable[[EffectCall], Any] | None,
     item: int | None = None,
     in_graph: bool = True,
     user_key: str | None = None,
     pause: Callable[[dict[str, Any]], Any] | None = None,
+    tool_call_id: str | None = None,
+    shown: Any = None,
 ) -> Any:
+    """``fn(*args, **kwargs)`` at most once (see the module). ``tool_call_id``: the model's
+    id of the tool call this is; ``shown``: what a person settling a cut-off call sees as
+    its arguments (default: ``args`` and ``kwargs``)."""
     store = env.store
     digest = args_digest(name, args, kwargs, user_key)
     key = effect_key(call.thread_id, info.name, name, digest, item)
     data: dict[str, Any] = {"key": key, "name": name}
+    if tool_call_id is not None:
+        data["tool_call_id"] = tool_call_id
     row = store.effect(key)
     if row is not None and row.status == "succeeded":
         return row.result
     if row is not None and row.status == "started":
         # The process died during the call: find out before acting again.
         if reconcile is not None:
-            found = reconcile(key)
+            # a wrapper (``ledgered``'s) says which arguments its function was called with
+            unpack = getattr(fn, "call_args", None)
+            a, k = unpack(args, kwargs) if callable(unpack) else (tuple(args), dict(kwargs))
+            found = reconcile(EffectCall(name, a, k, key, tool_call_id))
             if found is not None:
                 to_json_bytes(found, f"the reconciled result of effect {name!r}")
                 env.events.flush(call.thread_id)  # the thread's earlier events go first
@@ -203,7 +270,7 @@ def run_effect(
                     ),
                 )
                 return found
-            store.effect_forget(key)
+            store.effect_forget(key, why="reconciled: it did not happen; called again")
         else:
             env.emit(call, "effect.unknown", f"effect.unknown/{key}", info, data=data)
             if not in_graph:
@@ -221,11 +288,15 @@ def run_effect(
                 "name": name,
                 "reason": "effect outcome unknown",
                 # what the person settling it needs: the call, and the result's shape
-                "args": _preview([*args, kwargs] if kwargs else list(args)),
+                "args": _preview(
+                    shown if shown is not None else [*args, kwargs] if kwargs else list(args)
+                ),
                 "result_schema": result_schema(fn),
             }
             if item is not None:
                 request["item"] = item
+            if tool_call_id is not None:
+                request["tool_call_id"] = tool_call_id
             if pause is not None:
                 pause(request)
             request["answer"] = EFFECT_ANSWER
@@ -265,8 +336,14 @@ def run_effect(
         raise LongTaskError(f"effect {name!r} ({key}) is being performed by another process")
     try:
         extra = {"idempotency_key": key} if _accepts_key(fn) else {}
-        result = fn(*args, **kwargs, **extra)
+        with offered(key):
+            result = fn(*args, **kwargs, **extra)
         to_json_bytes(result, f"the result of effect {name!r}")
+    except GraphBubbleUp:
+        # The call paused (an interrupt() inside it, or in a graph it ran): it runs again
+        # from its start when answered, as LangGraph runs an interrupted node again.
+        store.effect_forget(key, why="paused; called again when answered")
+        raise
     except Exception as exc:
         env.events.flush(call.thread_id)
         store.effect_finish(

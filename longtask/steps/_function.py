@@ -217,7 +217,14 @@ class StepEnv:
         in_graph = not prefix
 
         def effect(
-            name: str, fn: Any, args: Any, kwargs: Any, reconcile: Any, key: str | None = None
+            name: str,
+            fn: Any,
+            args: Any,
+            kwargs: Any,
+            reconcile: Any,
+            key: str | None = None,
+            tool_call_id: str | None = None,
+            shown: Any = None,
         ) -> Any:
             return run_effect(
                 self,
@@ -232,6 +239,8 @@ class StepEnv:
                 in_graph,
                 key,
                 pause,
+                tool_call_id,
+                shown,
             )
 
         return effect

@@ -56,6 +56,7 @@ from longtask.steps._function import (
 from longtask.steps._ledgered import coroutine_only
 from longtask.steps._prices import cost_of
 from longtask.steps._review import review_of
+from longtask.steps._toolcalls import inner_work, tool_calls_ledgered
 from longtask.store import NO_CHECKPOINT, CheckpointMark
 from longtask.store._kinds import PAUSE_KINDS
 
@@ -158,6 +159,9 @@ class ModelCalls(BaseCallbackHandler):
 
     def _start(self, run_id: UUID, metadata: Mapping[str, Any] | None) -> None:
         check_limits(self.env, self.call, self.info)
+        # a sub-agent's model call inside a tool call: that call may run again (see
+        # steps._toolcalls)
+        inner_work()
         meta = metadata or {}
         with self._lock:
             self._started[run_id] = (
@@ -599,7 +603,8 @@ def graph_node(
                 _keep_transcript(env, call, info, final)
                 return env.codec.encode(result, what)
 
-            encoded, attempt = with_retries(env, call, info, step.retry, attempt_fn)
+            with tool_calls_ledgered(step.tools, env.store.effect_forget):
+                encoded, attempt = with_retries(env, call, info, step.retry, attempt_fn)
         except (GraphBubbleUp, *CONTROL):
             raise
         except Exception as exc:

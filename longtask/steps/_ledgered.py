@@ -19,7 +19,9 @@ import json
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
+from longtask.model._canonical import canonical_digest
 from longtask.steps._context import current_context
+from longtask.steps._effects import EffectCall
 from longtask.steps._loop import run_coroutine
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -33,7 +35,7 @@ def _tool_call(value: Any) -> dict[str, Any] | None:
     return None
 
 
-def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[str], Any] | None) -> Any:
+def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[EffectCall], Any] | None) -> Any:
     from langchain_core.messages import ToolMessage
     from langchain_core.tools import BaseTool
 
@@ -53,12 +55,25 @@ def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[str], Any] | None)
             # call): on a worker thread, which sees this task's context (the step's).
             return await asyncio.to_thread(self._through_ledger, input, config, kwargs)
 
+        #: keeps its own record: a graph step's ToolNode does not put it in the ledger again
+        longtask_ledgered: bool = True
+
         def _through_ledger(self, input: Any, config: Any, kwargs: dict[str, Any]) -> Any:
             ctx = current_context()
             call = _tool_call(input)
-            keyed = {"id": call["id"], "args": call.get("args")} if call else {"args": input}
+            if call is not None:
+                args: dict[str, Any] = dict(call.get("args") or {})
+                tool_call_id: str | None = str(call["id"])
+                digest = canonical_digest(args, f"the arguments of tool {name!r}")
+                key: str | None = f"{tool_call_id}|{digest}"
+            else:
+                args, tool_call_id, key = (
+                    (dict(input), None, None)
+                    if isinstance(input, dict)
+                    else ({"input": input}, None, None)
+                )
 
-            def perform(_keyed: Any) -> dict[str, Any]:
+            def perform(**_args: Any) -> dict[str, Any]:
                 if coroutine_only(inner):
                     out = run_coroutine(lambda: inner.ainvoke(input, config, **kwargs))
                 else:
@@ -67,7 +82,16 @@ def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[str], Any] | None)
                     return {"content": out.content, "status": out.status}
                 return {"content": out, "status": "success"}
 
-            record = ctx.effect(f"tool:{name}", perform, keyed, reconcile=reconcile)
+            record = ctx._effects(  # type: ignore[misc]
+                f"tool:{name}",
+                perform,
+                (),
+                args,
+                reconcile,
+                key,
+                tool_call_id=tool_call_id,
+                shown={"tool": name, "args": args, "tool_call_id": tool_call_id},
+            )
             if not isinstance(record, dict) or "content" not in record:
                 # Settled by a person with a plain value.
                 record = {"content": record, "status": "success"}
@@ -93,25 +117,31 @@ def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[str], Any] | None)
 
 @overload
 def ledgered(
-    tool: F, *, name: str | None = ..., reconcile: Callable[[str], Any] | None = ...
+    tool: F, *, name: str | None = ..., reconcile: Callable[[EffectCall], Any] | None = ...
 ) -> F: ...
 
 
 @overload
 def ledgered(
-    tool: None = ..., *, name: str | None = ..., reconcile: Callable[[str], Any] | None = ...
+    tool: None = ..., *, name: str | None = ..., reconcile: Callable[[EffectCall], Any] | None = ...
 ) -> Callable[[F], F]: ...
 
 
 def ledgered(
-    tool: Any = None, *, name: str | None = None, reconcile: Callable[[str], Any] | None = None
+    tool: Any = None,
+    *,
+    name: str | None = None,
+    reconcile: Callable[[EffectCall], Any] | None = None,
 ) -> Any:
     """Put a tool's calls through the effect ledger: a resumed graph never repeats a call
     that completed. ``tool`` is a LangChain tool (``@tool``, ``StructuredTool``) or a plain
     function; use it as a call, ``ledgered(send_email)``, or a decorator. ``name`` names
-    the effect (default: the tool's name); ``reconcile(key)`` is asked what happened to a
-    call cut off by a crash (a result, or None if nothing did), else the thread pauses for
-    a person to settle it (``longtask effects resolve``).
+    the effect (default: the tool's name); ``reconcile(call)`` is asked what happened to a
+    call cut off by a crash, told its name, arguments, ``tool_call_id`` and the idempotency
+    key it was offered (:class:`longtask.EffectCall`; the call reads that key with
+    :func:`longtask.idempotency_key`, or takes it as ``idempotency_key=``): a result, or None
+    if nothing happened (it is called again). Without ``reconcile`` the thread pauses for a
+    person to settle it (``longtask effects resolve``).
 
     Results must be JSON values (a tool's ``ToolMessage`` keeps its content and status).
     Works only while a step runs (a graph step's graph, an agent step's tools, a function
@@ -150,6 +180,13 @@ class _Plain:
 
     def __init__(self, fn: Callable[..., Any]) -> None:
         self._fn = fn
+
+    @staticmethod
+    def call_args(
+        args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The arguments ``fn`` was called with (a reconciler's ``EffectCall``)."""
+        return tuple(args[0]), dict(args[1])
 
     def __call__(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         if inspect.iscoroutinefunction(self._fn):

@@ -150,11 +150,11 @@ class EffectTables:
             lambda _rows: event,
         )
 
-    def effect_forget(self, key: str) -> None:
-        """Clear an unknown outcome so the effect may be called again (a person said it
-        did not happen)."""
+    def effect_forget(self, key: str, why: str = "outcome unknown; retried by a person") -> None:
+        """Clear a started call so the effect may be called again (a person or a reconciler
+        said it did not happen, it paused, or its own effects are in the ledger)."""
         self._run(
             "UPDATE longtask_effects SET status = 'failed', error = ?, updated_at = ? "
             "WHERE key = ? AND status = 'started'",
-            ("outcome unknown; retried by a person", time.time(), key),
+            (why, time.time(), key),
         )

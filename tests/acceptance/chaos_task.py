@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from longtask import LongTask, Stage, StepContext, function_step
+from longtask import EffectCall, LongTask, Stage, StepContext, function_step
 
 SERVICE_ENV = "LT_CHAOS_SERVICE"
 STEPS = [f"step{i}" for i in range(10)]
@@ -104,9 +104,9 @@ def lookup(path: str | Path, key: str) -> dict[str, Any] | None:
     return None if row is None else record(int(row[0]), key, str(row[1]))
 
 
-def find_call(key: str) -> dict[str, Any] | None:
-    """The reconciler of the even steps."""
-    return lookup(_service(), key)
+def find_call(call: EffectCall) -> dict[str, Any] | None:
+    """The reconciler of the even steps: the service knows the key the call was given."""
+    return lookup(_service(), call.idempotency_key)
 
 
 def service_calls(path: str | Path) -> list[tuple[int, str, str, int]]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from longtask import LongTask, Stage, StepContext, function_step
+from longtask import EffectCall, LongTask, Stage, StepContext, function_step
 
 SERVICE_ENV = "LT_SERVICE_DB"
 CRASH_IN_EFFECT = "LT_CRASH_IN_EFFECT"
@@ -78,8 +78,10 @@ def charge(amount: int, idempotency_key: str) -> dict[str, Any]:
     return {"charged": amount, "key": idempotency_key}
 
 
-def find(key: str) -> dict[str, Any] | None:
-    """The reconciler: what the service knows about ``key`` (None if it never saw it)."""
+def find(call: EffectCall) -> dict[str, Any] | None:
+    """The reconciler: what the service knows of the key the call was given (None if it
+    never saw it)."""
+    key = call.idempotency_key
     conn = _connect(_service())
     try:
         row = conn.execute("SELECT amount FROM calls WHERE key = ? LIMIT 1", (key,)).fetchone()

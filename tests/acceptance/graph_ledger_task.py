@@ -69,11 +69,22 @@ def _agent(tools: list[Any]) -> Any:
 
 
 def agent() -> Any:
+    """``charge`` wrapped in ``ledgered`` by hand (it keeps its own record)."""
     return _agent([ledgered(charge), crash])
 
 
 def async_agent() -> Any:
     return _agent([ledgered(acharge), acrash])
+
+
+def plain_agent() -> Any:
+    """The agent as its author wrote it: no tool wrapped (the graph step's ledger is under
+    every tool call)."""
+    return _agent([charge, crash])
+
+
+def plain_async_agent() -> Any:
+    return _agent([acharge, acrash])
 
 
 def _task(make: Any) -> LongTask:
@@ -88,6 +99,8 @@ def _task(make: Any) -> LongTask:
                         make,
                         input=lambda ctx: {"messages": [{"role": "user", "content": "Pay 250."}]},
                         output=lambda state: state["messages"][-1].content,
+                        # crash only checks: run again freely, not in the ledger
+                        tools={"crash": "read_only"},
                     )
                 ],
             )
@@ -97,3 +110,5 @@ def _task(make: Any) -> LongTask:
 
 task = _task(agent)
 atask = _task(async_agent)
+ptask = _task(plain_agent)
+patask = _task(plain_async_agent)

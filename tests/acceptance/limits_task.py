@@ -20,7 +20,16 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from longtask import Budget, LongTask, Retry, Stage, StepContext, approval, function_step
+from longtask import (
+    Budget,
+    EffectCall,
+    LongTask,
+    Retry,
+    Stage,
+    StepContext,
+    approval,
+    function_step,
+)
 
 
 def _record_attempt(attempt: int) -> None:
@@ -84,10 +93,12 @@ def _call_service(what: str, idempotency_key: str) -> str:
     return what
 
 
-def _find(key: str) -> str | None:
+def _find(call: EffectCall) -> str | None:
     conn = _service()
     try:
-        row = conn.execute("SELECT what FROM calls WHERE key = ?", (key,)).fetchone()
+        row = conn.execute(
+            "SELECT what FROM calls WHERE key = ?", (call.idempotency_key,)
+        ).fetchone()
     finally:
         conn.close()
     return None if row is None else str(row[0])

@@ -1,9 +1,11 @@
-"""A ledgered tool of a graph step's LangChain agent is never repeated after a kill (both
-backends): the process dies inside the agent's tools node after the ledgered ``charge``
-succeeded; ``longtask resume`` runs the node again, and ``charge`` returns its recorded
-result instead of charging twice. The model is the real ``ChatOpenAI`` client against the
-scripted OpenAI-compatible server. The same with tools that are coroutines (the graph runs
-on LangGraph's async API, and the ledger around the async tool)."""
+"""A tool call of a graph step's LangChain agent is never repeated after a kill (both
+backends), whether its author wrapped the tool in ``ledgered`` or left the agent unchanged
+(the graph step's ledger is under every ToolNode call): the process dies inside the agent's
+tools node after ``charge`` succeeded; ``longtask resume`` runs the node again, and
+``charge`` returns its recorded result instead of charging twice. The model is the real
+``ChatOpenAI`` client against the scripted OpenAI-compatible server. The same with tools that
+are coroutines (the graph runs on LangGraph's async API, and the ledger around the async
+tool)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,11 @@ HERE = Path(__file__).resolve().parent
 TASK = HERE / "graph_ledger_task.py"
 
 
-@pytest.mark.parametrize("task", ["task", "atask"], ids=["sync-tools", "async-tools"])
+@pytest.mark.parametrize(
+    "task",
+    ["task", "atask", "ptask", "patask"],
+    ids=["sync-ledgered", "async-ledgered", "sync-unchanged", "async-unchanged"],
+)
 def test_a_ledgered_tool_call_is_not_repeated_after_a_kill(
     db_url: str, tmp_path: Path, task: str
 ) -> None:

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from longtask import LongTask, Stage, StepContext, function_step
+from longtask import EffectCall, LongTask, Stage, StepContext, function_step
 
 SERVICE_ENV = "LT_WCHAOS_SERVICE"
 TRACE_ENV = "LT_WCHAOS_TRACE"
@@ -113,9 +113,9 @@ def lookup(path: str | Path, key: str) -> dict[str, Any] | None:
     return None if row is None else record(int(row[0]), key, str(row[1]))
 
 
-def find_call(key: str) -> dict[str, Any] | None:
+def find_call(call: EffectCall) -> dict[str, Any] | None:
     """The reconciler: a call cut off mid-way is found in the service (or not)."""
-    return lookup(_env(SERVICE_ENV), key)
+    return lookup(_env(SERVICE_ENV), call.idempotency_key)
 
 
 def _make(name: str) -> Any:

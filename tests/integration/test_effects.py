@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from longtask import (
+    EffectCall,
     InvalidInput,
     LongTask,
     Retry,
@@ -46,8 +47,8 @@ class Service:
             raise ConnectionError("service unavailable")
         return {"charged": amount, "id": idempotency_key[-6:]}
 
-    def find(self, key: str) -> dict[str, Any] | None:
-        amounts = [a for k, a in self.calls if k == key]
+    def find(self, call: EffectCall) -> dict[str, Any] | None:
+        amounts = [a for k, a in self.calls if k == call.idempotency_key]
         return {"charged": amounts[0], "found": True} if amounts else None
 
 

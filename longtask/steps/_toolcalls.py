@@ -1,0 +1,297 @@
+"""Every tool call of a graph step's graph through the effect ledger, with no changed line.
+
+LangGraph's ``ToolNode`` runs the tools of ``create_agent``, of LangChain's middleware and of
+deep agents' sub-agents (a ``ToolNode`` of their own, inside the ``task`` tool). While a
+graph step runs its graph, each call a ``ToolNode`` makes goes through ``ctx.effect``: a call
+that completed is never run again after a crash (its recorded result is the tool's message),
+and a call cut off mid-way is settled by how its tool is marked:
+
+- ``"read_only"``: not in the ledger; run again freely;
+- ``"idempotent"``: run again with the same idempotency key (``idempotency_key()``, and
+  ``config["configurable"]["idempotency_key"]`` in the tool's config and ``ToolRuntime``), so
+  an API that deduplicates by it does the call once;
+- a function ``reconcile(call: EffectCall)``: asked what happened (the tool's result if the
+  call happened, None if not, and then it runs again);
+- ``"once"`` (the default): the thread pauses for a person, who sees the call's name,
+  arguments and id (``longtask effects resolve``, the page, Agent Inbox).
+
+Marks come from the graph step's ``tools=`` (a tool's name, or ``"*"`` for all of them), else
+the tool's own ``metadata={"longtask": MARK}``, else ``"once"``.
+
+The key is the thread, the step, the graph's checkpoint namespace (without LangGraph's task
+ids, which differ per super-step) and the model's ``tool_call_id`` and arguments: all stored
+with the model's message, so the same on every run of the tools node after a crash.
+
+A call that runs work of its own that LangGraph checkpoints — a sub-agent's model calls and
+tool calls, as a deep agent's ``task`` tool does — is not settled as one call: once such
+inner work starts, the call is marked as one that may run again (its inner tool calls are
+each in the ledger, its sub-agent resumes from its own checkpoints), and its result is
+recorded when it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import json
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from longtask.model._canonical import canonical_digest
+from longtask.model._graph import TOOL_MARKS
+from longtask.steps._context import current_context
+from longtask.steps._effects import EffectCall
+from longtask.steps._loop import run_coroutine
+
+__all__ = ["inner_work", "install", "tool_calls_ledgered", "tool_message_of", "tool_record"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Active:
+    """The graph step whose graph runs now: its tools' marks, and how to clear a started
+    call in its ledger."""
+
+    marks: Mapping[str, Any]
+    forget: Callable[..., None]
+
+
+#: the graph step whose graph runs now (None: a ToolNode's calls are its own)
+_ACTIVE: ContextVar[_Active | None] = ContextVar("longtask_tool_ledger", default=None)
+#: the ledgered tool call running now, told when inner work of its own starts
+_RUNNING: ContextVar[_Running | None] = ContextVar("longtask_tool_running", default=None)
+
+#: an effect's record of a tool's answer that is not one ToolMessage (a Command, a list):
+#: LangGraph's own serializer, as its saver stores the same values in the graph's state
+_SERIALIZED = "langgraph"
+
+
+class _Running:
+    """A tool call in the ledger while it runs; ``inner`` once it ran work of its own."""
+
+    def __init__(self, key: str, forget: Callable[..., None]) -> None:
+        self.key = key
+        self.forget = forget
+        self.inner = False
+        self.lock = threading.Lock()
+
+
+@contextmanager
+def tool_calls_ledgered(
+    marks: Mapping[str, Any] | None, forget: Callable[..., None]
+) -> Iterator[None]:
+    """Inside, every ToolNode call goes through the current step's ledger, by ``marks``;
+    ``forget(key, why=...)`` clears a started call (the store's ``effect_forget``)."""
+    install()
+    token = _ACTIVE.set(_Active(dict(marks or {}), forget))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def inner_work() -> None:
+    """A model call or a ledgered tool call starts: if it runs inside a ledgered tool call
+    (a sub-agent in a ``task`` tool), that call is one that may run again, as its work is
+    checkpointed and ledgered on its own."""
+    running = _RUNNING.get()
+    if running is None:
+        return
+    with running.lock:
+        if running.inner:
+            return
+        running.inner = True
+    running.forget(
+        running.key,
+        why="runs model or tool calls of its own (each checkpointed or in the ledger): "
+        "called again after a crash",
+    )
+
+
+def mark_of(name: str, tool: Any, marks: Mapping[str, Any]) -> Any:
+    """How a cut-off call of tool ``name`` is settled (see the module)."""
+    if name in marks:
+        return marks[name]
+    own = (getattr(tool, "metadata", None) or {}).get("longtask")
+    if own is not None:
+        if own not in TOOL_MARKS and not callable(own):
+            raise ValueError(
+                f'tool {name!r} has metadata {{"longtask": {own!r}}}; use one of '
+                f"{', '.join(map(repr, TOOL_MARKS))} or a reconcile function"
+            )
+        return own
+    return marks.get("*", "once")
+
+
+def _stable_ns(config: Mapping[str, Any]) -> str:
+    ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+    return "|".join(part.split(":")[0] for part in ns.split("|"))
+
+
+def tool_record(out: Any) -> dict[str, Any]:
+    """A tool's answer as the ledger keeps it: a ToolMessage's content and status (what a
+    person reads), anything else (a ``Command``, a list) in LangGraph's serialized form."""
+    from langchain_core.messages import ToolMessage
+
+    if isinstance(out, ToolMessage):
+        record: dict[str, Any] = {"content": out.content, "status": out.status}
+        if out.artifact is not None:
+            try:
+                json.dumps(out.artifact)
+                record["artifact"] = out.artifact
+            except (TypeError, ValueError):
+                return _serialized(out)
+        return record
+    return _serialized(out)
+
+
+def _serialized(out: Any) -> dict[str, Any]:
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    kind, data = JsonPlusSerializer().dumps_typed(out)
+    return {_SERIALIZED: kind, "data": base64.b64encode(data).decode("ascii")}
+
+
+def tool_message_of(record: Any, name: str, tool_call_id: str) -> Any:
+    """The tool's answer again from its record (or from what a reconciler or a person said
+    it returned: a ToolMessage, a ``{"content", "status"}`` record, or a plain value)."""
+    from langchain_core.messages import ToolMessage
+
+    if isinstance(record, ToolMessage):
+        return record
+    if isinstance(record, dict) and _SERIALIZED in record and "data" in record:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        raw = base64.b64decode(record["data"])
+        return JsonPlusSerializer().loads_typed((record[_SERIALIZED], raw))
+    if isinstance(record, dict) and "content" in record:
+        content, status = record["content"], record.get("status") or "success"
+        artifact = record.get("artifact")
+    else:
+        content, status, artifact = record, "success", None
+    if not isinstance(content, (str, list)):
+        content = json.dumps(content, default=str)
+    return ToolMessage(
+        content, tool_call_id=tool_call_id, name=name, status=status, artifact=artifact
+    )
+
+
+def _with_key(request: Any, config: Any, key: str) -> tuple[Any, Any]:
+    """The request and config of a call, with its idempotency key in the config the tool
+    and its ``ToolRuntime`` get."""
+    conf = {
+        **config,
+        "configurable": {**(config.get("configurable") or {}), "idempotency_key": key},
+    }
+    runtime = getattr(request, "runtime", None)
+    if runtime is not None and dataclasses.is_dataclass(runtime) and not isinstance(runtime, type):
+        request = dataclasses.replace(request, runtime=dataclasses.replace(runtime, config=conf))
+    return request, conf
+
+
+def _ledgered_call(request: Any, config: Any, execute: Callable[[Any, Any], Any]) -> Any:
+    """One ToolNode call through the current step's ledger (see the module)."""
+    active = _ACTIVE.get()
+    call = request.tool_call
+    tool = request.tool
+    if active is None or tool is None or getattr(tool, "longtask_ledgered", False):
+        # an unknown tool (ToolNode answers the model with an error) or one that is
+        # `ledgered` already (it keeps its own record)
+        return execute(request, config)
+    name = str(call["name"])
+    mark = mark_of(name, tool, active.marks)
+    if mark == "read_only":
+        return execute(request, config)
+    inner_work()
+    args = dict(call.get("args") or {})
+    tool_call_id = str(call.get("id") or "")
+    ns = _stable_ns(config)
+    key = f"{ns}|{tool_call_id}|{canonical_digest(args, f'the arguments of tool {name!r}')}"
+    if mark == "idempotent":
+        reconcile: Callable[[EffectCall], Any] | None = _not_found
+    elif callable(mark):
+        reconcile = _reconciler(mark, name, tool_call_id)
+    else:
+        reconcile = None
+
+    def perform(idempotency_key: str, **_args: Any) -> dict[str, Any]:
+        running = _Running(idempotency_key, active.forget)
+        token = _RUNNING.set(running)
+        try:
+            req, conf = _with_key(request, config, idempotency_key)
+            return tool_record(execute(req, conf))
+        finally:
+            _RUNNING.reset(token)
+
+    record = current_context()._effects(  # type: ignore[misc]
+        f"tool:{name}",
+        perform,
+        (),
+        args,
+        reconcile,
+        key,
+        tool_call_id=tool_call_id or None,
+        shown={"tool": name, "args": args, "tool_call_id": tool_call_id},
+    )
+    return tool_message_of(record, name, tool_call_id)
+
+
+def _not_found(_call: EffectCall) -> None:
+    """An idempotent tool's cut-off call: run it again, with the same key."""
+    return None
+
+
+def _reconciler(fn: Callable[[EffectCall], Any], name: str, tool_call_id: str) -> Any:
+    """``fn``, whose answer (the tool's result: a ToolMessage, its content, or None) is kept
+    as the ledger keeps a tool's answer."""
+
+    def reconcile(call: EffectCall) -> Any:
+        found = fn(call)
+        if found is None:
+            return None
+        return tool_record(tool_message_of(found, name, tool_call_id))
+
+    return reconcile
+
+
+_install_lock = threading.Lock()
+_installed: list[bool] = []
+
+
+def install() -> None:
+    """Route ToolNode's calls through ``_ledgered_call`` while a graph step runs (a
+    context variable says so; elsewhere ToolNode runs as LangGraph wrote it). Below every
+    ``wrap_tool_call`` middleware, so a retry middleware's second call is a second try of
+    the same ledgered call (a failed call may run again)."""
+    with _install_lock:
+        if _installed:
+            return
+        from langgraph.prebuilt.tool_node import ToolNode
+
+        sync_run = ToolNode._execute_tool_sync
+        async_run = ToolNode._execute_tool_async
+
+        def execute_sync(self: Any, request: Any, input_type: Any, config: Any) -> Any:
+            if _ACTIVE.get() is None:
+                return sync_run(self, request, input_type, config)
+            return _ledgered_call(
+                request, config, lambda req, conf: sync_run(self, req, input_type, conf)
+            )
+
+        async def execute_async(self: Any, request: Any, input_type: Any, config: Any) -> Any:
+            if _ACTIVE.get() is None:
+                return await async_run(self, request, input_type, config)
+
+            def run(req: Any, conf: Any) -> Any:
+                # on a worker thread (the ledger writes synchronously): the tool's coroutine
+                # back on the process's loop
+                return run_coroutine(lambda: async_run(self, req, input_type, conf))
+
+            return await asyncio.to_thread(_ledgered_call, request, config, run)
+
+        ToolNode._execute_tool_sync = execute_sync  # type: ignore[method-assign]
+        ToolNode._execute_tool_async = execute_async  # type: ignore[method-assign]
+        _installed.append(True)
