@@ -11,6 +11,7 @@ graph's own state rather than longtask's.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import PrivateAttr
@@ -46,13 +47,16 @@ def step_name_for(graph_id: str) -> str:
     return name
 
 
-def graph_app(name: str, graph: Any, *, description: str = "") -> GraphApp:
+def graph_app(
+    name: str, graph: Any, *, description: str = "", tools: Mapping[str, Any] | None = None
+) -> GraphApp:
     """``graph`` served as the LongTask ``name``: one stage and one graph step (named after
-    ``name``), whose input is the run's input and whose result is the graph's final state."""
+    ``name``), whose input is the run's input and whose result is the graph's final state.
+    ``tools``: how its tools' cut-off calls are settled (``graph_step``'s ``tools=``)."""
     step = step_name_for(name)
     # The graph's state is the thread's: a new input on a finished thread continues it,
     # as on LangGraph's server (``Runner.run_again``).
-    inner = graph_step(step, graph).model_copy(update={"keeps_state": True})
+    inner = graph_step(step, graph, tools=tools).model_copy(update={"keeps_state": True})
     return GraphApp(
         name=name,
         stages=(Stage(step, [inner]),),

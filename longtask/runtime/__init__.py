@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from longtask.runtime._streams import Streams
     from longtask.runtime._subtasks import Subtasks
     from longtask.runtime._taskref import find_ref, load_task, load_versions
+    from longtask.runtime._toolmarks import config_tools
     from longtask.runtime._turns import Turns
     from longtask.runtime._usage import StepUsage, ThreadUsage
     from longtask.runtime._views import CheckpointView, StepState, ThreadStatus
@@ -71,6 +72,7 @@ _LAZY = {
     "find_ref": "longtask.runtime._taskref",
     "load_task": "longtask.runtime._taskref",
     "load_versions": "longtask.runtime._taskref",
+    "config_tools": "longtask.runtime._toolmarks",
     "tapping": "longtask.runtime._calls",
 }
 
@@ -101,6 +103,7 @@ __all__ = [
     "UpdateHook",
     "Watch",
     "Worker",
+    "config_tools",
     "find_ref",
     "load_task",
     "load_versions",

@@ -24,6 +24,7 @@ from typing import Any
 
 from longtask.errors import TaskRefError
 from longtask.model import GraphApp, LongTask, TaskVersions, graph_app, graph_kind
+from longtask.runtime._toolmarks import tool_marks
 
 
 def _module_name_for(path: Path) -> str:
@@ -132,6 +133,11 @@ def load_task(ref: str) -> LongTask:
 def load_versions(ref: str) -> TaskVersions:
     """Every definition of the task ``ref`` names (a LongTask, a :func:`~longtask.versions`
     of several, or a function making either), newest first."""
+    config: Path | None = None
+    head, at, where = ref.rpartition("@")
+    if at and "#" in head and where.endswith(".json") and Path(where).is_absolute():
+        # a served graph's config file, which holds its tool marks (``_toolmarks``)
+        ref, config = head, Path(where)
     target, sep, attr = ref.rpartition(":")
     attr, hashed, graph_id = attr.partition("#")
     if not sep or not target or not attr or (hashed and not graph_id):
@@ -179,11 +185,16 @@ def load_versions(ref: str) -> TaskVersions:
             task = made
     if graph is not None:
         # A plain LangGraph graph: served as the one-step LongTask around it.
-        app = graph_app(graph_id or attr, graph, description=f"LangGraph {ref}")
+        tools = (
+            tool_marks(config, graph_id, _load_file) if config is not None and graph_id else None
+        )
+        app = graph_app(graph_id or attr, graph, description=f"LangGraph {ref}", tools=tools)
         if target.endswith(".py") or os.sep in target:
             # absolute, so the thread is resumed from any working directory
             target = str(Path(target).resolve())
         app._ref = f"{target}:{attr}" + (f"#{graph_id}" if graph_id else "")
+        if tools is not None and config is not None:
+            app._ref += f"@{config}"
         return TaskVersions([app])
     if graph_id:
         raise TaskRefError(

@@ -182,6 +182,7 @@ class Pending(BaseModel):
             "name",
             "args",
             "result_schema",
+            "tool_call_id",
             "command",
             "item",
             "value",

@@ -104,7 +104,7 @@ def load_registry(refs: list[str], config: str | Path | None = None) -> Registry
     side; a langgraph.json-style ``graphs`` key is read the same way). With no ``config``, a
     ``longtask.json`` in the working directory is read if there is one."""
     from longtask.model import GraphApp
-    from longtask.runtime import load_versions
+    from longtask.runtime import config_tools, load_versions
 
     groups: list[tuple[str | None, list[str]]] = [(None, [r]) for r in refs]
     path = Path(config) if config is not None else Path(CONFIG_FILE)
@@ -120,6 +120,9 @@ def load_registry(refs: list[str], config: str | Path | None = None) -> Registry
                     # A plain LangGraph graph is served under its graph id: the reference a
                     # thread records (and a worker loads) says it.
                     ref = f"{ref.partition('#')[0]}#{name}"
+                    if config_tools(path, name) is not None:
+                        # its tool marks are in the config: the reference names it
+                        ref += f"@{path.resolve()}"
                     family = load_versions(ref)
                 loaded.append((ref, family))
             except TaskRefError:
