@@ -159,10 +159,10 @@ class ModelCalls(BaseCallbackHandler):
 
     def _start(self, run_id: UUID, metadata: Mapping[str, Any] | None) -> None:
         check_limits(self.env, self.call, self.info)
+        meta = metadata or {}
         # a sub-agent's model call inside a tool call: that call may run again (see
         # steps._toolcalls)
-        inner_work()
-        meta = metadata or {}
+        inner_work(meta.get("langgraph_checkpoint_ns"))
         with self._lock:
             self._started[run_id] = (
                 time.monotonic(),

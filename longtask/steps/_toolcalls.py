@@ -18,9 +18,11 @@ and a call cut off mid-way is settled by how its tool is marked:
 Marks come from the graph step's ``tools=`` (a tool's name, or ``"*"`` for all of them), else
 the tool's own ``metadata={"longtask": MARK}``, else ``"once"``.
 
-The key is the thread, the step, the graph's checkpoint namespace (without LangGraph's task
-ids, which differ per super-step) and the model's ``tool_call_id`` and arguments: all stored
-with the model's message, so the same on every run of the tools node after a crash.
+The key is the thread, the step, the checkpoint namespace of the ToolNode's task and the
+model's ``tool_call_id`` and arguments. The namespace keeps LangGraph's task ids: they come
+from the checkpoint the tools node runs after, so they are the same on every run of that
+node after a crash, and differ between two turns (some models number their tool calls
+``call_0``, ``call_1`` in every message, so an id alone would name two calls).
 
 A call that runs work of its own that LangGraph checkpoints — a sub-agent's model calls and
 tool calls, as a deep agent's ``task`` tool does — is not settled as one call: once such
@@ -72,8 +74,10 @@ _SERIALIZED = "langgraph"
 class _Running:
     """A tool call in the ledger while it runs; ``inner`` once it ran work of its own."""
 
-    def __init__(self, key: str, forget: Callable[..., None]) -> None:
+    def __init__(self, key: str, ns: str, forget: Callable[..., None]) -> None:
         self.key = key
+        #: the checkpoint namespace of the ToolNode task the call runs in (with task ids)
+        self.ns = ns
         self.forget = forget
         self.inner = False
         self.lock = threading.Lock()
@@ -93,12 +97,14 @@ def tool_calls_ledgered(
         _ACTIVE.reset(token)
 
 
-def inner_work() -> None:
-    """A model call or a ledgered tool call starts: if it runs inside a ledgered tool call
-    (a sub-agent in a ``task`` tool), that call is one that may run again, as its work is
-    checkpointed and ledgered on its own."""
+def inner_work(ns: str | None) -> None:
+    """A model call or a ledgered tool call starts in the graph's checkpoint namespace
+    ``ns``: if it runs in a graph inside a ledgered tool call (a sub-agent in a ``task``
+    tool: a namespace below the call's), that call is one that may run again, as its work
+    is checkpointed and ledgered on its own. A model call the tool makes itself (in the
+    call's own namespace) is part of the call: it stays at most once."""
     running = _RUNNING.get()
-    if running is None:
+    if running is None or not ns or not ns.startswith(running.ns + "|"):
         return
     with running.lock:
         if running.inner:
@@ -124,11 +130,6 @@ def mark_of(name: str, tool: Any, marks: Mapping[str, Any]) -> Any:
             )
         return own
     return marks.get("*", "once")
-
-
-def _stable_ns(config: Mapping[str, Any]) -> str:
-    ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
-    return "|".join(part.split(":")[0] for part in ns.split("|"))
 
 
 def tool_record(out: Any) -> dict[str, Any]:
@@ -205,11 +206,11 @@ def _ledgered_call(request: Any, config: Any, execute: Callable[[Any, Any], Any]
     mark = mark_of(name, tool, active.marks)
     if mark == "read_only":
         return execute(request, config)
-    inner_work()
+    full_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+    inner_work(full_ns)
     args = dict(call.get("args") or {})
     tool_call_id = str(call.get("id") or "")
-    ns = _stable_ns(config)
-    key = f"{ns}|{tool_call_id}|{canonical_digest(args, f'the arguments of tool {name!r}')}"
+    key = f"{full_ns}|{tool_call_id}|{canonical_digest(args, f'the arguments of tool {name!r}')}"
     if mark == "idempotent":
         reconcile: Callable[[EffectCall], Any] | None = _not_found
     elif callable(mark):
@@ -218,7 +219,7 @@ def _ledgered_call(request: Any, config: Any, execute: Callable[[Any, Any], Any]
         reconcile = None
 
     def perform(idempotency_key: str, **_args: Any) -> dict[str, Any]:
-        running = _Running(idempotency_key, active.forget)
+        running = _Running(idempotency_key, full_ns, active.forget)
         token = _RUNNING.set(running)
         try:
             req, conf = _with_key(request, config, idempotency_key)

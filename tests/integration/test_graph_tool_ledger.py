@@ -286,3 +286,25 @@ def test_a_served_graphs_marks_come_from_its_langgraph_json(tmp_path: Path) -> N
     text = str(info.value)
     assert "tools['book_flight'] is 'sometimes'" in text and "'idempotent'" in text
     assert "cannot load tools['x']" in text
+
+
+def test_a_tool_that_calls_a_model_itself_stays_at_most_once(runner: Runner, llm: Any) -> None:
+    """Only a graph run inside a tool call (a sub-agent) makes the call one that may run
+    again; a model call the tool makes itself is part of the call."""
+    llm(by_turn(SCRIPT))
+    airline, lookups = Airline(), []
+
+    @tool
+    def book_flight(flight: str, runtime: ToolRuntime) -> str:
+        """Book a flight, after asking a model for a seat."""
+        from langchain_openai import ChatOpenAI
+
+        ChatOpenAI(model="gpt-4o-mini", max_retries=0).invoke("pick a seat")
+        return airline.book(flight, runtime.tool_call_id, idempotency_key())
+
+    _, lookup = _tools(airline, lookups)
+    task = _task([book_flight, lookup])
+    _crash_then_resume(runner, task, airline, "t-model")
+    st = runner.status("t-model")
+    assert st.status == "waiting_user" and st.waiting[0]["kind"] == "effect"
+    assert len(airline.bookings) == 1
