@@ -249,7 +249,69 @@ def test_the_server_api_refuses_a_malformed_answer_with_422_then_takes_agent_inb
     assert resolved.data["by"] == "alice"
 
 
+@pytest.mark.parametrize(("what", "answer", "envs", "said"), ANSWERS, ids=[a[0] for a in ANSWERS])
+def test_each_answer_shape_through_the_server_api_does_what_it_says(
+    client: TestClient,
+    deployed: Path,
+    mode: str,
+    what: str,
+    answer: Any,
+    envs: list[str],
+    said: str | None,
+) -> None:
+    if mode == "per_call" and what not in ("inbox accept", "inbox edit", "decisions reject"):
+        pytest.skip("the modes differ only in what the graph is given (one of each kind)")
+    thread = client.post("/threads", json={}).json()["thread_id"]
+    assert _run(client, thread, {"input": {}}).status_code == 200
+    assert client.get(f"/threads/{thread}").json()["status"] == "interrupted"
+    got = _run(client, thread, {"command": {"resume": answer}})
+    assert got.status_code == 200, got.text
+    assert client.get(f"/threads/{thread}").json()["status"] == "idle"
+    assert _envs(deployed) == envs
+    runner: Runner = client.runner  # type: ignore[attr-defined]
+    (tool,) = _tool_messages(runner, thread)
+    if said is None:
+        assert tool["content"].endswith(f"deployed to {envs[0]}")
+    else:
+        assert said in tool["content"]
+
+
 # -- the CLI ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("what", "answer", "envs", "said"),
+    [a for a in ANSWERS if a[0] in ("inbox response", "decisions approve", "inbox ignore")],
+    ids=["inbox-response", "decisions-approve", "inbox-ignore"],
+)
+def test_each_answer_shape_through_cli_resume_does_what_it_says(
+    db_url: str,
+    llm: FakeOpenAI,
+    deployed: Path,
+    what: str,
+    answer: Any,
+    envs: list[str],
+    said: str | None,
+) -> None:
+    import json
+
+    from conftest import run_cli
+
+    thread = f"t-{what.replace(' ', '-')}"
+    assert run_cli("run", REF, "--thread", thread, db=db_url).returncode == 3
+    bad = run_cli("resume", thread, "--resume", '{"approve": true}', db=db_url)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "it takes" in bad.stderr
+    done = run_cli("resume", thread, "--resume", json.dumps(answer), db=db_url)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _envs(deployed) == envs
+    with Runner(db_url) as runner:
+        (tool,) = _tool_messages(runner, thread)
+        assert (
+            tool["content"].endswith(f"deployed to {envs[0]}")
+            if said is None
+            else (said in tool["content"])
+        )
 
 
 def test_the_cli_shows_the_tool_call_and_approve_edit_answers_it(
