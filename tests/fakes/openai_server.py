@@ -193,6 +193,9 @@ class _Server(http.server.ThreadingHTTPServer):
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the openai client's pool expects
+    #: headers and body go out in two writes: without TCP_NODELAY the second waits for the
+    #: client's delayed ACK (~40 ms a call, most of a test's model-call time)
+    disable_nagle_algorithm = True
     timeout = 30  # idle keep-alive connections give up, so no thread waits forever
     server: _Server
 
