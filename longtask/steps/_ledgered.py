@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import json
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
@@ -23,6 +22,7 @@ from longtask.model._canonical import canonical_digest
 from longtask.steps._context import current_context
 from longtask.steps._effects import EffectCall
 from longtask.steps._loop import run_coroutine
+from longtask.steps._toolcalls import is_serialized, tool_message_of, tool_record
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,7 +36,6 @@ def _tool_call(value: Any) -> dict[str, Any] | None:
 
 
 def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[EffectCall], Any] | None) -> Any:
-    from langchain_core.messages import ToolMessage
     from langchain_core.tools import BaseTool
 
     inner = tool
@@ -78,9 +77,9 @@ def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[EffectCall], Any] 
                     out = run_coroutine(lambda: inner.ainvoke(input, config, **kwargs))
                 else:
                     out = inner.invoke(input, config, **kwargs)
-                if isinstance(out, ToolMessage):
-                    return {"content": out.content, "status": out.status}
-                return {"content": out, "status": "success"}
+                if isinstance(out, (str, int, float, bool, list, dict, type(None))):
+                    return {"content": out, "status": "success"}
+                return tool_record(out)  # a ToolMessage, a Command
 
             record = ctx._effects(  # type: ignore[misc]
                 f"tool:{name}",
@@ -92,20 +91,12 @@ def _ledgered_tool(tool: Any, name: str, reconcile: Callable[[EffectCall], Any] 
                 tool_call_id=tool_call_id,
                 shown={"tool": name, "args": args, "tool_call_id": tool_call_id},
             )
-            if not isinstance(record, dict) or "content" not in record:
-                # Settled by a person with a plain value.
-                record = {"content": record, "status": "success"}
-            content = record["content"]
-            if call is None:
-                return content
-            if not isinstance(content, (str, list)):
-                content = json.dumps(content, default=str)
-            return ToolMessage(
-                content,
-                tool_call_id=call["id"] if call else "",
-                name=name,
-                status=record.get("status") or "success",
-            )
+            if call is not None:
+                return tool_message_of(record, name, str(call["id"]))
+            if isinstance(record, dict) and "content" in record:
+                return record["content"]
+            # a tool's Command as recorded, or a value a person settled the call with
+            return tool_message_of(record, name, "") if is_serialized(record) else record
 
     return LedgeredTool(
         name=tool.name,

@@ -49,7 +49,14 @@ from longtask.steps._context import current_context
 from longtask.steps._effects import EffectCall
 from longtask.steps._loop import run_coroutine
 
-__all__ = ["inner_work", "install", "tool_calls_ledgered", "tool_message_of", "tool_record"]
+__all__ = [
+    "inner_work",
+    "install",
+    "is_serialized",
+    "tool_calls_ledgered",
+    "tool_message_of",
+    "tool_record",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +163,11 @@ def _serialized(out: Any) -> dict[str, Any]:
     return {_SERIALIZED: kind, "data": base64.b64encode(data).decode("ascii")}
 
 
+def is_serialized(record: Any) -> bool:
+    """Whether ``record`` holds a tool's answer in LangGraph's serialized form."""
+    return isinstance(record, dict) and _SERIALIZED in record and "data" in record
+
+
 def tool_message_of(record: Any, name: str, tool_call_id: str) -> Any:
     """The tool's answer again from its record (or from what a reconciler or a person said
     it returned: a ToolMessage, a ``{"content", "status"}`` record, or a plain value)."""
@@ -163,7 +175,7 @@ def tool_message_of(record: Any, name: str, tool_call_id: str) -> Any:
 
     if isinstance(record, ToolMessage):
         return record
-    if isinstance(record, dict) and _SERIALIZED in record and "data" in record:
+    if is_serialized(record):
         from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
         raw = base64.b64decode(record["data"])
