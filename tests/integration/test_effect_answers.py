@@ -298,9 +298,7 @@ def test_the_pages_route_refuses_bad_input_naming_the_fix_and_changes_nothing(
         assert _unchanged(paused) == before
 
 
-def test_pending_and_status_show_the_call_and_how_to_settle_it(
-    paused: Runner, db_url: str
-) -> None:
+def test_pending_and_status_show_the_call_and_how_to_settle_it(paused: Runner, db_url: str) -> None:
     from conftest import run_cli
 
     ((flight, tool_call_id),) = booking_task.bookings()
