@@ -300,6 +300,8 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
             out.print(f"  reject:  {escape(line)}")
         elif p.kind == "effect":
             out.print(f"  effect: {escape(str(req.get('name')))} (key {req.get('key')})")
+            if req.get("tool_call_id"):
+                out.print(f"  tool call id: {escape(str(req['tool_call_id']))}")
             if "args" in req:
                 out.print(f"  arguments: {escape(render(req['args'], '  '))}")
             if req.get("result_schema"):
@@ -310,7 +312,17 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
                 f"longtask effects resolve {thread_id} {req.get('key')} --succeeded --result JSON"
             )
             out.print(f"  it happened: {escape(line)}")
-            out.print("  it did not, or call it again: the same with --failed, or --retry")
+            out.print(
+                "  it failed, or call it again: the same with --failed [--reason WHY], or --retry"
+            )
+            if "action_request" in req:  # older pauses lack Agent Inbox's view
+                out.print(
+                    "  or answer it (the page, the Server API, Agent Inbox): "
+                    + escape(
+                        '[{"type": "response", "args": RESULT}] it happened, '
+                        '[{"type": "accept"}] call it again, [{"type": "ignore"}] it failed'
+                    )
+                )
         elif p.kind == "interrupt":
             # the graph of a graph step asks: its own value, answered with any JSON
             if req.get("stop"):

@@ -196,6 +196,9 @@ def effects(
     result: Annotated[
         str | None, typer.Option("--result", help="resolve --succeeded: its result, JSON or @file.")
     ] = None,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="resolve --failed: why it failed.")
+    ] = None,
     by: Annotated[
         str | None, typer.Option("--by", help="resolve: who settles it.", callback=checked_by)
     ] = None,
@@ -205,7 +208,7 @@ def effects(
     """List a thread's side effects, or settle one cut off mid-call.
 
     `effects THREAD` lists the ledger; `effects resolve THREAD KEY --succeeded [--result
-    JSON] | --failed | --retry` settles an effect whose outcome is unknown."""
+    JSON] | --failed [--reason WHY] | --retry` settles an effect whose outcome is unknown."""
     if args and args[0] == "resolve":
         if len(args) != 3:
             raise typer.BadParameter(
@@ -220,9 +223,18 @@ def effects(
             raise typer.BadParameter("give exactly one of --succeeded, --failed, --retry")
         if result is not None and chosen[0] != "succeeded":
             raise typer.BadParameter("--result goes with --succeeded", param_hint="--result")
+        if reason is not None and chosen[0] != "failed":
+            raise typer.BadParameter("--reason goes with --failed", param_hint="--reason")
         value = parse_json(result, "--result")
         with _runner(db, args[1], on_update=_printer()) as runner:
-            runner.resolve_effect(args[1], args[2], chosen[0], result=value, by=by)  # type: ignore[arg-type]
+            runner.resolve_effect(
+                args[1],
+                args[2],
+                chosen[0],  # type: ignore[arg-type]
+                result=value,
+                reason=reason,
+                by=by,
+            )
             raise typer.Exit(_finish(runner, args[1]))
     if len(args) != 1:
         raise typer.BadParameter(

@@ -35,7 +35,8 @@ from longtask.runtime._text import refuse_bad_text
 from longtask.runtime._views import Pending
 from longtask.runtime._who import whoami
 from longtask.steps import INTERRUPT_KIND, TIMEOUT, check_decision, check_payload
-from longtask.steps._effects import RESOLVED_AS_FAILED
+from longtask.steps._effectanswer import Settled, effect_answer
+from longtask.steps._effects import failed_error
 from longtask.steps._hitl import decision_from_hitl, is_hitl, is_tool_approval
 from longtask.steps._pause import signal_value
 from longtask.steps._review import review_answer, review_of_request, schema_problem
@@ -95,7 +96,11 @@ class Pauses:
             for p in self._reads.pending(thread_id, task=task)
             if kind is None or p.kind == kind or (kind == "approval" and _reviews(p))
         ]
-        what = {"approval": "an approval", "wait": "an outside event"}.get(kind or "", "an answer")
+        what = {
+            "approval": "an approval",
+            "wait": "an outside event",
+            "effect": "a person to settle an effect",
+        }.get(kind or "", "an answer")
         if not items:
             raise InvalidInput(
                 f"thread {thread_id!r} is not waiting for {what} (status: {rec.status})"
@@ -108,7 +113,9 @@ class Pauses:
                 )
             return items[0]
         for p in items:
-            if target in (p.step, p.interrupt_id):
+            if target in (p.step, p.interrupt_id) or (
+                p.kind == "effect" and target == p.request.get("key")
+            ):
                 return p
         names = ", ".join(p.step for p in items)
         raise InvalidInput(
@@ -122,11 +129,9 @@ class Pauses:
         refuse_bad_text(value, "the answer")
         refuse_bad_text(by, "the name it is answered by")
         if item.kind == "effect":
-            raise InvalidInput(
-                f"step {item.step!r} waits for a person to settle effect {item.request['key']}: "
-                f"use `longtask effects resolve {thread_id} {item.request['key']} "
-                "--succeeded [--result JSON] | --failed | --retry`"
-            )
+            # Any shape that says what became of the call (longtask's, Agent Inbox's), in
+            # longtask's own: settled by ``resolve_effect`` (``answer``), or by the graph.
+            return self.effect_answer(thread_id, item, value, by).native(item.request["key"])
         if item.kind == SUBTASK_KIND:
             raise InvalidInput(
                 f"step {item.step!r} waits for its sub-tasks, which continue it when they "
@@ -344,9 +349,11 @@ class Pauses:
         by: str | None = None,
         allow_changed_definition: bool = False,
     ) -> str:
-        """Resume a pending interrupt (by step name or interrupt id) with a raw value:
-        a decision for an approval (longtask's, or LangChain's ``{"decisions": [...]}``), a
-        payload for a wait, any value for a gate. Checked like approve/signal.
+        """Resume a pending interrupt (by step name or interrupt id; an effect's also by its
+        key) with a raw value: a decision for an approval (longtask's, or LangChain's
+        ``{"decisions": [...]}``), a payload for a wait, any value for a gate, what became
+        of the call for an effect cut off mid-call (longtask's shape or Agent Inbox's,
+        settled with ``resolve_effect``). Checked like approve/signal.
 
         ``by``: who answers, as the calling layer knows it (an HTTP API takes it from the
         token): a HITL decision is recorded with it (else the user of this process), and a
@@ -364,12 +371,41 @@ class Pauses:
                     f"is given by {by!r}; a decision can only be given in one's own name"
                 )
         checked = self.resume_value(thread_id, task, item, value, by=by)
+        if item.kind == "effect":
+            # Settled in the ledger at acceptance, then the thread goes on: a crash after
+            # this finds the call settled and never asks again.
+            settled = self.effect_answer(thread_id, item, checked, by)
+            return self.resolve_effect(
+                thread_id,
+                item.request["key"],
+                settled.outcome,
+                result=settled.result,
+                reason=settled.reason,
+                by=by or settled.by or whoami(),
+                task=task,
+            )
         # Who answered a graph's own interrupt (its answer is the graph's, with no room for a
         # name) is recorded by the run once it accepted the answer, with the answer itself
         # (runtime._accepted): a refused answer leaves no record.
         return self._resume_pending(
             thread_id, task, item, checked, allow_changed_definition, seen=seen, by=by
         )
+
+    def effect_answer(
+        self, thread_id: str, item: Pending, value: Any, by: str | None = None
+    ) -> Settled:
+        """What ``value`` says of the cut-off call effect pause ``item`` waits on
+        (BadAnswer naming the shapes it takes; InvalidInput if it names somebody other than
+        ``by``, who gives it)."""
+        where = f"the answer to effect {item.request.get('name')!r} of {item.step!r}"
+        settled = effect_answer(where, str(item.request.get("key")), value)
+        if by is not None and settled.by is not None and settled.by != by:
+            raise InvalidInput(
+                f"the answer names {settled.by!r} as who settled effect "
+                f"{item.request.get('key')}, but it is given by {by!r}; an answer can only "
+                "be given in one's own name"
+            )
+        return settled
 
     def resolve_effect(
         self,
@@ -378,12 +414,17 @@ class Pauses:
         outcome: Literal["succeeded", "failed", "retry"],
         *,
         result: Any = None,
+        reason: str | None = None,
         by: str | None = None,
         task: LongTask | None = None,
     ) -> str:
         """Settle an effect whose outcome is unknown (the process died during the call):
-        it ``succeeded`` (with ``result``), ``failed``, or should be tried again
-        (``retry``). Then the thread continues if it was waiting on it."""
+        it ``succeeded`` (with ``result``), ``failed`` (``reason``: why, if known), or should
+        be tried again (``retry``). Then the thread continues if it was waiting on it."""
+        refuse_bad_text(reason, "the reason")
+        refuse_bad_text(by, "the name it is settled by")
+        if reason is not None and outcome != "failed":
+            raise InvalidInput("a reason goes with the outcome failed")
         rec = self._reads.thread(thread_id)
         row = self.db.store.effect(key)
         if row is None or row.thread_id != thread_id:
@@ -431,17 +472,14 @@ class Pauses:
             "manual.resolve",
             key=f"manual.resolve/{key}",
             step=row.step,
-            data={"key": key, "outcome": outcome, "by": by},
+            data={"key": key, "outcome": outcome, "by": by}
+            | ({"reason": reason} if reason else {}),
         )
         if outcome == "succeeded":
             self.db.store.effect_finish(key, "succeeded", result=result)
         else:
             self.db.store.effect_finish(
-                key,
-                "failed",
-                error="retry"
-                if outcome == "retry"
-                else f"{RESOLVED_AS_FAILED} by {by or 'a person'}",
+                key, "failed", error="retry" if outcome == "retry" else failed_error(by, reason)
             )
         if items:
             return self._resume_pending(thread_id, task, items[0], {"resolved": outcome})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.applications import Starlette
@@ -115,6 +115,18 @@ class AnswerBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     interrupt: str
     value: Any = None
+
+
+class ResolveBody(BaseModel):
+    """What became of an effect cut off mid-call (the pause that waits on it): it
+    ``succeeded`` with ``result``, ``failed`` (``reason``: why), or ``retry``: call it
+    again."""
+
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    outcome: Literal["succeeded", "failed", "retry"]
+    result: Any = None
+    reason: str | None = None
 
 
 class CancelBody(BaseModel):
@@ -308,7 +320,7 @@ def create_app(
             # Queued for the workers: returns as soon as the command is in the inbox.
             if kind == "approval":
                 runner.decide(thread_id, target, by=by, **value)
-            elif kind == "interrupt":
+            elif kind in ("interrupt", "effect"):
                 runner.answer(thread_id, value, interrupt=target, by=by)
             else:
                 runner.signal(thread_id, str(target), value, by=by)
@@ -351,6 +363,25 @@ def create_app(
         given = await body(request, AnswerBody)
         answering = access.answering(request)
         run_id = await call(answer_later, answering, given.interrupt, "interrupt", given.value, by)
+        return await accepted(thread_id, run_id)
+
+    async def resolve(request: Request, by: str) -> Response:
+        thread_id = request.path_params["thread_id"]
+        given = await body(request, ResolveBody)
+        if given.result is not None and given.outcome != "succeeded":
+            raise HTTPException(400, 'a result goes with the outcome "succeeded"')
+        if given.reason is not None and given.outcome != "failed":
+            raise HTTPException(400, 'a reason goes with the outcome "failed"')
+        # longtask's own answer to the effect's pause: checked and carried out as any other
+        # answer to it (the Server API's, Agent Inbox's), by the same rule of who may
+        value: dict[str, Any] = {"key": given.key}
+        value[given.outcome] = {
+            "succeeded": given.result,
+            "failed": given.reason or True,
+            "retry": True,
+        }[given.outcome]
+        answering = access.answering(request)
+        run_id = await call(answer_later, answering, given.key, "effect", value, by)
         return await accepted(thread_id, run_id)
 
     def cancel_later(thread_id: str, reason: str | None, by: str) -> str | None:
@@ -514,6 +545,7 @@ def create_app(
         Route(api + "/reject", answerer(reject), methods=["POST"]),
         Route(api + "/signal", answerer(signal), methods=["POST"]),
         Route(api + "/answer", answerer(answer), methods=["POST"]),
+        Route(api + "/resolve", answerer(resolve), methods=["POST"]),
         Route(api + "/cancel", actor(cancel), methods=["POST"]),
         Route(api + "/retry", actor(retry), methods=["POST"]),
         Route(api + "/skip", actor(skip), methods=["POST"]),

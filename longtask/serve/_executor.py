@@ -475,6 +475,17 @@ class Executor:
                 edited_args=answer.get("edited_args"),
                 response=answer.get("response"),
             )
+        elif answer["kind"] == "effect":
+            # settled in the ledger first (who, and what became of the call), then resumed
+            self.runner.resolve_effect(
+                run.thread_id,
+                answer["key"],
+                answer["outcome"],
+                result=answer.get("result"),
+                reason=answer.get("reason"),
+                by=by,
+                task=task,
+            )
         elif answer["kind"] == "interrupt":
             self.runner.answer(
                 run.thread_id,

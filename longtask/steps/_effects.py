@@ -32,9 +32,10 @@ from typing import Any
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
-from longtask.errors import InvalidInput, LongTaskError, OutcomeUnknown
+from longtask.errors import BadAnswer, InvalidInput, LongTaskError, OutcomeUnknown
 from longtask.model import StepInfo
 from longtask.model._canonical import NotCanonical, canonical_digest
+from longtask.steps._effectanswer import EFFECT_ANSWER, effect_answer, inbox_view
 from longtask.store._values import to_json_bytes
 
 
@@ -165,39 +166,22 @@ def _accepts_key(fn: Callable[..., Any]) -> bool:
     )
 
 
-#: what an effect's interrupt value says it expects as its answer through LangGraph
-EFFECT_ANSWER = (
-    '{"succeeded": RESULT} if the call happened (RESULT: what it returned), {"failed": "WHY"} '
-    'if it did not and the step should fail, or {"retry": true} to call it again; optionally '
-    'with "key" (the effect\'s key) and "by" (who settled it)'
-)
-_OUTCOMES = ("succeeded", "failed", "retry")
-
-
 def _settle(env: Any, call: Any, info: StepInfo, key: str, name: str, answer: Any) -> bool:
-    """Settle the ledger row of effect ``key`` with an answer given to its interrupt; False if
-    the answer is not one for it. ``{"resolved": ...}`` is ``longtask effects resolve``'s,
-    which settled the row before resuming."""
-    if not isinstance(answer, dict):
-        return False
-    if answer.get("key", key) != key:
-        return False
-    if "resolved" in answer:
-        return True
-    given = [o for o in _OUTCOMES if o in answer]
-    if len(given) != 1:
+    """Settle the ledger row of effect ``key`` with an answer given to its interrupt, in any
+    shape it takes (steps._effectanswer); False if the answer is not one for it.
+    ``{"resolved": ...}`` is the runtime's (``Runner.resolve_effect``, and every door's
+    answer through it), which settled the row before resuming."""
+    if isinstance(answer, dict) and "resolved" in answer:
+        return bool(answer.get("key", key) == key)
+    try:
+        settled = effect_answer(f"the answer to effect {name!r}", key, answer)
+    except BadAnswer:
         return False
     store = env.store
     row = store.effect(key)
     if row is None or row.status != "started":
         return True  # settled already (the same answer, seen by an earlier run of the node)
-    outcome = given[0]
-    by = answer.get("by") if isinstance(answer.get("by"), str) else None
-    if outcome == "succeeded":
-        try:
-            to_json_bytes(answer["succeeded"], f"the result given for effect {name!r}")
-        except InvalidInput:
-            return False
+    outcome, by = settled.outcome, settled.by
     env.emit(
         call,
         "manual.resolve",
@@ -207,16 +191,18 @@ def _settle(env: Any, call: Any, info: StepInfo, key: str, name: str, answer: An
         data={"key": key, "outcome": outcome, "by": by, "via": "interrupt"},
     )
     if outcome == "succeeded":
-        store.effect_finish(key, "succeeded", result=answer["succeeded"])
+        store.effect_finish(key, "succeeded", result=settled.result)
     elif outcome == "retry":
         store.effect_finish(key, "failed", error="retry")
     else:
-        why = answer.get("failed")
-        reason = f": {why}" if isinstance(why, str) and why else ""
-        store.effect_finish(
-            key, "failed", error=f"{RESOLVED_AS_FAILED} by {by or 'a person'}{reason}"[:2000]
-        )
+        store.effect_finish(key, "failed", error=failed_error(by, settled.reason))
     return True
+
+
+def failed_error(by: str | None, reason: str | None) -> str:
+    """The ledger's error of an effect a person resolved as failed."""
+    why = f": {reason}" if reason else ""
+    return f"{RESOLVED_AS_FAILED} by {by or 'a person'}{why}"[:2000]
 
 
 def run_effect(
@@ -297,6 +283,8 @@ def run_effect(
                 request["item"] = item
             if tool_call_id is not None:
                 request["tool_call_id"] = tool_call_id
+            # Agent Inbox's view of the call beside longtask's (its answers are converted)
+            request.update(inbox_view(request))
             if pause is not None:
                 pause(request)
             request["answer"] = EFFECT_ANSWER

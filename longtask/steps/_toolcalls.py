@@ -41,7 +41,9 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Literal, Required, cast
+
+from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 
 from longtask.model._canonical import canonical_digest
 from longtask.model._graph import TOOL_MARKS
@@ -76,6 +78,14 @@ _RUNNING: ContextVar[_Running | None] = ContextVar("longtask_tool_running", defa
 #: an effect's record of a tool's answer that is not one ToolMessage (a Command, a list):
 #: LangGraph's own serializer, as its saver stores the same values in the graph's state
 _SERIALIZED = "langgraph"
+
+
+class ToolAnswer(TypedDict, total=False):
+    """A tool's answer, as the model reads it: what a person settling a cut-off call says
+    it returned (or plain text, its content)."""
+
+    content: Required[str | list[Any]]
+    status: Literal["success", "error"]
 
 
 class _Running:
@@ -230,12 +240,13 @@ def _ledgered_call(request: Any, config: Any, execute: Callable[[Any, Any], Any]
     else:
         reconcile = None
 
-    def perform(idempotency_key: str, **_args: Any) -> dict[str, Any]:
+    # Its return annotation is the result a person settling a cut-off call is shown to give.
+    def perform(idempotency_key: str, **_args: Any) -> ToolAnswer:
         running = _Running(idempotency_key, full_ns, active.forget)
         token = _RUNNING.set(running)
         try:
             req, conf = _with_key(request, config, idempotency_key)
-            return tool_record(execute(req, conf))
+            return cast(ToolAnswer, tool_record(execute(req, conf)))
         finally:
             _RUNNING.reset(token)
 

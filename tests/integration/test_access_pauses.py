@@ -221,6 +221,7 @@ def _path_door(path: str) -> Callable[[TestClient, str, str, Any], tuple[str, st
         "reject": lambda p: {"step": p.step, "plan_hash": "not-the-plan"},
         "signal": lambda p: {"name": p.step, "payload": BAD},
         "answer": lambda p: {"interrupt": p.interrupt_id, "value": BAD},
+        "resolve": lambda p: {"key": p.request["key"], "outcome": "succeeded", "result": BAD},
     }
     assert suffix in bodies, f"a new answer door {path}: give it a body here"
 
@@ -311,7 +312,12 @@ def doors_of(client: TestClient) -> list[Door]:
     """Every answer door of the app: its routes with the answer rule, the runs of a thread
     (``command.resume``), MCP's answer tool and A2A."""
     out: list[Door] = []
-    targets = {"approve": {"approval"}, "reject": {"approval"}, "signal": {"wait"}}
+    targets = {
+        "approve": {"approval"},
+        "reject": {"approval"},
+        "signal": {"wait"},
+        "resolve": {"effect"},
+    }
     for route in client.app.routes:  # type: ignore[attr-defined]
         assert isinstance(route, Route)
         if "POST" not in (route.methods or ()):

@@ -182,14 +182,27 @@ def effect_task(calls: list[int], crash: dict[str, bool]) -> LongTask:
 
 
 @pytest.mark.parametrize(
-    ("answer", "result", "charged"),
+    ("answer", "result", "charged", "outcome"),
     [
-        ({"succeeded": {"charged": 42, "by": "hand"}}, {"charged": 42, "by": "hand"}, 1),
-        ({"retry": True}, {"charged": 42}, 2),
+        (
+            {"succeeded": {"charged": 42, "by": "hand"}},
+            {"charged": 42, "by": "hand"},
+            1,
+            "succeeded",
+        ),
+        ({"retry": True}, {"charged": 42}, 2, "retry"),
+        # Agent Inbox's answers, read by the graph as every door reads them
+        (
+            [{"type": "response", "args": '{"charged": 42, "by": "inbox"}'}],
+            {"charged": 42, "by": "inbox"},
+            1,
+            "succeeded",
+        ),
+        ([{"type": "accept", "args": None}], {"charged": 42}, 2, "retry"),
     ],
 )
 def test_an_unknown_effect_is_an_interrupt_settled_through_the_raw_graph(
-    runner: Runner, answer: dict[str, Any], result: Any, charged: int
+    runner: Runner, answer: Any, result: Any, charged: int, outcome: str
 ) -> None:
     calls: list[int] = []
     task = effect_task(calls, {"once": True})
@@ -212,7 +225,7 @@ def test_an_unknown_effect_is_an_interrupt_settled_through_the_raw_graph(
     (effect,) = runner.effects("t-eff")
     assert effect.status == "succeeded"
     (resolved,) = runner.events("t-eff", kinds=["manual.resolve"])
-    assert resolved.data["outcome"] == next(iter(answer))
+    assert resolved.data["outcome"] == outcome
 
 
 def test_an_unknown_effect_resolved_as_failed_through_the_raw_graph_fails_the_step(

@@ -7,8 +7,9 @@ made by the token's name (an approver the request names may not decide is refuse
 takes its payload, checked against the step's schema; the interrupt of a graph step's own
 graph takes any JSON value that fits the interrupt's response schema, and a tool review of
 LangChain's ``HumanInTheLoopMiddleware`` takes its decisions in LangChain's, Agent Inbox's or
-longtask's shape (steps._review); one it cannot take is a 422. A resume keyed by interrupt
-id answers several at once.
+longtask's shape (steps._review); an effect cut off mid-call takes what became of the call,
+in longtask's shape or Agent Inbox's (steps._effectanswer); one it cannot take is a 422. A
+resume keyed by interrupt id answers several at once.
 
 Whether the caller may answer each pause a resume answers is asked first, once the pauses
 are known (``Answering.check``, serve.access): an approver answers the approvals that name
@@ -73,6 +74,20 @@ def _check(
             "plan_hash": decided["plan_hash"],
             "edited_args": decided.get("edited_args"),
             "response": decided.get("response"),
+        }
+    if item.kind == "effect":
+        # what became of a call cut off mid-call, in longtask's or Agent Inbox's shape:
+        # settled in the ledger when the run is carried out, by the token's name
+        checked = runner.pauses.resume_value(thread_id, task, item, value, by=actor)
+        settled = runner.pauses.effect_answer(thread_id, item, checked, actor)
+        return {
+            "kind": "effect",
+            "step": item.step,
+            "interrupt_id": item.interrupt_id,
+            "key": item.request["key"],
+            "outcome": settled.outcome,
+            "result": settled.result,
+            "reason": settled.reason,
         }
     checked = runner.pauses.resume_value(thread_id, task, item, value)
     if item.kind == "interrupt":

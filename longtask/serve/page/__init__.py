@@ -2,8 +2,8 @@
 
 Plain HTML with inline CSS and a little vanilla JavaScript: no build step and nothing loaded
 from elsewhere. The stylesheet (``page.css``), the scripts (``common.js``, ``index.js``,
-``thread.js``) and the icon (``favicon.svg``) are files in this package; ``_html`` builds
-the pages around them.
+``thread.js``, ``effect_card.js``) and the icon (``favicon.svg``) are files in this package;
+``_html`` builds the pages around them.
 """
 
 from longtask.serve.page._html import FAVICON, index_page, thread_page

@@ -37,7 +37,8 @@ CSS = _asset("page.css")
 #: what both pages' scripts share: the config, the token, ``api`` fetches, formatting
 COMMON_JS = _asset("common.js")
 INDEX_JS = _asset("index.js")
-THREAD_JS = _asset("thread.js")
+#: the thread's page: its view, and the card of an effect cut off mid-call
+THREAD_JS = _asset("thread.js") + "\n" + _asset("effect_card.js")
 
 
 def _config_json(config: dict[str, Any]) -> str:

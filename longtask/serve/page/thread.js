@@ -159,6 +159,8 @@ function pendingCard(p) {
     signalForm(card, p);
   } else if (p.kind === "interrupt") {
     answerForm(card, p);
+  } else if (p.kind === "effect") {
+    effectForm(card, p);  // effect_card.js
   } else {
     card.append(el("h3", null, "Waiting for a person: " + p.step));
     card.append(el("div", null, r.reason || JSON.stringify(r)));
