@@ -1,7 +1,8 @@
 """An airline-booking agent as its author writes it, knowing nothing of longtask: a
 ``create_agent`` ReAct agent over ``ChatOpenAI`` whose tools write to the airline's own
 SQLite database (``$AIRLINE_DB``). The crash harness (``airline_task.py``,
-``airline_served.py``, ``airline_driver.py``) runs this module unchanged.
+``airline_served.py``, ``airline_driver.py``) runs this module unchanged. ``graph`` has
+plain functions as tools, ``async_graph`` the same tools as coroutines.
 
 - ``lookup``: reads a flight's schedule (a static table: the same answer on every call);
 - ``book_flight``: books a seat (a ``bookings`` row);
@@ -17,11 +18,12 @@ the second of which leaves a call done outside and unknown inside.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from langchain.agents import create_agent
 from langchain_core.tools import InjectedToolCallId, tool
@@ -66,15 +68,11 @@ def setup(path: str | Path | None = None) -> None:
     conn.close()
 
 
-def _nap() -> None:
-    nap = float(os.environ.get(NAP_ENV) or 0)
-    if nap:
-        time.sleep(nap)
+def _nap_seconds() -> float:
+    return float(os.environ.get(NAP_ENV) or 0)
 
 
-@tool
-def lookup(flight: str) -> str:
-    """A flight's schedule."""
+def _schedule(flight: str) -> str:
     conn = connect()
     try:
         row = conn.execute("SELECT schedule FROM flights WHERE flight = ?", (flight,)).fetchone()
@@ -83,54 +81,108 @@ def lookup(flight: str) -> str:
     return f"{flight}: {row[0]}" if row else f"no flight {flight}"
 
 
+def _write(tool: str, passenger: str, tool_call_id: str, result: str, *sql: Any) -> str:
+    """The statements ``sql`` ((statement, parameters) pairs) and the log of the call, in
+    one transaction; the call's answer."""
+    conn = connect()
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for statement, params in sql:
+            conn.execute(statement, params)
+        conn.execute(
+            "INSERT INTO tool_calls VALUES (?, ?, ?, ?, ?)",
+            (tool_call_id, tool, passenger, result, os.getpid()),
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return result
+
+
+def _book(passenger: str, flight: str, tool_call_id: str) -> str:
+    ref = f"{passenger}/{flight}"
+    insert = ("INSERT INTO bookings VALUES (?, ?, ?, 'booked')", (ref, passenger, flight))
+    return _write("book_flight", passenger, tool_call_id, f"booked {ref}", insert)
+
+
+def _cancel(ref: str, tool_call_id: str) -> str:
+    passenger, _, flight = ref.partition("/")
+    fare = FLIGHTS[flight][1]
+    return _write(
+        "cancel_booking",
+        passenger,
+        tool_call_id,
+        f"cancelled {ref}, refunded {fare}",
+        ("UPDATE bookings SET status = 'cancelled' WHERE ref = ?", (ref,)),
+        ("INSERT INTO refunds VALUES (?, ?)", (ref, fare)),
+    )
+
+
+@tool
+def lookup(flight: str) -> str:
+    """A flight's schedule."""
+    return _schedule(flight)
+
+
 @tool
 def book_flight(
     passenger: str, flight: str, tool_call_id: Annotated[str, InjectedToolCallId]
 ) -> str:
     """Book a seat on a flight for a passenger."""
-    ref = f"{passenger}/{flight}"
-    result = f"booked {ref}"
-    _nap()
-    conn = connect()
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("INSERT INTO bookings VALUES (?, ?, ?, 'booked')", (ref, passenger, flight))
-        conn.execute(
-            "INSERT INTO tool_calls VALUES (?, 'book_flight', ?, ?, ?)",
-            (tool_call_id, passenger, result, os.getpid()),
-        )
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-    _nap()
+    time.sleep(_nap_seconds())
+    result = _book(passenger, flight, tool_call_id)
+    time.sleep(_nap_seconds())
     return result
 
 
 @tool
 def cancel_booking(ref: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
     """Cancel a booking and refund its fare."""
-    passenger, _, flight = ref.partition("/")
-    fare = FLIGHTS[flight][1]
-    result = f"cancelled {ref}, refunded {fare}"
-    _nap()
-    conn = connect()
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute("UPDATE bookings SET status = 'cancelled' WHERE ref = ?", (ref,))
-        conn.execute("INSERT INTO refunds VALUES (?, ?)", (ref, fare))
-        conn.execute(
-            "INSERT INTO tool_calls VALUES (?, 'cancel_booking', ?, ?, ?)",
-            (tool_call_id, passenger, result, os.getpid()),
-        )
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-    _nap()
+    time.sleep(_nap_seconds())
+    result = _cancel(ref, tool_call_id)
+    time.sleep(_nap_seconds())
     return result
 
 
-graph = create_agent(
-    ChatOpenAI(model="gpt-4o-mini", max_retries=0),
-    [lookup, book_flight, cancel_booking],
-    system_prompt="You are an airline's booking assistant.",
-)
+# The same tools as coroutines, as LangChain's current templates write them.
+
+
+@tool("lookup")
+async def alookup(flight: str) -> str:
+    """A flight's schedule."""
+    return _schedule(flight)
+
+
+@tool("book_flight")
+async def abook_flight(
+    passenger: str, flight: str, tool_call_id: Annotated[str, InjectedToolCallId]
+) -> str:
+    """Book a seat on a flight for a passenger."""
+    await asyncio.sleep(_nap_seconds())
+    result = _book(passenger, flight, tool_call_id)
+    await asyncio.sleep(_nap_seconds())
+    return result
+
+
+@tool("cancel_booking")
+async def acancel_booking(ref: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+    """Cancel a booking and refund its fare."""
+    await asyncio.sleep(_nap_seconds())
+    result = _cancel(ref, tool_call_id)
+    await asyncio.sleep(_nap_seconds())
+    return result
+
+
+def _agent(tools: list[Any]) -> Any:
+    return create_agent(
+        ChatOpenAI(model="gpt-4o-mini", max_retries=0),
+        tools,
+        system_prompt="You are an airline's booking assistant.",
+    )
+
+
+graph = _agent([lookup, book_flight, cancel_booking])
+#: the agent with coroutine tools (its graph runs on LangGraph's async API)
+async_graph = _agent([alookup, abook_flight, acancel_booking])
+#: every tool object of both graphs
+TOOLS = (lookup, book_flight, cancel_booking, alookup, abook_flight, acancel_booking)

@@ -19,6 +19,10 @@ children do). The plan says how many kills each mode gets, in order:
   the driver starts each thread's run with the LangGraph SDK, and after a kill starts
   serve again, which carries the run on.
 
+Every other thread runs the agent whose tools are coroutines (``airline_task.atask``, the
+served ``airline_async``; LangGraph's async API), the others the agent whose tools are
+plain functions.
+
 A run is killed a random delay after it is ready (uniform over 1.1 times the length of the
 first thread's run, which is never killed), unless it finished before; a quarter of the
 runs are instead killed as soon as they committed a tool call in the airline's database
@@ -31,6 +35,8 @@ a call ``started`` in longtask's ledger. After each kill the driver tells where 
   find it);
 - ``in_tool``: a call is ``started`` in the ledger with no commit from the killed process
   (the reconciler finds nothing: called again);
+- ``after_graph_end``: the graph's end is checkpointed, the thread's is not recorded yet
+  (``status`` says completed, the record running: a resume records the end);
 - ``elsewhere``: no tool call was cut off (the model's call, checkpoints, start-up).
 
 The first thread runs without kills: every other thread must leave the same outside state
@@ -64,7 +70,8 @@ HERE = Path(__file__).resolve().parent
 
 #: alice's token for serve
 TOKEN = "tok-airline-crash"
-GRAPH_ID = "airline"
+#: the served graphs by agent: its tools plain functions, or coroutines
+GRAPH_IDS = {"sync": "airline", "async": "airline_async"}
 #: how long a child waits for a killed predecessor's lock (PostgreSQL notices the dead
 #: connection a moment after the kill)
 BUSY_WAIT = 15.0
@@ -147,6 +154,18 @@ def _commits(path: str, pid: int) -> set[str]:
         conn.close()
 
 
+def _status(runner: Any, thread: str) -> str | None:
+    """The thread's status, None if it does not exist yet. "completed" only once its record
+    says so: a process killed after the graph's last checkpoint and before it recorded the
+    thread's end leaves a thread that ``status`` (told by the checkpoint) calls completed,
+    whose end (its record, ``longtask.completed``) a resume records."""
+    rec = runner.db.store.get_thread(thread)
+    if rec is None:
+        return None
+    status = str(runner.status(thread).status)
+    return str(rec.status) if status == "completed" else status
+
+
 # -- children -------------------------------------------------------------------------------
 
 
@@ -172,8 +191,10 @@ def _fork(body: Any) -> tuple[int, int]:
     return pid, rfd
 
 
-def _step_child(db: str, thread: str, passenger: str, wfd: int) -> None:
+def _step_child(db: str, thread: str, passenger: str, agent: str, wfd: int) -> None:
     import airline_task
+
+    task = airline_task.atask if agent == "async" else airline_task.task
 
     from longtask import Runner
     from longtask.errors import ThreadBusy, ThreadNotFound
@@ -194,16 +215,16 @@ def _step_child(db: str, thread: str, passenger: str, wfd: int) -> None:
                 try:
                     runner.status(thread)
                 except ThreadNotFound:
-                    runner.start(airline_task.task, {"passenger": passenger}, thread_id=thread)
+                    runner.start(task, {"passenger": passenger}, thread_id=thread)
                 else:
-                    runner.resume(thread, task=airline_task.task)
+                    runner.resume(thread, task=task)
                 break
             except ThreadBusy:
                 # the lock of a killed process, not noticed yet by the server
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.02)
-        status = runner.status(thread).status
+        status = _status(runner, thread)
     report = {"status": status, "took": round(time.monotonic() - ready, 3)}
     os.write(wfd, (json.dumps(report) + "\n").encode())
 
@@ -249,6 +270,8 @@ class Driver:
         self.started = time.monotonic()
         self.prefix = f"air-{self.mode}-{args.seed}"
         self.threads: list[str] = []
+        #: the agent each thread runs: "sync" or "async" (tools that are coroutines)
+        self.agents: dict[str, str] = {}
         self.runs = 0
         self.kills = 0
         self.finished_before_kill = 0
@@ -269,12 +292,10 @@ class Driver:
     def _ledger(self, thread: str) -> tuple[dict[str, str], dict[str, str], str | None]:
         """The thread's ledger (key -> status), its tool call ids (key -> id) and status."""
         from longtask import Runner
-        from longtask.errors import ThreadNotFound
 
         with Runner(self.db) as runner:
-            try:
-                status = runner.status(thread).status
-            except ThreadNotFound:
+            status = _status(runner, thread)
+            if status is None:
                 return {}, {}, None
             rows = {e.key: e.status for e in runner.effects(thread)}
             ids = {
@@ -284,12 +305,19 @@ class Driver:
         return rows, ids, status
 
     def _classify(self, thread: str, before: dict[str, str], pid: int) -> str:
-        rows, ids, _ = self._ledger(thread)
+        from longtask import Runner
+
+        rows, ids, status = self._ledger(thread)
         cut = [k for k, s in rows.items() if s == "started" and before.get(k) != "started"]
         committed = _commits(self.airline, pid)
         done_outside = [k for k in cut if ids.get(k) in committed]
         self.committed_cut.update(done_outside)
         phase = "commit_to_return" if done_outside else "in_tool" if cut else "elsewhere"
+        if phase == "elsewhere" and status == "running":
+            with Runner(self.db) as runner:
+                if runner.status(thread).status == "completed":
+                    # the graph's end is checkpointed, not yet recorded
+                    phase = "after_graph_end"
         self.phases[phase] += 1
         return phase
 
@@ -349,7 +377,8 @@ class Driver:
 
     def _step_run(self, thread: str, passenger: str, kill: Kill) -> str | None:
         before, _, _ = self._ledger(thread)
-        pid, rfd = _fork(lambda wfd: _step_child(self.db, thread, passenger, wfd))
+        agent = self.agents[thread]
+        pid, rfd = _fork(lambda wfd: _step_child(self.db, thread, passenger, agent, wfd))
         killed, report = self._wait(rfd, pid, kill)
         self.runs += 1
         if killed:
@@ -403,7 +432,6 @@ class Driver:
         import airline_task
 
         from longtask import Runner
-        from longtask.errors import ThreadNotFound
 
         before, _, status = self._ledger(thread)
         if self.server is None:
@@ -411,7 +439,8 @@ class Driver:
         if status is None:
             with self._client() as lg:
                 lg.threads.create(thread_id=thread)
-                lg.runs.create(thread, GRAPH_ID, input=airline_task.ask(passenger))
+                graph_id = GRAPH_IDS[self.agents[thread]]
+                lg.runs.create(thread, graph_id, input=airline_task.ask(passenger))
         assert self.server is not None
         pid = self.server
         t0, commits = time.monotonic(), len(_commits(self.airline, pid))
@@ -420,10 +449,8 @@ class Driver:
         # closed before the next fork (of a serve)
         with Runner(self.db) as runner:
             while True:
-                try:
-                    status = runner.status(thread).status
-                except ThreadNotFound:
-                    status = "pending"  # the run's thread is made as the run starts
+                # None: the run's thread is made as the run starts
+                status = _status(runner, thread) or "pending"
                 if status not in ("pending", "running"):
                     break
                 if self._due(kill, t0, pid, commits):
@@ -459,6 +486,8 @@ class Driver:
         tool call ids) are its own."""
         thread = f"{self.prefix}-{len(self.threads)}"
         self.threads.append(thread)
+        # every other thread runs the agent whose tools are coroutines
+        self.agents[thread] = "async" if len(self.threads) % 2 == 0 else "sync"
         for _ in range(200):
             when: Kill = None
             if kill and self.kills < self.target:
@@ -481,7 +510,11 @@ class Driver:
     def run(self) -> dict[str, Any]:
         if self.mode == "serve":
             served = HERE / "airline_served.py"
-            self.config.write_text(json.dumps({"graphs": {GRAPH_ID: f"{served}:graph"}}))
+            graphs = {
+                GRAPH_IDS["sync"]: f"{served}:graph",
+                GRAPH_IDS["async"]: f"{served}:async_graph",
+            }
+            self.config.write_text(json.dumps({"graphs": graphs}))
         try:
             ref = self._thread(kill=False)
             while self.kills < self.target:
@@ -507,9 +540,10 @@ class Driver:
         pauses = 0
         with Runner(self.db) as runner:
             for thread in self.threads:
-                status = runner.status(thread).status
-                if status != "completed":
-                    self.violations.append(f"{thread} ended {status}")
+                status = _status(runner, thread)
+                ended = runner.events(thread, kinds=["longtask.completed"])
+                if status != "completed" or len(ended) != 1:
+                    self.violations.append(f"{thread} ended {status}, {len(ended)} completions")
                     continue
                 if outside_state(self.airline, thread) != expected:
                     self.violations.append(
@@ -549,6 +583,7 @@ class Driver:
             "runs": self.runs,
             "finished_before_kill": self.finished_before_kill,
             "threads": len(self.threads),
+            "threads_async": sum(a == "async" for a in self.agents.values()),
             "completed": len(results),
             "duplicates": len(dups),
             "serve_starts": self.serve_starts,

@@ -39,20 +39,26 @@ def ask(passenger: str) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": f"Plan the trip of passenger {passenger}."}]}
 
 
-task = LongTask(
-    name="airline",
-    stages=[
-        Stage(
-            "s",
-            [
-                graph_step(
-                    "trip",
-                    airline_agent.graph,
-                    input=lambda ctx: ask(ctx.inputs["passenger"]),
-                    output=lambda state: state["messages"][-1].content,
-                    tools=MARKS,
-                )
-            ],
-        )
-    ],
-)
+def _task(graph: Any) -> LongTask:
+    return LongTask(
+        name="airline",
+        stages=[
+            Stage(
+                "s",
+                [
+                    graph_step(
+                        "trip",
+                        graph,
+                        input=lambda ctx: ask(ctx.inputs["passenger"]),
+                        output=lambda state: state["messages"][-1].content,
+                        tools=MARKS,
+                    )
+                ],
+            )
+        ],
+    )
+
+
+task = _task(airline_agent.graph)
+#: the agent whose tools are coroutines
+atask = _task(airline_agent.async_graph)
