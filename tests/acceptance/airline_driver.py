@@ -15,9 +15,9 @@ children do). The plan says how many kills each mode gets, in order:
 - ``step``: the child starts or resumes a thread of ``airline_task.task`` (the agent as a
   graph step, its tools marked in ``graph_step(tools=...)``) with a ``Runner``;
 - ``serve``: the child is ``longtask serve --config langgraph.json`` (the agent served as
-  a plain LangGraph graph, its tools marked in their metadata by ``airline_served.py``);
-  the driver starts each thread's run with the LangGraph SDK, and after a kill starts
-  serve again, which carries the run on.
+  a plain LangGraph graph, its tools marked in the entry's ``"tools"``; see
+  :func:`served_config`); the driver starts each thread's run with the LangGraph SDK,
+  and after a kill starts serve again, which carries the run on.
 
 Every other thread runs the agent whose tools are coroutines (``airline_task.atask``, the
 served ``airline_async``; LangGraph's async API), the others the agent whose tools are
@@ -106,6 +106,27 @@ SERVE_MODULES = (
 )
 
 
+def served_config() -> dict[str, Any]:
+    """The ``langgraph.json`` serve is given: the agent of ``airline_agent.py`` with its
+    tools' marks in its entry (a reconciler by file reference), and the agent with
+    coroutine tools, whose tools carry their marks in their metadata
+    (``airline_served.py``)."""
+    reconcile = f"{HERE / 'airline_task.py'}:reconcile"
+    return {
+        "graphs": {
+            GRAPH_IDS["sync"]: {
+                "path": f"{HERE / 'airline_agent.py'}:graph",
+                "tools": {
+                    "lookup": "read_only",
+                    "book_flight": reconcile,
+                    "cancel_booking": reconcile,
+                },
+            },
+            GRAPH_IDS["async"]: f"{HERE / 'airline_served.py'}:async_graph",
+        }
+    }
+
+
 def outside_state(path: str | Path, passenger: str) -> dict[str, Any]:
     """What the airline holds of ``passenger``'s trip, with the name replaced by ``P`` (so
     two threads' trips compare equal)."""
@@ -192,13 +213,14 @@ def _fork(body: Any) -> tuple[int, int]:
 
 
 def _step_child(db: str, thread: str, passenger: str, agent: str, wfd: int) -> None:
+    """Start or resume ``thread`` (writing "R" once a killed predecessor's lock is gone),
+    then report its status."""
     import airline_task
-
-    task = airline_task.atask if agent == "async" else airline_task.task
 
     from longtask import Runner
     from longtask.errors import ThreadBusy, ThreadNotFound
 
+    task = airline_task.atask if agent == "async" else airline_task.task
     with Runner(db) as runner:
         deadline = time.monotonic() + BUSY_WAIT
         while time.monotonic() < deadline:
@@ -230,6 +252,7 @@ def _step_child(db: str, thread: str, passenger: str, agent: str, wfd: int) -> N
 
 
 def _serve_child(db: str, config: Path, port: int, wfd: int) -> None:
+    """``longtask serve --config CONFIG`` in this (forked) process."""
     import ctypes
 
     from longtask.cli import main
@@ -509,12 +532,7 @@ class Driver:
 
     def run(self) -> dict[str, Any]:
         if self.mode == "serve":
-            served = HERE / "airline_served.py"
-            graphs = {
-                GRAPH_IDS["sync"]: f"{served}:graph",
-                GRAPH_IDS["async"]: f"{served}:async_graph",
-            }
-            self.config.write_text(json.dumps({"graphs": graphs}))
+            self.config.write_text(json.dumps(served_config()))
         try:
             ref = self._thread(kill=False)
             while self.kills < self.target:

@@ -4,7 +4,9 @@ against the scripted model; ``book_flight`` and ``cancel_booking`` write to the 
 SQLite database, each logging its ``tool_call_id`` in the transaction of its write;
 ``lookup`` reads), run as a graph step (``airline_task.py``: marks in
 ``graph_step(tools=...)``) and served from a ``langgraph.json`` by ``longtask serve``
-(``airline_served.py``: marks in the tools' metadata), on both backends.
+(marks in the graph's entry, ``"tools"``), on both backends. Every other thread runs the
+same agent with coroutine tools (served with its marks in the tools' metadata,
+``airline_served.py``).
 
 ``airline_driver.py`` (a subprocess) SIGKILLs the process running the agent at random
 points, including between a tool's commit in the airline's database and its return, and
