@@ -55,6 +55,7 @@ from longtask.steps._function import (
 )
 from longtask.steps._ledgered import coroutine_only
 from longtask.steps._prices import cost_of
+from longtask.steps._refused import refused_pause
 from longtask.steps._review import review_of
 from longtask.store import NO_CHECKPOINT, CheckpointMark
 from longtask.store._kinds import PAUSE_KINDS
@@ -391,9 +392,11 @@ def _as_pause(
     info: StepInfo,
     graph: Any,
     config: RunnableConfig,
+    refused: Mapping[str, str] | None = None,
 ) -> GraphInterrupt:
     """The interrupt ``exc`` of the graph as longtask pauses (a gate of longtask's own, such
-    as a budget reached before a model call, is one already)."""
+    as a budget reached before a model call, is one already). ``refused``: the error the
+    graph raised on the last answer to an interrupt, by id (``steps._refused``)."""
     found = list(exc.args[0]) if exc.args and exc.args[0] else []
     out: list[Interrupt] = []
     if not found:
@@ -425,6 +428,10 @@ def _as_pause(
             request["command"] = (
                 f"`longtask approve {call.thread_id} {intr.id} --by NAME` (or reject)"
             )
+        if refused and intr.id in refused:
+            # asked again: the graph raised on the last answer (recorded: interrupt.refused)
+            request["refused"] = refused[intr.id]
+            request["reason"] += f" (the last answer failed: {refused[intr.id]})"
         # the graph's response schema kept on the pause, as LangGraph's server shows it
         out.append(Interrupt(value=request, id=intr.id, response_schema=schema))
     for intr in out:
@@ -595,6 +602,12 @@ def graph_node(
                     final = call_step(invoke, args, step.timeout, f"graph step {step.name!r}")
                 except GraphInterrupt as exc:
                     raise _as_pause(exc, env, call, info, graph, args[1]) from None
+                except Exception as exc:
+                    # raised on an answer: the same pause again, the answer taken back
+                    pause = refused_pause(exc, env, call, info, graph, args[1], str(ns), _as_pause)
+                    if pause is None:
+                        raise
+                    raise pause from None
                 result = step.output(final) if step.output is not None else to_json(final, what)
                 _keep_transcript(env, call, info, final)
                 return env.codec.encode(result, what)
