@@ -89,7 +89,8 @@ EVENT_NOTES: dict[str, str] = {
     "step.abandoned": "an attempt that a dead process had started and not ended",
     "agent.run.started": "an agent step's run began",
     "agent.run.completed": "an agent step's run ended",
-    "model.call": "one model call: models, prompt, tokens, cost, latency, finish reason",
+    "model.call": "one model call: models, prompt, tokens, cost, latency, finish reason "
+    "(a graph step's: the namespace of the node that made it)",
     "tool.call": "one tool call of an agent step",
     "effect.started": "an effect's ledger row was committed before the call",
     "effect.succeeded": "an effect's call returned; its result is recorded",

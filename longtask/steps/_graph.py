@@ -58,6 +58,7 @@ from longtask.steps._prices import cost_of
 from longtask.steps._refused import refused_pause
 from longtask.steps._review import review_of
 from longtask.store import NO_CHECKPOINT, CheckpointMark
+from longtask.store._events import Charge
 from longtask.store._kinds import PAUSE_KINDS
 
 try:  # pragma: no cover - the import that works depends on LangGraph's version
@@ -142,7 +143,9 @@ def to_json(value: Any, what: str) -> Any:
 
 class ModelCalls(BaseCallbackHandler):
     """LangChain callbacks on every model call of the graph: check the budget before it,
-    record and charge it after."""
+    record and charge it after; and count the tools the graph runs (a ``ToolNode``'s, a
+    sub-agent's), charged with the next event written anyway (the next ``model.call``,
+    else the step's ``step.completed``): no write per tool call."""
 
     #: a budget pause or cancel raised here must stop the call, not be logged and ignored
     raise_error = True
@@ -152,20 +155,44 @@ class ModelCalls(BaseCallbackHandler):
 
     def __init__(self, env: StepEnv, call: NodeCall, info: StepInfo, step: GraphStep) -> None:
         self.env, self.call, self.info, self.step = env, call, info, step
-        self._started: dict[UUID, tuple[float, str | None, str | None]] = {}
+        self._started: dict[UUID, tuple[float, str | None, str | None, str | None]] = {}
         self._lock = threading.Lock()
         self.calls = 0
         self.tokens = 0
+        #: tools the graph ran in this run of the step, and how many are not charged yet
+        self.tool_calls = 0
+        self._uncharged = 0
 
     def _start(self, run_id: UUID, metadata: Mapping[str, Any] | None) -> None:
         check_limits(self.env, self.call, self.info)
         meta = metadata or {}
+        ns = meta.get("langgraph_checkpoint_ns")
         with self._lock:
             self._started[run_id] = (
                 time.monotonic(),
                 meta.get("ls_model_name"),
                 meta.get("langgraph_node"),
+                # where in the graph the call was made, task ids stripped: a sub-agent's
+                # calls (``research|tools|model``) told from its parent's (``research|model``)
+                kept_ns(ns) if ns else None,
             )
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            self.tool_calls += 1
+            self._uncharged += 1
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        # A tool that paused (its interrupt(), a gate) did not run to an end: it runs again
+        # once answered, and is counted then.
+        if not isinstance(error, GraphBubbleUp):
+            self.on_tool_end(None, run_id=run_id)
+
+    def take_tool_calls(self) -> int:
+        """The tool calls not charged yet, now charged by the caller."""
+        with self._lock:
+            taken, self._uncharged = self._uncharged, 0
+            return taken
 
     def on_chat_model_start(
         self,
@@ -195,9 +222,13 @@ class ModelCalls(BaseCallbackHandler):
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
-            started, requested, node = self._started.pop(run_id, (time.monotonic(), None, None))
+            started, requested, node, ns = self._started.pop(
+                run_id, (time.monotonic(), None, None, None)
+            )
             self.calls += 1
             number = self.calls
+            # the tools run since the last call: charged with this one
+            tools, self._uncharged = self._uncharged, 0
         latency = time.monotonic() - started
         generation = next(iter(next(iter(response.generations or []), None) or []), None)
         message = getattr(generation, "message", None)
@@ -226,6 +257,7 @@ class ModelCalls(BaseCallbackHandler):
             data={
                 "call": number,
                 "node": node,
+                "namespace": ns,
                 "model_requested": requested,
                 "model": reported,
                 "usage": {"input": tokens_in, "output": tokens_out, "total": total},
@@ -236,7 +268,31 @@ class ModelCalls(BaseCallbackHandler):
                 "tool_calls": len(getattr(message, "tool_calls", None) or []),
             },
             # Paid by the write that stores the event (see Charge): no transaction of its own.
-            charge=self.env.charge_for(self.call, self.info, total, cost or 0.0, model_calls=1),
+            charge=self.env.charge_for(
+                self.call, self.info, total, cost or 0.0, model_calls=1, tool_calls=tools
+            ),
+        )
+
+
+def _tools_charge(
+    env: StepEnv, call: NodeCall, info: StepInfo, handler: ModelCalls
+) -> Charge | None:
+    """The charge of the tool calls not charged yet, for the step's ``step.completed``
+    (None if there are none: a charge of nothing would still write its rows)."""
+    taken = handler.take_tool_calls()
+    return env.charge_for(call, info, 0, 0.0, tool_calls=taken) if taken else None
+
+
+def _charge_tools(env: StepEnv, call: NodeCall, info: StepInfo, handler: ModelCalls) -> None:
+    """Charge the tool calls of a run that ends with no event of its own (a pause, an
+    error) after its last model call: a write of their own, only then."""
+    taken = handler.take_tool_calls()
+    if taken:
+        env.store.charge(
+            call.thread_id,
+            step=info.name,
+            ancestors=env.ancestors_of(call.thread_id),
+            tool_calls=taken,
         )
 
 
@@ -551,6 +607,7 @@ def graph_node(
         ctx = env.context(call, info, state)
         # The graph's nodes and tools may read current_context() (ledgered tools do).
         token = _CURRENT.set(ctx)
+        handler = ModelCalls(env, call, info, step)
         try:
             run_context = _run_context(step, ctx)
             config = _with_context(config, run_context)
@@ -558,7 +615,6 @@ def graph_node(
             # LangGraph's runtime context: a dict even when empty, so the graph's context
             # schema is built with its defaults, as on LangGraph's server
             invoke = _invoker(graph, _context_for(graph, run_context))
-            handler = ModelCalls(env, call, info, step)
             sub = _with_handler(config, handler)
             if step.recursion_limit is not None:
                 sub = {**sub, "recursion_limit": step.recursion_limit}
@@ -614,8 +670,10 @@ def graph_node(
 
             encoded, attempt = with_retries(env, call, info, step.retry, attempt_fn)
         except (GraphBubbleUp, *CONTROL):
+            _charge_tools(env, call, info, handler)
             raise
         except Exception as exc:
+            _charge_tools(env, call, info, handler)
             step_failed(env, call, info, exc)
             raise
         finally:
@@ -625,7 +683,12 @@ def graph_node(
             call,
             info,
             attempt,
-            {"duration": round(time.monotonic() - started, 6), "model_calls": handler.calls},
+            {
+                "duration": round(time.monotonic() - started, 6),
+                "model_calls": handler.calls,
+                "tool_calls": handler.tool_calls,
+            },
+            charge=_tools_charge(env, call, info, handler),
         )
         return {channel: encoded}
 
