@@ -76,6 +76,7 @@ def test_an_answer_the_graph_raises_on_goes_back_to_the_same_pause(db_url: str, 
         runner.answer(thread, {"size": 3}, task=task, by="bob")
         assert runner.status(thread, usage=False).status == "completed"
         assert runner.result(thread, "pick") == {"size": 6}
+        assert len(runner.events(thread, kinds=["interrupt.required"])) == 1
         assert _lines(log)[-2:] == ["ask", 'took {"size": 3}']
         answers = runner.events(thread, kinds=["interrupt.resolved"])
         assert [(e.data["by"], e.data["value"]) for e in answers] == [
@@ -146,3 +147,5 @@ def test_the_cli_answer_the_graph_raises_on_waits_again_and_says_why(
         assert runner.result("t-cli", "pick") == {"size": 10}
         (refused,) = runner.events("t-cli", kinds=["interrupt.refused"])
         assert refused.data["interrupt_id"] == item.interrupt_id
+        # asked again in another process: still one question on record
+        assert len(runner.events("t-cli", kinds=["interrupt.required"])) == 1
