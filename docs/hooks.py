@@ -89,7 +89,8 @@ EVENT_NOTES: dict[str, str] = {
     "step.abandoned": "an attempt that a dead process had started and not ended",
     "agent.run.started": "an agent step's run began",
     "agent.run.completed": "an agent step's run ended",
-    "model.call": "one model call: models, prompt, tokens, cost, latency, finish reason",
+    "model.call": "one model call: models, prompt, tokens, cost, latency, finish reason "
+    "(a graph step's: the namespace of the node that made it)",
     "tool.call": "one tool call of an agent step",
     "effect.started": "an effect's ledger row was committed before the call",
     "effect.succeeded": "an effect's call returned; its result is recorded",
@@ -101,6 +102,8 @@ EVENT_NOTES: dict[str, str] = {
     "approval.refused": "an answer given through LangGraph's own API that failed the checks",
     "interrupt.required": "a graph step's own graph stopped at an interrupt (its id, what it asks)",
     "interrupt.resolved": "a graph step's interrupt was answered: by whom, with what",
+    "interrupt.refused": "a graph step's graph raised on an answer: the same interrupt asks "
+    "again (its id, the error's type and message)",
     "wait.started": "a wait for an outside event began",
     "subtask.started": "a sub-task step started a child thread (its id, item and attempt)",
     "subtask.completed": "a child thread of a sub-task step completed; once per child",

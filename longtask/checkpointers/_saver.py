@@ -34,7 +34,7 @@ import logging
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -47,6 +47,7 @@ from langgraph.checkpoint.base import (
     get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
+from langgraph.checkpoint.serde.types import ERROR, RESUME
 
 from longtask.checkpointers._held import Held, HeldWrites
 from longtask.checkpointers._maps import (
@@ -70,6 +71,19 @@ log = logging.getLogger("longtask.checkpointers")
 _BASE_KEYS = frozenset(
     {"v", "id", "ts", "channel_values", "channel_versions", "versions_seen", "updated_channels"}
 )
+
+
+class FailedTask(NamedTuple):
+    """A task whose writes hold an answer to an interrupt and an error
+    (``LongTaskSaver.failed_answered_tasks``)."""
+
+    #: the config of the checkpoint the task ran on (thread, namespace, checkpoint id)
+    config: RunnableConfig
+    task_id: str
+    #: LangGraph's path of the task, stored with its writes
+    task_path: str
+    #: (channel, value) of each of its writes, in their order
+    writes: builtins.list[tuple[str, Any]]
 
 
 class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
@@ -452,6 +466,41 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
             rows = [r for r in rows if _matches(json.loads(r[7]), filter)][:limit]
         for start in range(0, len(rows), 100):
             yield from self._tuples(rows[start : start + 100])
+
+    def failed_answered_tasks(self, thread_id: str, ns: str) -> builtins.list[FailedTask]:
+        """The tasks in namespace ``ns`` or one below it whose writes hold both an answer to
+        an interrupt (``RESUME``) and an error: a graph that raised after its interrupt()
+        returned an answer. Each with its checkpoint's config and every write it has."""
+        self._release(thread_id)
+        rows = self.backend.read(
+            "SELECT checkpoint_ns, checkpoint_id, task_id, channel, type, value, task_path "
+            "FROM longtask_cp_writes w WHERE thread_id = ? "
+            "AND (checkpoint_ns = ? OR substr(checkpoint_ns, 1, ?) = ?) "
+            + " ".join(
+                "AND EXISTS (SELECT 1 FROM longtask_cp_writes o WHERE o.thread_id = w.thread_id "
+                "AND o.checkpoint_ns = w.checkpoint_ns AND o.checkpoint_id = w.checkpoint_id "
+                "AND o.task_id = w.task_id AND o.channel = ?)"
+                for _ in range(2)
+            )
+            + " ORDER BY checkpoint_ns, checkpoint_id, task_id, idx",
+            (thread_id, ns, len(ns) + 1, ns + "|", RESUME, ERROR),
+        )
+        out: dict[tuple[str, str, str], FailedTask] = {}
+        for cns, cid, task_id, channel, type_, blob, path in rows:
+            key = (str(cns), str(cid), str(task_id))
+            task = out.get(key)
+            if task is None:
+                config: RunnableConfig = {
+                    "configurable": {
+                        "thread_id": thread_id,
+                        "checkpoint_ns": key[0],
+                        "checkpoint_id": key[1],
+                    }
+                }
+                task = out[key] = FailedTask(config, key[2], str(path or ""), [])
+            value = self.serde.loads_typed((type_, bytes(blob) if blob is not None else b""))
+            task.writes.append((str(channel), value))
+        return builtins.list(out.values())
 
     # -- maintenance -------------------------------------------------------------------------
 

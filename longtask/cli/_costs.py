@@ -46,8 +46,9 @@ def report(
     One file to attach to a ticket.
     It holds the task, inputs, status, times, cost, tokens and budget left; a timeline
     (a Gantt chart of the steps by stage, waits shaded) and the cost over time; every step
-    with its duration, attempts, fix rounds and usage; approvals (who decided, when),
-    waits and signals, people's actions, side effects and errors. HTML is one
+    with its duration, attempts, fix rounds and usage; approvals and answers to a graph's
+    interrupts (who decided what, when), waits and signals, people's actions, side
+    effects and errors. HTML is one
     self-contained file; Markdown links its charts, written to FILE-files/ beside it
     (FILE without its extension). The charts need matplotlib
     (pip install 'langgraph-longtask[notebook]'); without it the report has none.

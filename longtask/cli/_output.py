@@ -325,6 +325,9 @@ def print_pending(out: Console, thread_id: str, items: Sequence[Pending]) -> Non
                 )
         elif p.kind == "interrupt":
             # the graph of a graph step asks: its own value, answered with any JSON
+            if req.get("refused"):
+                # asked again: the graph raised on the last answer
+                out.print(f"  [red]last answer failed:[/red] {escape(str(req['refused']))}")
             if req.get("stop"):
                 out.print(f"  stopped before: {escape(', '.join(req.get('next') or []))}")
             elif req.get("actions"):

@@ -3,8 +3,8 @@
 It reads the whole event log once (a report is a one-off document, unlike ``status``):
 the header (task, thread, status, inputs, times, cost, budget left), a Gantt chart of the
 steps and a chart of the cost over time, the steps with their durations, attempts, fix
-rounds and usage, the approvals (who decided, when), waits and signals, people's manual
-actions, the side effects and the errors.
+rounds and usage, the approvals and the answers to graphs' interrupts (who decided, what,
+when), waits and signals, people's manual actions, the side effects and the errors.
 
 HTML is one self-contained file (the charts embedded as base64 PNG); Markdown links PNG
 files written beside it, in ``<name>-files/``. Every value from the thread (names, inputs,
@@ -267,6 +267,17 @@ def build(
                 ]
             )
             _close_wait(waits, opened, e, "approval")
+        elif e.kind == "interrupt.resolved":
+            # a graph's own interrupt() (a tool review of its middleware too): the answer
+            approvals.rows.append(
+                [
+                    e.step or "",
+                    f"answered {_short(e.data.get('value'), 120)}",
+                    str(e.data.get("by") or ""),
+                    _when(e.ts),
+                    "",
+                ]
+            )
         elif e.kind == "approval.expired":
             approvals.rows.append(
                 [e.step or "", f"expired ({e.data.get('reason', '')})", "", _when(e.ts), ""]
@@ -306,6 +317,18 @@ def build(
                     "process died",
                     "abandoned",
                     _short(e.data.get("reason") or ""),
+                ]
+            )
+        elif e.kind == "interrupt.refused":
+            # the graph raised on an answer and asks again
+            errors.rows.append(
+                [
+                    _when(e.ts),
+                    e.step or "",
+                    "",
+                    str(e.data.get("type") or ""),
+                    "answer refused, asked again",
+                    _short(e.data.get("error") or ""),
                 ]
             )
         elif e.kind in ("budget.exceeded", "fix.exhausted", "effect.unknown"):

@@ -10,7 +10,8 @@ once every check passed, as the ``interrupt.resolved`` event (who answered, the 
 the checkpoint whose interrupt it answers); a later run of the thread that gives no answer
 of its own to that interrupt gives the recorded one, as long as the interrupt is still open
 at that same checkpoint (once the graph went past it, it has the answer in its own
-writes). A refused answer records nothing.
+writes). A refused answer records nothing; one the graph raised on (``interrupt.refused``,
+recorded by the step, which asks again: see ``steps._refused``) is never given again.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from longtask.checkpointers import Database
 
 RESOLVED = "interrupt.resolved"
+#: the graph raised on the answer: it asks again, and the answer is not given again
+REFUSED = "interrupt.refused"
 
 
 def _head_id(head: Any) -> str | None:
@@ -38,11 +41,14 @@ def _head_id(head: Any) -> str | None:
 
 
 def _latest(db: Database, thread_id: str, at: str | None) -> dict[str, tuple[Any, Any]]:
-    """The latest answer recorded for each interrupt open at checkpoint ``at``: (by, value)."""
+    """The latest answer recorded for each interrupt open at checkpoint ``at``, (by,
+    value), unless the graph raised on it since."""
     latest: dict[str, tuple[Any, Any]] = {}
-    for event in db.store.events(thread_id, kinds=[RESOLVED]):
+    for event in db.store.events(thread_id, kinds=[RESOLVED, REFUSED]):
         data = event.data or {}
-        if data.get("checkpoint_id") == at:
+        if event.kind == REFUSED:
+            latest.pop(str(data.get("interrupt_id")), None)
+        elif data.get("checkpoint_id") == at:
             latest[str(data.get("interrupt_id"))] = (data.get("by"), data.get("value"))
     return latest
 
@@ -96,12 +102,11 @@ def with_accepted(db: Database, thread_id: str, graph_input: Any) -> Any:
     asked = {p.interrupt_id for p in open_interrupts(head) if p.kind == INTERRUPT_KIND}
     if not asked:
         return graph_input
-    at = _head_id(head)
-    kept: dict[str, Any] = {}
-    for event in db.store.events(thread_id, kinds=[RESOLVED]):
-        data = event.data or {}
-        if data.get("interrupt_id") in asked and data.get("checkpoint_id") == at:
-            kept[str(data["interrupt_id"])] = data.get("value")  # the latest wins
+    kept = {
+        interrupt_id: value
+        for interrupt_id, (_by, value) in _latest(db, thread_id, _head_id(head)).items()
+        if interrupt_id in asked
+    }
     if not kept:
         return graph_input
     resume = graph_input.resume if graph_input is not None else None

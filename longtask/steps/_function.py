@@ -343,12 +343,26 @@ class StepEnv:
         return self.events.unstored(owner)
 
     def charge_for(
-        self, call: NodeCall, info: StepInfo, tokens: int, cost: float, *, model_calls: int = 0
+        self,
+        call: NodeCall,
+        info: StepInfo,
+        tokens: int,
+        cost: float,
+        *,
+        model_calls: int = 0,
+        tool_calls: int = 0,
     ) -> Charge:
         """A charge to the step's usage and the budgets of its thread and its ancestors
         (known for the run: no query per call)."""
         owners = (call.thread_id, *self.ancestors_of(call.thread_id))
-        return Charge(owners, info.name, tokens=tokens, cost=cost, model_calls=model_calls)
+        return Charge(
+            owners,
+            info.name,
+            tokens=tokens,
+            cost=cost,
+            model_calls=model_calls,
+            tool_calls=tool_calls,
+        )
 
     def set_ancestors(self, thread_id: str, ancestors: tuple[str, ...]) -> None:
         with self._lock:
@@ -498,9 +512,24 @@ def step_started(
 
 
 def step_completed(
-    env: StepEnv, call: NodeCall, info: StepInfo, attempt: int, data: dict[str, Any]
+    env: StepEnv,
+    call: NodeCall,
+    info: StepInfo,
+    attempt: int,
+    data: dict[str, Any],
+    charge: Charge | None = None,
 ) -> None:
-    env.emit(call, "step.completed", call.key("step.completed"), info, attempt=attempt, data=data)
+    """Record ``step.completed``; ``charge``: what the step used that no event of its own
+    paid for yet, paid with it."""
+    env.emit(
+        call,
+        "step.completed",
+        call.key("step.completed"),
+        info,
+        attempt=attempt,
+        data=data,
+        charge=charge,
+    )
 
 
 def first_attempt(env: StepEnv, call: NodeCall, info: StepInfo) -> int:

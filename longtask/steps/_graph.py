@@ -55,9 +55,11 @@ from longtask.steps._function import (
 )
 from longtask.steps._ledgered import coroutine_only
 from longtask.steps._prices import cost_of
+from longtask.steps._refused import refused_pause
 from longtask.steps._review import review_of
 from longtask.steps._toolcalls import inner_work, tool_calls_ledgered
 from longtask.store import NO_CHECKPOINT, CheckpointMark
+from longtask.store._events import Charge
 from longtask.store._kinds import PAUSE_KINDS
 
 try:  # pragma: no cover - the import that works depends on LangGraph's version
@@ -142,7 +144,9 @@ def to_json(value: Any, what: str) -> Any:
 
 class ModelCalls(BaseCallbackHandler):
     """LangChain callbacks on every model call of the graph: check the budget before it,
-    record and charge it after."""
+    record and charge it after; and count the tools the graph runs (a ``ToolNode``'s, a
+    sub-agent's), charged with the next event written anyway (the next ``model.call``,
+    else the step's ``step.completed``): no write per tool call."""
 
     #: a budget pause or cancel raised here must stop the call, not be logged and ignored
     raise_error = True
@@ -152,23 +156,47 @@ class ModelCalls(BaseCallbackHandler):
 
     def __init__(self, env: StepEnv, call: NodeCall, info: StepInfo, step: GraphStep) -> None:
         self.env, self.call, self.info, self.step = env, call, info, step
-        self._started: dict[UUID, tuple[float, str | None, str | None]] = {}
+        self._started: dict[UUID, tuple[float, str | None, str | None, str | None]] = {}
         self._lock = threading.Lock()
         self.calls = 0
         self.tokens = 0
+        #: tools the graph ran in this run of the step, and how many are not charged yet
+        self.tool_calls = 0
+        self._uncharged = 0
 
     def _start(self, run_id: UUID, metadata: Mapping[str, Any] | None) -> None:
         check_limits(self.env, self.call, self.info)
         meta = metadata or {}
+        ns = meta.get("langgraph_checkpoint_ns")
         # a sub-agent's model call inside a tool call: that call may run again (see
         # steps._toolcalls)
-        inner_work(meta.get("langgraph_checkpoint_ns"))
+        inner_work(ns)
         with self._lock:
             self._started[run_id] = (
                 time.monotonic(),
                 meta.get("ls_model_name"),
                 meta.get("langgraph_node"),
+                # where in the graph the call was made, task ids stripped: a sub-agent's
+                # calls (``research|tools|model``) told from its parent's (``research|model``)
+                kept_ns(ns) if ns else None,
             )
+
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            self.tool_calls += 1
+            self._uncharged += 1
+
+    def on_tool_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        # A tool that paused (its interrupt(), a gate) did not run to an end: it runs again
+        # once answered, and is counted then.
+        if not isinstance(error, GraphBubbleUp):
+            self.on_tool_end(None, run_id=run_id)
+
+    def take_tool_calls(self) -> int:
+        """The tool calls not charged yet, now charged by the caller."""
+        with self._lock:
+            taken, self._uncharged = self._uncharged, 0
+            return taken
 
     def on_chat_model_start(
         self,
@@ -198,9 +226,13 @@ class ModelCalls(BaseCallbackHandler):
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         with self._lock:
-            started, requested, node = self._started.pop(run_id, (time.monotonic(), None, None))
+            started, requested, node, ns = self._started.pop(
+                run_id, (time.monotonic(), None, None, None)
+            )
             self.calls += 1
             number = self.calls
+            # the tools run since the last call: charged with this one
+            tools, self._uncharged = self._uncharged, 0
         latency = time.monotonic() - started
         generation = next(iter(next(iter(response.generations or []), None) or []), None)
         message = getattr(generation, "message", None)
@@ -229,6 +261,7 @@ class ModelCalls(BaseCallbackHandler):
             data={
                 "call": number,
                 "node": node,
+                "namespace": ns,
                 "model_requested": requested,
                 "model": reported,
                 "usage": {"input": tokens_in, "output": tokens_out, "total": total},
@@ -239,7 +272,31 @@ class ModelCalls(BaseCallbackHandler):
                 "tool_calls": len(getattr(message, "tool_calls", None) or []),
             },
             # Paid by the write that stores the event (see Charge): no transaction of its own.
-            charge=self.env.charge_for(self.call, self.info, total, cost or 0.0, model_calls=1),
+            charge=self.env.charge_for(
+                self.call, self.info, total, cost or 0.0, model_calls=1, tool_calls=tools
+            ),
+        )
+
+
+def _tools_charge(
+    env: StepEnv, call: NodeCall, info: StepInfo, handler: ModelCalls
+) -> Charge | None:
+    """The charge of the tool calls not charged yet, for the step's ``step.completed``
+    (None if there are none: a charge of nothing would still write its rows)."""
+    taken = handler.take_tool_calls()
+    return env.charge_for(call, info, 0, 0.0, tool_calls=taken) if taken else None
+
+
+def _charge_tools(env: StepEnv, call: NodeCall, info: StepInfo, handler: ModelCalls) -> None:
+    """Charge the tool calls of a run that ends with no event of its own (a pause, an
+    error) after its last model call: a write of their own, only then."""
+    taken = handler.take_tool_calls()
+    if taken:
+        env.store.charge(
+            call.thread_id,
+            step=info.name,
+            ancestors=env.ancestors_of(call.thread_id),
+            tool_calls=taken,
         )
 
 
@@ -395,9 +452,11 @@ def _as_pause(
     info: StepInfo,
     graph: Any,
     config: RunnableConfig,
+    refused: Mapping[str, str] | None = None,
 ) -> GraphInterrupt:
     """The interrupt ``exc`` of the graph as longtask pauses (a gate of longtask's own, such
-    as a budget reached before a model call, is one already)."""
+    as a budget reached before a model call, is one already). ``refused``: the error the
+    graph raised on the last answer to an interrupt, by id (``steps._refused``)."""
     found = list(exc.args[0]) if exc.args and exc.args[0] else []
     out: list[Interrupt] = []
     if not found:
@@ -429,6 +488,10 @@ def _as_pause(
             request["command"] = (
                 f"`longtask approve {call.thread_id} {intr.id} --by NAME` (or reject)"
             )
+        if refused and intr.id in refused:
+            # asked again: the graph raised on the last answer (recorded: interrupt.refused)
+            request["refused"] = refused[intr.id]
+            request["reason"] += f" (the last answer failed: {refused[intr.id]})"
         # the graph's response schema kept on the pause, as LangGraph's server shows it
         out.append(Interrupt(value=request, id=intr.id, response_schema=schema))
     for intr in out:
@@ -548,6 +611,7 @@ def graph_node(
         ctx = env.context(call, info, state)
         # The graph's nodes and tools may read current_context() (ledgered tools do).
         token = _CURRENT.set(ctx)
+        handler = ModelCalls(env, call, info, step)
         try:
             run_context = _run_context(step, ctx)
             config = _with_context(config, run_context)
@@ -555,7 +619,6 @@ def graph_node(
             # LangGraph's runtime context: a dict even when empty, so the graph's context
             # schema is built with its defaults, as on LangGraph's server
             invoke = _invoker(graph, _context_for(graph, run_context))
-            handler = ModelCalls(env, call, info, step)
             sub = _with_handler(config, handler)
             if step.recursion_limit is not None:
                 sub = {**sub, "recursion_limit": step.recursion_limit}
@@ -599,6 +662,12 @@ def graph_node(
                     final = call_step(invoke, args, step.timeout, f"graph step {step.name!r}")
                 except GraphInterrupt as exc:
                     raise _as_pause(exc, env, call, info, graph, args[1]) from None
+                except Exception as exc:
+                    # raised on an answer: the same pause again, the answer taken back
+                    pause = refused_pause(exc, env, call, info, graph, args[1], str(ns), _as_pause)
+                    if pause is None:
+                        raise
+                    raise pause from None
                 result = step.output(final) if step.output is not None else to_json(final, what)
                 _keep_transcript(env, call, info, final)
                 return env.codec.encode(result, what)
@@ -606,8 +675,10 @@ def graph_node(
             with tool_calls_ledgered(step.tools, env.store.effect_forget):
                 encoded, attempt = with_retries(env, call, info, step.retry, attempt_fn)
         except (GraphBubbleUp, *CONTROL):
+            _charge_tools(env, call, info, handler)
             raise
         except Exception as exc:
+            _charge_tools(env, call, info, handler)
             step_failed(env, call, info, exc)
             raise
         finally:
@@ -617,7 +688,12 @@ def graph_node(
             call,
             info,
             attempt,
-            {"duration": round(time.monotonic() - started, 6), "model_calls": handler.calls},
+            {
+                "duration": round(time.monotonic() - started, 6),
+                "model_calls": handler.calls,
+                "tool_calls": handler.tool_calls,
+            },
+            charge=_tools_charge(env, call, info, handler),
         )
         return {channel: encoded}
 

@@ -19,6 +19,7 @@ EVENT_KINDS: tuple[str, ...] = (
     *(f"effect.{k}" for k in ("started", "succeeded", "failed", "unknown")),
     "interrupt.required",
     "interrupt.resolved",
+    "interrupt.refused",
     *(f"approval.{k}" for k in ("required", "resolved", "expired", "refused")),
     *(f"wait.{k}" for k in ("started", "resolved", "expired", "refused")),
     *(f"compensation.{k}" for k in ("started", "completed", "failed")),

@@ -176,14 +176,20 @@ def test_an_answer_the_review_cannot_take_is_refused_and_it_stays_answerable(
 
 
 def test_approve_with_an_edit_answers_a_tool_review(
-    db_url: str, llm: FakeOpenAI, deployed: Path, mode: str
+    db_url: str, llm: FakeOpenAI, deployed: Path, mode: str, tmp_path: Path
 ) -> None:
     task = _task()
     with Runner(db_url) as runner:
         thread = runner.start(task, thread_id="t-edit")
         runner.decide(thread, approved=True, by="ann", edited_args={"env": "staging"}, task=task)
-        assert runner.status(thread, usage=False).status == "completed"
+        st = runner.status(thread)
+        assert st.status == "completed"
         assert _envs(deployed) == ["staging"]
+        # the reviewed call ran once: counted, and the report says who answered what
+        assert st.usage is not None and st.usage.tool_calls == 1
+        report = runner.report(thread, tmp_path / "r.md", charts=False).read_text()
+        (row,) = [line for line in report.splitlines() if line.startswith("| release | answered")]
+        assert "| ann |" in row and "staging" in row
         (resolved,) = runner.events(thread, kinds=["interrupt.resolved"])
         assert resolved.data["by"] == "ann"
         decision = resolved.data["value"]

@@ -328,6 +328,8 @@ def test_model_calls_are_recorded_and_the_budget_stops_the_next(
     assert len(calls) == 3 and calls[-1].data["model"] == "gpt-4o-mini-2024-07-18"
     budget = runner.budget(thread)
     assert budget is not None and budget.used["tokens"] == 450
+    # the tools it ran (sync or async) are counted once each, across the budget pause
+    assert budget.used["tool_calls"] == 2
     # the agent's messages are kept, as an agent step's are
     transcript = runner.transcript(thread, "research")
     assert [m["type"] for m in transcript] == ["human", "ai", "tool", "ai", "tool", "ai"]

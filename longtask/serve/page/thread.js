@@ -229,6 +229,8 @@ function answerForm(card, p) {
   // answer, which its interrupt() returns as it is.
   const r = p.request || {};
   card.append(el("h3", null, "Graph asks: " + p.step));
+  // asked again: the graph raised on the last answer
+  if (r.refused) card.append(el("div", "refused", "last answer failed: " + r.refused));
   if (r.stop) {
     card.append(el("div", "muted", "stopped before: " + (r.next || []).join(", ")));
   } else if (r.actions) {
