@@ -159,16 +159,29 @@ class ModelCalls(BaseCallbackHandler):
 
     def _start(self, run_id: UUID, metadata: Mapping[str, Any] | None) -> None:
         check_limits(self.env, self.call, self.info)
+        meta = metadata or {}
         # a sub-agent's model call inside a tool call: that call may run again (see
         # steps._toolcalls)
-        inner_work()
-        meta = metadata or {}
+        inner_work(meta.get("langgraph_checkpoint_ns"))
         with self._lock:
             self._started[run_id] = (
                 time.monotonic(),
                 meta.get("ls_model_name"),
                 meta.get("langgraph_node"),
             )
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # a node of a graph run inside a tool call (a sub-agent's first node, before any
+        # model call of it): that call may run again (see steps._toolcalls)
+        inner_work((metadata or {}).get("langgraph_checkpoint_ns"))
 
     def on_chat_model_start(
         self,

@@ -22,11 +22,14 @@ The key is the thread, the step, the graph's checkpoint namespace (without LangG
 ids, which differ per super-step) and the model's ``tool_call_id`` and arguments: all stored
 with the model's message, so the same on every run of the tools node after a crash.
 
-A call that runs work of its own that LangGraph checkpoints — a sub-agent's model calls and
-tool calls, as a deep agent's ``task`` tool does — is not settled as one call: once such
-inner work starts, the call is marked as one that may run again (its inner tool calls are
-each in the ledger, its sub-agent resumes from its own checkpoints), and its result is
-recorded when it returns.
+A call that runs a graph of its own — a sub-agent, as a deep agent's ``task`` tool does — is
+not settled as one call: once a node of that graph starts (the graph's input is checkpointed
+by then), the call is marked as one that may run again: LangGraph runs the graph again in
+the namespace of the same tool task, while the thread resumes, so it goes on from its own
+last checkpoint, and each of its tool calls is in the ledger on its own. Its result is
+recorded when it returns. A graph's work is told by its checkpoint namespace, below the
+tool call's: a model call the tool makes itself (in the tool call's own namespace) is no
+such work, nothing of it is checkpointed, and the call stays one call.
 """
 
 from __future__ import annotations
@@ -70,11 +73,13 @@ _SERIALIZED = "langgraph"
 
 
 class _Running:
-    """A tool call in the ledger while it runs; ``inner`` once it ran work of its own."""
+    """A tool call in the ledger while it runs, in checkpoint namespace ``ns`` (its tool
+    task's); ``inner`` once a graph of its own ran."""
 
-    def __init__(self, key: str, forget: Callable[..., None]) -> None:
+    def __init__(self, key: str, forget: Callable[..., None], ns: str) -> None:
         self.key = key
         self.forget = forget
+        self.ns = ns
         self.inner = False
         self.lock = threading.Lock()
 
@@ -93,12 +98,13 @@ def tool_calls_ledgered(
         _ACTIVE.reset(token)
 
 
-def inner_work() -> None:
-    """A model call or a ledgered tool call starts: if it runs inside a ledgered tool call
-    (a sub-agent in a ``task`` tool), that call is one that may run again, as its work is
-    checkpointed and ledgered on its own."""
+def inner_work(ns: Any) -> None:
+    """Work in checkpoint namespace ``ns`` starts (a node, a model call, a tool call): if
+    it is a graph's run inside a ledgered tool call (a sub-agent in a ``task`` tool: ``ns``
+    is below the call's own), that call is one that may run again, as the graph's work is
+    checkpointed and its tool calls are ledgered on their own."""
     running = _RUNNING.get()
-    if running is None:
+    if running is None or not isinstance(ns, str) or not ns.startswith(running.ns + "|"):
         return
     with running.lock:
         if running.inner:
@@ -106,7 +112,7 @@ def inner_work() -> None:
         running.inner = True
     running.forget(
         running.key,
-        why="runs model or tool calls of its own (each checkpointed or in the ledger): "
+        why="runs a graph of its own (checkpointed, its tool calls in the ledger): "
         "called again after a crash",
     )
 
@@ -205,7 +211,8 @@ def _ledgered_call(request: Any, config: Any, execute: Callable[[Any, Any], Any]
     mark = mark_of(name, tool, active.marks)
     if mark == "read_only":
         return execute(request, config)
-    inner_work()
+    own_ns = str((config.get("configurable") or {}).get("checkpoint_ns") or "")
+    inner_work(own_ns)
     args = dict(call.get("args") or {})
     tool_call_id = str(call.get("id") or "")
     ns = _stable_ns(config)
@@ -218,7 +225,7 @@ def _ledgered_call(request: Any, config: Any, execute: Callable[[Any, Any], Any]
         reconcile = None
 
     def perform(idempotency_key: str, **_args: Any) -> dict[str, Any]:
-        running = _Running(idempotency_key, active.forget)
+        running = _Running(idempotency_key, active.forget, own_ns)
         token = _RUNNING.set(running)
         try:
             req, conf = _with_key(request, config, idempotency_key)

@@ -72,8 +72,9 @@ def rows(path: str | Path) -> list[tuple[str, str, dict[str, Any], int]]:
         conn.close()
 
 
-def lookup(tool_call_id: str) -> str | None:
-    conn = connect()
+def lookup(tool_call_id: str, path: str | Path | None = None) -> str | None:
+    """The answer the outside system gave the call ``tool_call_id``, None if it has none."""
+    conn = connect(path)
     try:
         row = conn.execute(
             "SELECT result FROM calls WHERE tool_call_id = ? ORDER BY rowid LIMIT 1",
@@ -146,6 +147,18 @@ def pick_seat(seat: str, trip: str, tool_call_id: Annotated[str, InjectedToolCal
     return commit("pick_seat", tool_call_id, {"seat": seat, "trip": trip})
 
 
+def _kill_hook() -> Any:
+    """A middleware of the sub-agent that does nothing, except kill the process before the
+    sub-agent's first model call where ``$LT_KILL_AT`` is ``booker:before_model``."""
+    from langchain.agents.middleware import AgentMiddleware
+
+    class KillHook(AgentMiddleware):  # type: ignore[type-arg]
+        def before_model(self, state: Any, runtime: Any) -> None:
+            _maybe_kill("booker", "before_model")
+
+    return KillHook()
+
+
 def _stamp(request: Any) -> None:
     # the process that asks, for the crash driver: a header the scripted server logs
     request.headers[PID_HEADER] = str(os.getpid())
@@ -171,6 +184,7 @@ def agent() -> Any:
                 "description": "Books flights and seats.",
                 "system_prompt": "You book flights.",
                 "tools": [book_flight, pick_seat],
+                "middleware": [_kill_hook()],
             }
         ],
         interrupt_on={"refund": True},
@@ -229,20 +243,29 @@ def _input(ctx: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": PLAN.format(trip=ctx.thread_id)}]}
 
 
-task = LongTask(
-    name="deep-agent",
-    stages=[
-        Stage(
-            "s",
-            [
-                graph_step(
-                    "plan",
-                    agent,
-                    input=_input,
-                    output=lambda state: state["messages"][-1].content,
-                    tools={**{name: found_outside for name in SIDE_EFFECTS}, "*": "idempotent"},
-                )
-            ],
-        )
-    ],
-)
+def _task(tools: dict[str, Any]) -> LongTask:
+    return LongTask(
+        name="deep-agent",
+        stages=[
+            Stage(
+                "s",
+                [
+                    graph_step(
+                        "plan",
+                        agent,
+                        input=_input,
+                        output=lambda state: state["messages"][-1].content,
+                        tools=tools,
+                    )
+                ],
+            )
+        ],
+    )
+
+
+#: the side-effecting tools reconciled by their tool_call_id, every other tool (the deep
+#: agent's own: task, the file tools) run again if cut off
+task = _task({**dict.fromkeys(SIDE_EFFECTS, found_outside), "*": "idempotent"})
+#: the same with only the side-effecting tools marked: ``task`` is at the default (a cut-off
+#: call of its own waits for a person)
+marked_task = _task(dict.fromkeys(SIDE_EFFECTS, found_outside))

@@ -1,6 +1,6 @@
 """A LangChain deep agent (``create_deep_agent``), unchanged, as a graph step: a SIGKILL inside
-its sub-agent's tool, right after the tool's outside commit, repeats no tool call and no
-model call (both backends).
+its sub-agent, in its tool right after the tool's outside commit or before its first model
+call, repeats no tool call and no model call and asks no person (both backends).
 
 The process dies in ``book_flight``, a tool of the ``booker`` sub-agent that the main
 agent's ``task`` tool runs, after the booking was committed outside and before the tool
@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 import deep_agent_task as d
-import pytest
 from conftest import run_cli
 from fakes import FakeOpenAI
 
@@ -27,6 +26,8 @@ from longtask import Runner
 
 HERE = Path(__file__).resolve().parent
 TASK = f"{HERE / 'deep_agent_task.py'}:task"
+#: the same agent with only its side-effecting tools marked: ``task`` at the default
+MARKED = f"{HERE / 'deep_agent_task.py'}:marked_task"
 
 
 def _wait_idle(db_url: str, thread: str) -> None:
@@ -36,10 +37,7 @@ def _wait_idle(db_url: str, thread: str) -> None:
             time.sleep(0.05)
 
 
-@pytest.mark.parametrize("where", ["book_flight:after"])
-def test_a_kill_in_the_sub_agents_tool_repeats_no_call(
-    db_url: str, tmp_path: Path, where: str
-) -> None:
+def test_a_kill_in_the_sub_agents_tool_repeats_no_call(db_url: str, tmp_path: Path) -> None:
     thread = "trip-1"
     outside = tmp_path / "outside.db"
     with FakeOpenAI(d.script) as server:
@@ -47,7 +45,7 @@ def test_a_kill_in_the_sub_agents_tool_repeats_no_call(
             "OPENAI_API_KEY": "sk-test-deep-kill",
             "OPENAI_BASE_URL": server.base_url,
             d.OUTSIDE_ENV: str(outside),
-            "LT_KILL_AT": where,
+            "LT_KILL_AT": "book_flight:after",
             "LT_CRASH_MARKER": str(tmp_path / "crashed"),
         }
         first = run_cli("run", TASK, "--thread", thread, db=db_url, env=env)
@@ -90,3 +88,47 @@ def test_a_kill_in_the_sub_agents_tool_repeats_no_call(
             if (e.data or {}).get("reconciled")
         ]
         assert reconciled == ["tool:book_flight"]
+
+
+def test_a_kill_in_the_sub_agent_before_its_model_asks_no_person(
+    db_url: str, tmp_path: Path
+) -> None:
+    """The process dies in the sub-agent before its first model call (in a middleware's
+    ``before_model``), with only the side-effecting tools marked: the ``task`` call, at
+    its default mark, had started a graph of its own (the sub-agent's first nodes ran and
+    were checkpointed), so it runs again and its sub-agent goes on; nobody is asked whether
+    ``task`` happened."""
+    thread = "trip-2"
+    outside = tmp_path / "outside.db"
+    with FakeOpenAI(d.script) as server:
+        env = {
+            "OPENAI_API_KEY": "sk-test-deep-kill",
+            "OPENAI_BASE_URL": server.base_url,
+            d.OUTSIDE_ENV: str(outside),
+            "LT_KILL_AT": "booker:before_model",
+            "LT_CRASH_MARKER": str(tmp_path / "crashed"),
+        }
+        first = run_cli("run", MARKED, "--thread", thread, db=db_url, env=env)
+        assert first.returncode == -9, first.stdout + first.stderr  # SIGKILL
+        assert [r.first_text() for r in server.requests] == [d.PLAN.format(trip=thread)]
+        _wait_idle(db_url, thread)
+
+        second = run_cli("resume", thread, db=db_url, env=env)
+        # what it waits for is the refund's approval, not a person's word on `task`
+        assert second.returncode == 3, second.stdout + second.stderr
+        with Runner(db_url) as runner:
+            (pause,) = runner.pending(thread)
+        assert pause.kind == "interrupt", pause
+        assert [a["name"] for a in pause.request["actions"]] == ["refund"]
+        third = run_cli("approve", thread, "--by", "alice", db=db_url, env=env)
+        assert third.returncode == 0, third.stdout + third.stderr
+        assert len(server.requests) == d.MODEL_CALLS
+        assert all(r.seen == 0 for r in server.requests)
+    calls = d.rows(outside)
+    assert sorted(tool for _, tool, _, _ in calls) == sorted(d.SIDE_EFFECTS)
+    with Runner(db_url) as runner:
+        assert runner.result(thread, "plan") == f"Trip {thread} planned."
+        effects = {e.name: e for e in runner.effects(thread)}
+        assert effects["tool:task"].status == "succeeded"
+        assert effects["tool:task"].calls == 2
+        assert not runner.events(thread, kinds=["effect.unknown"])
