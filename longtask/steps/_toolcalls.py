@@ -16,7 +16,8 @@ and a call cut off mid-way is settled by how its tool is marked:
   arguments and id (``longtask effects resolve``, the page, Agent Inbox).
 
 Marks come from the graph step's ``tools=`` (a tool's name, or ``"*"`` for all of them), else
-the tool's own ``metadata={"longtask": MARK}``, else ``"once"``.
+the tool's own ``metadata={"longtask": MARK}``, else ``"idempotent"`` for a tool that only
+runs a sub-agent (a deep agent's ``task``: see below), else ``"*"``, else ``"once"``.
 
 The key is the thread, the step, the graph's checkpoint namespace (without LangGraph's task
 ids, which differ per super-step) and the model's ``tool_call_id`` and arguments: all stored
@@ -29,7 +30,9 @@ the namespace of the same tool task, while the thread resumes, so it goes on fro
 last checkpoint, and each of its tool calls is in the ledger on its own. Its result is
 recorded when it returns. A graph's work is told by its checkpoint namespace, below the
 tool call's: a model call the tool makes itself (in the tool call's own namespace) is no
-such work, nothing of it is checkpointed, and the call stays one call.
+such work, nothing of it is checkpointed, and the call stays one call. A tool that does
+nothing but run a sub-agent (deep agents' ``task``) is idempotent unless marked otherwise:
+cut off before its sub-agent's first node, it runs again and the sub-agent starts then.
 """
 
 from __future__ import annotations
@@ -129,7 +132,22 @@ def mark_of(name: str, tool: Any, marks: Mapping[str, Any]) -> Any:
                 f"{', '.join(map(repr, TOOL_MARKS))} or a reconcile function"
             )
         return own
+    if _runs_a_subagent(tool):
+        return "idempotent"
     return marks.get("*", "once")
+
+
+#: modules whose tools run a sub-agent and do nothing else (deep agents' ``task`` tool)
+_SUBAGENT_TOOLS = ("deepagents.middleware.subagents",)
+
+
+def _runs_a_subagent(tool: Any) -> bool:
+    """Whether ``tool`` is one that only runs a sub-agent: cut off, it runs again, whether its
+    sub-agent had started (it goes on from its checkpoints) or not (it starts)."""
+    for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
+        if getattr(fn, "__module__", None) in _SUBAGENT_TOOLS:
+            return True
+    return False
 
 
 def _stable_ns(config: Mapping[str, Any]) -> str:

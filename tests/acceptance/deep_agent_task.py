@@ -263,9 +263,10 @@ def _task(tools: dict[str, Any]) -> LongTask:
     )
 
 
-#: the side-effecting tools reconciled by their tool_call_id, every other tool (the deep
-#: agent's own: task, the file tools) run again if cut off
-task = _task({**dict.fromkeys(SIDE_EFFECTS, found_outside), "*": "idempotent"})
-#: the same with only the side-effecting tools marked: ``task`` is at the default (a cut-off
-#: call of its own waits for a person)
-marked_task = _task(dict.fromkeys(SIDE_EFFECTS, found_outside))
+#: the marks a user gives: their side-effecting tools reconciled by their tool_call_id;
+#: the deep agent's own tools are left as they are (``task``, which only runs a sub-agent,
+#: runs again if cut off)
+task = _task(dict.fromkeys(SIDE_EFFECTS, found_outside))
+#: the same with ``task`` marked ``once``: a cut-off call of its own code waits for a
+#: person, so what lets it run again is only that its sub-agent had started
+once_task = _task({**dict.fromkeys(SIDE_EFFECTS, found_outside), "task": "once"})

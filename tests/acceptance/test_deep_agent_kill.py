@@ -26,8 +26,8 @@ from longtask import Runner
 
 HERE = Path(__file__).resolve().parent
 TASK = f"{HERE / 'deep_agent_task.py'}:task"
-#: the same agent with only its side-effecting tools marked: ``task`` at the default
-MARKED = f"{HERE / 'deep_agent_task.py'}:marked_task"
+#: the same with ``task`` marked ``once`` (a person settles a cut-off call of its own code)
+ONCE = f"{HERE / 'deep_agent_task.py'}:once_task"
 
 
 def _wait_idle(db_url: str, thread: str) -> None:
@@ -94,10 +94,9 @@ def test_a_kill_in_the_sub_agent_before_its_model_asks_no_person(
     db_url: str, tmp_path: Path
 ) -> None:
     """The process dies in the sub-agent before its first model call (in a middleware's
-    ``before_model``), with only the side-effecting tools marked: the ``task`` call, at
-    its default mark, had started a graph of its own (the sub-agent's first nodes ran and
-    were checkpointed), so it runs again and its sub-agent goes on; nobody is asked whether
-    ``task`` happened."""
+    ``before_model``), with ``task`` marked ``once``: the ``task`` call had started a graph
+    of its own (the sub-agent's first nodes ran and were checkpointed), so it runs again
+    and its sub-agent goes on; nobody is asked whether ``task`` happened."""
     thread = "trip-2"
     outside = tmp_path / "outside.db"
     with FakeOpenAI(d.script) as server:
@@ -108,7 +107,7 @@ def test_a_kill_in_the_sub_agent_before_its_model_asks_no_person(
             "LT_KILL_AT": "booker:before_model",
             "LT_CRASH_MARKER": str(tmp_path / "crashed"),
         }
-        first = run_cli("run", MARKED, "--thread", thread, db=db_url, env=env)
+        first = run_cli("run", ONCE, "--thread", thread, db=db_url, env=env)
         assert first.returncode == -9, first.stdout + first.stderr  # SIGKILL
         assert [r.first_text() for r in server.requests] == [d.PLAN.format(trip=thread)]
         _wait_idle(db_url, thread)
