@@ -25,8 +25,9 @@ What it holds the runs to (``violations``):
   of the model again): a request is known by the scripted server's answer id, which is the
   same for the same request; requests are told apart by the process that made them (a
   header the agent's model sends);
-- no tool call waits for a person (every side-effecting tool is reconciled, the others are
-  marked idempotent): a cut-off call is settled by the reconcile;
+- no tool call waits for a person (every side-effecting tool is reconciled; the deep
+  agent's ``task`` runs again, its sub-agent going on from its checkpoints): a cut-off call
+  is settled by the reconcile;
 - an accepted answer is not asked again: a killed approval is followed by a plain resume,
   which must move the thread past the approval; each thread records one answer;
 - every thread completes with the agent's final answer, every ledger entry succeeded.
@@ -339,14 +340,18 @@ class Driver:
     # one run --------------------------------------------------------------------------------
 
     def _delay(self, action: dict[str, Any], before: Look) -> float:
-        """Uniform over a bit more than what is left of a run of this kind (its start-up,
-        and its share of the model turns not yet answered before the approval): kills fall
-        anywhere in it, and some runs finish first."""
+        """A random point of what is left of a run of this kind: its start-up (a quarter of
+        the kills) or the rest, a bit more than its share of the model turns not yet
+        answered before the approval (or the run after the approval), so that some runs
+        finish first."""
+        if self.rng.random() < 0.25:
+            return self.rng.uniform(0.0, self.startup)
         if action["kind"] == "approve" or action.get("answered"):
-            return self.rng.uniform(0.0, 1.1 * self.run_time["approve"])
-        left = max(1, ASKED_FIRST - len(before.committed)) / ASKED_FIRST
-        span = self.startup + (self.run_time["run"] - self.startup) * left
-        return self.rng.uniform(0.0, 1.1 * span)
+            span = self.run_time["approve"]
+        else:
+            left = max(1, ASKED_FIRST - len(before.committed)) / ASKED_FIRST
+            span = self.startup + (self.run_time["run"] - self.startup) * left
+        return self.rng.uniform(self.startup, max(self.startup, 1.1 * span))
 
     def _run(self, thread: str, action: dict[str, Any], kill: bool, before: Look) -> ChildResult:
         aim = self.aim.get(thread)
