@@ -363,8 +363,8 @@ class Driver:
         # threads, so over every part of a run, not over the last part of a few
         kill = kill and self.kills_of[thread] < KILLS_PER_THREAD
         kill_after = self._delay(action, before) if kill and "kill_at" not in action else None
-        # the model answers this run may not ask for again (see _check_requests)
         res = _run_child(self.db, thread, action, kill_after)
+        # the model answers this run may not ask for again (see _check_requests)
         self.committed_at_start[res.pid] = before.committed
         self.runs += 1
         phase = None

@@ -81,6 +81,7 @@ def test_random_kills_of_a_deep_agent(db_url: str, tmp_path: Path, record_proper
     _check(figures, 30)
 
 
+@pytest.mark.slow
 def test_many_random_kills_of_a_deep_agent(
     db_url: str, tmp_path: Path, record_property: Any, request: pytest.FixtureRequest
 ) -> None:
