@@ -198,6 +198,19 @@ class ModelCalls(BaseCallbackHandler):
             taken, self._uncharged = self._uncharged, 0
             return taken
 
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        metadata: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        # a node of a graph run inside a tool call (a sub-agent's first node, before any
+        # model call of it): that call may run again (see steps._toolcalls)
+        inner_work((metadata or {}).get("langgraph_checkpoint_ns"))
+
     def on_chat_model_start(
         self,
         serialized: dict[str, Any],

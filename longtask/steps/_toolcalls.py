@@ -16,7 +16,8 @@ and a call cut off mid-way is settled by how its tool is marked:
   arguments and id (``longtask effects resolve``, the page, Agent Inbox).
 
 Marks come from the graph step's ``tools=`` (a tool's name, or ``"*"`` for all of them), else
-the tool's own ``metadata={"longtask": MARK}``, else ``"once"``.
+the tool's own ``metadata={"longtask": MARK}``, else ``"idempotent"`` for a tool that only
+runs a sub-agent (a deep agent's ``task``: see below), else ``"*"``, else ``"once"``.
 
 The key is the thread, the step, the checkpoint namespace of the ToolNode's task and the
 model's ``tool_call_id`` and arguments. The namespace keeps LangGraph's task ids: they come
@@ -24,11 +25,16 @@ from the checkpoint the tools node runs after, so they are the same on every run
 node after a crash, and differ between two turns (some models number their tool calls
 ``call_0``, ``call_1`` in every message, so an id alone would name two calls).
 
-A call that runs work of its own that LangGraph checkpoints — a sub-agent's model calls and
-tool calls, as a deep agent's ``task`` tool does — is not settled as one call: once such
-inner work starts, the call is marked as one that may run again (its inner tool calls are
-each in the ledger, its sub-agent resumes from its own checkpoints), and its result is
-recorded when it returns.
+A call that runs a graph of its own — a sub-agent, as a deep agent's ``task`` tool does — is
+not settled as one call: once a node of that graph starts (the graph's input is checkpointed
+by then), the call is marked as one that may run again: LangGraph runs the graph again in
+the namespace of the same tool task, while the thread resumes, so it goes on from its own
+last checkpoint, and each of its tool calls is in the ledger on its own. Its result is
+recorded when it returns. A graph's work is told by its checkpoint namespace, below the
+tool call's: a model call the tool makes itself (in the tool call's own namespace) is no
+such work, nothing of it is checkpointed, and the call stays one call. A tool that does
+nothing but run a sub-agent (deep agents' ``task``) is idempotent unless marked otherwise:
+cut off before its sub-agent's first node, it runs again and the sub-agent starts then.
 """
 
 from __future__ import annotations
@@ -89,13 +95,15 @@ class ToolAnswer(TypedDict, total=False):
 
 
 class _Running:
-    """A tool call in the ledger while it runs; ``inner`` once it ran work of its own."""
+    """A tool call in the ledger while it runs, in checkpoint namespace ``ns`` (its tool
+    task's); ``inner`` once a graph of its own ran."""
 
     def __init__(self, key: str, ns: str, forget: Callable[..., None]) -> None:
         self.key = key
         #: the checkpoint namespace of the ToolNode task the call runs in (with task ids)
         self.ns = ns
         self.forget = forget
+        self.ns = ns
         self.inner = False
         self.lock = threading.Lock()
 
@@ -114,14 +122,13 @@ def tool_calls_ledgered(
         _ACTIVE.reset(token)
 
 
-def inner_work(ns: str | None) -> None:
-    """A model call or a ledgered tool call starts in the graph's checkpoint namespace
-    ``ns``: if it runs in a graph inside a ledgered tool call (a sub-agent in a ``task``
-    tool: a namespace below the call's), that call is one that may run again, as its work
-    is checkpointed and ledgered on its own. A model call the tool makes itself (in the
-    call's own namespace) is part of the call: it stays at most once."""
+def inner_work(ns: Any) -> None:
+    """Work in checkpoint namespace ``ns`` starts (a node, a model call, a tool call): if
+    it is a graph's run inside a ledgered tool call (a sub-agent in a ``task`` tool: ``ns``
+    is below the call's own), that call is one that may run again, as the graph's work is
+    checkpointed and its tool calls are ledgered on their own."""
     running = _RUNNING.get()
-    if running is None or not ns or not ns.startswith(running.ns + "|"):
+    if running is None or not isinstance(ns, str) or not ns.startswith(running.ns + "|"):
         return
     with running.lock:
         if running.inner:
@@ -129,7 +136,7 @@ def inner_work(ns: str | None) -> None:
         running.inner = True
     running.forget(
         running.key,
-        why="runs model or tool calls of its own (each checkpointed or in the ledger): "
+        why="runs a graph of its own (checkpointed, its tool calls in the ledger): "
         "called again after a crash",
     )
 
@@ -146,7 +153,22 @@ def mark_of(name: str, tool: Any, marks: Mapping[str, Any]) -> Any:
                 f"{', '.join(map(repr, TOOL_MARKS))} or a reconcile function"
             )
         return own
+    if _runs_a_subagent(tool):
+        return "idempotent"
     return marks.get("*", "once")
+
+
+#: modules whose tools run a sub-agent and do nothing else (deep agents' ``task`` tool)
+_SUBAGENT_TOOLS = ("deepagents.middleware.subagents",)
+
+
+def _runs_a_subagent(tool: Any) -> bool:
+    """Whether ``tool`` is one that only runs a sub-agent: cut off, it runs again, whether its
+    sub-agent had started (it goes on from its checkpoints) or not (it starts)."""
+    for fn in (getattr(tool, "func", None), getattr(tool, "coroutine", None)):
+        if getattr(fn, "__module__", None) in _SUBAGENT_TOOLS:
+            return True
+    return False
 
 
 def tool_record(out: Any) -> dict[str, Any]:
