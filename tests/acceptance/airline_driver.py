@@ -26,9 +26,11 @@ plain functions.
 A run is killed a random delay after it is ready (uniform over 1.1 times the length of the
 first thread's run, which is never killed), unless it finished before; a quarter of the
 runs are instead killed as soon as they committed a tool call in the airline's database
-(during the tool's nap before it returns). The writing tools nap ``$AIRLINE_NAP`` seconds
-before their write and after their commit, which widens the windows in which a kill leaves
-a call ``started`` in longtask's ledger. After each kill the driver tells where it landed:
+(during the tool's nap before it returns), and so is every run from half-way through a
+mode's kills as long as no kill landed in that window. The writing tools nap
+``$AIRLINE_NAP`` seconds before their write and after their commit, which widens the
+windows in which a kill leaves a call ``started`` in longtask's ledger. After each kill the
+driver tells where it landed:
 
 - ``commit_to_return``: a tool call the killed process committed in the airline's
   database is ``started`` in the ledger (done outside, unknown inside: the reconciler must
@@ -78,8 +80,9 @@ BUSY_WAIT = 15.0
 CHILD_TIMEOUT = 90.0
 DEBUG = bool(os.environ.get("LT_CHAOS_DEBUG"))
 #: a run is killed after a random delay, or (AIMED) as soon as it committed a tool call,
-#: during the tool's nap before it returns: a share of the kills, so that every run of the
-#: harness has kills in that window however the delays fall
+#: during the tool's nap before it returns: a share of the runs, and every run from half-way
+#: through a mode's kills until one landed there, so that every run of the harness has
+#: kills in that window however the delays fall
 AIMED = "commit"
 AIM_SHARE = 0.25
 Kill = float | str | None
@@ -514,7 +517,10 @@ class Driver:
         for _ in range(200):
             when: Kill = None
             if kill and self.kills < self.target:
-                if self.rng.random() < AIM_SHARE:
+                # aimed at random, and from half-way through the kills until one landed
+                # after a commit (a short run's random delays may miss the window)
+                missed = not self.phases["commit_to_return"] and self.kills >= self.target // 2
+                if missed or self.rng.random() < AIM_SHARE:
                     when = AIMED
                 else:
                     when = self.rng.uniform(0.0, 1.1 * self.ref_seconds)

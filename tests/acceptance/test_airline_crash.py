@@ -18,7 +18,7 @@ resumes each thread until it completes. Afterwards:
 - every call killed between its commit and its return was settled by the reconciler
   (found in the airline's database by its ``tool_call_id``), and no thread paused.
 
-22 kills per backend here (16 of the graph step, 6 of serve);
+18 kills per backend here (12 of the graph step, 6 of serve);
 ``test_airline_crash_200_kills`` (``-m slow``) makes 300 per backend (200 and 100).
 
 Each trip (one thread; the passenger's name is the thread's id) is four model turns: a
@@ -117,8 +117,8 @@ def check(figures: dict[str, Any], kills: int) -> None:
     )
 
 
-#: kills per mode in the suite (a few dozen per backend; about a minute on two cores)
-PLAN = {"step": 16, "serve": 6}
+#: kills per mode in the suite (36 on the two backends; about a minute each on two cores)
+PLAN = {"step": 12, "serve": 6}
 
 
 def test_random_kills_never_commit_a_tool_call_twice(
