@@ -55,7 +55,7 @@ class _Forgets:
 
 def test_only_a_graph_below_the_call_makes_it_one_that_may_run_again() -> None:
     forget = _Forgets()
-    running = _toolcalls._Running("eff-1", forget, "step:1|tools:2")
+    running = _toolcalls._Running("eff-1", "step:1|tools:2", forget)
     token = _toolcalls._RUNNING.set(running)
     try:
         # a model call the tool makes itself is in the tool call's own namespace
