@@ -103,7 +103,11 @@ class Turns:
         Returns the thread id."""
         rec = self._reads.thread(thread_id)
         task = task or self._engine.load(rec)
-        self.record(rec, task, inputs, turn=turn, by=by, at=at, context=context)
+        recorded = self.record(rec, task, inputs, turn=turn, by=by, at=at, context=context)
+        # A repeated turn (its run carried out again after a restart) only goes on, and not
+        # past a pause it reached meanwhile, which waits for its answer.
+        if not recorded and self._reads.thread(thread_id).status not in ("pending", "running"):
+            return thread_id
         with contextlib.suppress(NothingToResume):  # a repeated turn already carried out
             self._engine.resume(thread_id, task=task, by=by, config=config)
         return thread_id
@@ -122,6 +126,10 @@ class Turns:
         """Record the new input of ``run_again`` (checked, raising InvalidInput and storing
         nothing when refused); False if the turn ``turn`` was recorded before."""
         thread_id = rec.thread_id
+        if turn is not None and self._recorded(thread_id, turn):
+            # Recorded before: whatever the thread does now (it may be paused on the turn's
+            # own work), the turn is not refused but found.
+            return False
         self.refusal(rec, task)
         base = self.branch_point(rec, task, at) if at is not None else None
         encoded = self.codec.encode(self._engine.validate_inputs(task, inputs), "the new input")
@@ -211,7 +219,7 @@ class Turns:
             ]
             if other:
                 raise InvalidInput(
-                    f"thread {thread_id!r} waits for a {other[0].kind} of step "
+                    f"thread {thread_id!r} waits for {_a(other[0].kind)} of step "
                     f"{other[0].step!r}: answer it first (`longtask pending {thread_id}`); a "
                     "new input drops only the graph's own interrupt()"
                 )
@@ -220,3 +228,8 @@ class Turns:
         return any(
             e.data.get("turn") == turn for e in self.db.store.events(thread_id, kinds=[TURN_EVENT])
         )
+
+
+def _a(kind: str) -> str:
+    """``kind`` with its article (a pause of kind ``effect`` is "an effect")."""
+    return f"an {kind}" if kind[:1] in "aeiou" else f"a {kind}"

@@ -1,8 +1,9 @@
 """A graph step over a LangChain agent whose model asks for two tool calls in one turn, for
 test_graph_sibling_kill.py. ``quick`` returns at once; ``slow``, in the first process,
 waits until quick's result is stored (up to a second), then SIGKILLs the process while it
-still runs. The tools are not ledgered: what is checked is that a finished task of the turn
-is not run again, whatever it does.
+still runs. ``slow`` is marked idempotent (so the call the kill cut off is run again
+without asking anybody); ``quick`` carries no mark: what is checked is that a call of the
+turn that finished is not run again, whatever it does.
 
 The group commit's window is widened here from 20 ms to 5 s, so that a result held for the
 checkpoint after the turn (which a kill would lose) is certainly still held at the kill."""
@@ -80,6 +81,7 @@ task = LongTask(
                     agent,
                     input=lambda ctx: {"messages": [{"role": "user", "content": "Go."}]},
                     output=lambda state: state["messages"][-1].content,
+                    tools={"slow": "idempotent"},
                 )
             ],
         )

@@ -15,6 +15,7 @@ it calls nothing outside 127.0.0.1.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -27,6 +28,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -311,3 +313,30 @@ def running_worker(
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.communicate()
+
+
+async def retry_cut_off_call(
+    lg: Any, tid: str, graph: str, tool: str, args: dict[str, Any], timeout: float = 120
+) -> None:
+    """After a kill in a served graph's tool call, wait for the thread's pause on that call
+    (the tool carries no mark, so longtask cannot know whether it happened and asks), check
+    that the pause shows the call as Agent Inbox shows it, answer Agent Inbox's "accept"
+    (call it again) through the SDK, and wait until the thread is idle again."""
+    deadline = time.monotonic() + timeout
+    while (status := (await lg.threads.get(tid))["status"]) != "interrupted":
+        assert status != "error", f"the thread failed instead of pausing: {status}"
+        assert time.monotonic() < deadline, f"the cut-off {tool} call did not pause ({status})"
+        await asyncio.sleep(0.1)
+    state = await lg.threads.get_state(tid)
+    (pause,) = state["interrupts"]
+    request = pause["value"]
+    assert request["name"] == f"tool:{tool}", request
+    call = {"tool": tool, "args": args, "tool_call_id": request["tool_call_id"]}
+    assert request["tool_call_id"] and request["args"] == call, request
+    shown = request["action_request"]
+    assert shown == {"action": request["name"], "args": {**call, "key": request["key"]}}, shown
+    await lg.runs.create(tid, graph, command={"resume": [{"type": "accept"}]})
+    while (status := (await lg.threads.get(tid))["status"]) != "idle":
+        assert status != "error", "the thread failed after the call was retried"
+        assert time.monotonic() < deadline, f"the retried {tool} call did not finish ({status})"
+        await asyncio.sleep(0.1)

@@ -1,7 +1,7 @@
 """A tool call that finished is not run again after a kill (both backends): the model asks
 for two tool calls in one turn of a graph step's agent; ``quick`` returns, and the process
-is SIGKILLed while ``slow`` still runs. ``longtask resume`` runs ``slow`` again and not
-``quick``, whose result was stored when it returned (see graph_sibling_task.py)."""
+is SIGKILLed while ``slow`` (marked idempotent) still runs. ``longtask resume`` runs ``slow``
+again and not ``quick``, whose result was stored when it returned (see graph_sibling_task.py)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def test_a_finished_sibling_tool_call_is_not_run_again_after_a_kill(
                 time.sleep(0.05)
         second = run_cli("resume", thread, db=db_url, env=env)
         assert second.returncode == 0, second.stdout + second.stderr
-        # slow ran again (it was cut off); quick, which had returned, did not
+        # slow ran again (cut off, and idempotent); quick, which had returned, did not
         assert counter.counts(tmp_path / "calls.db") == {"quick": 1, "slow": 2}
         assert len(server.requests) == 2
     with Runner(db_url) as runner:
