@@ -36,6 +36,7 @@ from longtask.errors import BadAnswer, InvalidInput, LongTaskError, OutcomeUnkno
 from longtask.model import StepInfo
 from longtask.model._canonical import NotCanonical, canonical_digest
 from longtask.steps._effectanswer import EFFECT_ANSWER, effect_answer, inbox_view
+from longtask.store._events import NewEvent
 from longtask.store._values import to_json_bytes
 
 
@@ -230,98 +231,102 @@ def run_effect(
     data: dict[str, Any] = {"key": key, "name": name}
     if tool_call_id is not None:
         data["tool_call_id"] = tool_call_id
-    row = store.effect(key)
-    if row is not None and row.status == "succeeded":
-        return row.result
-    if row is not None and row.status == "started":
-        # The process died during the call: find out before acting again.
-        if reconcile is not None:
-            # a wrapper (``ledgered``'s) says which arguments its function was called with
-            unpack = getattr(fn, "call_args", None)
-            a, k = unpack(args, kwargs) if callable(unpack) else (tuple(args), dict(kwargs))
-            found = reconcile(EffectCall(name, a, k, key, tool_call_id))
-            if found is not None:
-                to_json_bytes(found, f"the reconciled result of effect {name!r}")
-                env.events.flush(call.thread_id)  # the thread's earlier events go first
-                store.effect_finish(
-                    key,
-                    "succeeded",
-                    result=found,
-                    event=env.event(
-                        call,
-                        "effect.succeeded",
-                        call.key("effect", key, "reconciled"),
-                        info,
-                        data={**data, "reconciled": True},
-                    ),
-                )
-                return found
-            store.effect_forget(key, why="reconciled: it did not happen; called again")
-        else:
-            env.emit(call, "effect.unknown", f"effect.unknown/{key}", info, data=data)
-            if not in_graph:
-                # A compensation runs outside the graph: nothing to interrupt, stop here.
-                raise OutcomeUnknown(
-                    f"effect {name!r} ({key}) was cut off mid-call and has no reconciler; "
-                    f"settle it with `longtask effects resolve {call.thread_id} {key} "
-                    "--succeeded --result JSON` (or --failed, or --retry)"
-                )
-            # Pauses the thread; `longtask effects resolve` settles the row, then resumes.
-            request: dict[str, Any] = {
-                "kind": "effect",
-                "step": info.name,
-                "key": key,
-                "name": name,
-                "reason": "effect outcome unknown",
-                # what the person settling it needs: the call, and the result's shape
-                "args": _preview(
-                    shown if shown is not None else [*args, kwargs] if kwargs else list(args)
-                ),
-                "result_schema": result_schema(fn),
-            }
-            if item is not None:
-                request["item"] = item
-            if tool_call_id is not None:
-                request["tool_call_id"] = tool_call_id
-            # Agent Inbox's view of the call beside longtask's (its answers are converted)
-            request.update(inbox_view(request))
-            if pause is not None:
-                pause(request)
-            request["answer"] = EFFECT_ANSWER
-            answer = interrupt(request)
-            while not _settle(env, call, info, key, name, answer):
-                # Not an answer for this effect (one for an earlier pause of the node, or
-                # malformed): ask again.
-                answer = interrupt(request)
-            row = store.effect(key)
-            if row is not None and row.status == "succeeded":
-                return row.result
-    if (
-        row is not None
-        and row.status == "failed"
-        and (row.error or "").startswith(RESOLVED_AS_FAILED)
-    ):
-        # Reported once: the step fails now; a later resume may call the effect again.
-        store.effect_finish(key, "failed", error=f"reported to the step: {row.error}")
-        raise EffectFailed(f"effect {name!r} ({key}) was {row.error}")
+
+    def started(number: int) -> NewEvent:
+        made: NewEvent = env.event(
+            call, "effect.started", call.key("effect", key, number, "started"), info, data=data
+        )
+        return made
+
     # Each ledger write stores its event in its own transaction (a crash right after it
     # keeps the record); the thread's earlier events are stored first, in order.
     env.events.flush(call.thread_id)
-    number = store.effect_start(
-        key,
-        call.thread_id,
-        info.name,
-        name,
-        digest,
-        event=lambda n: env.event(
-            call, "effect.started", call.key("effect", key, n, "started"), info, data=data
-        ),
-    )
+    # An effect's first call, by far the most common, is started in one write; a key the
+    # ledger knows is looked up first (done, cut off, settled, failed before).
+    begun = store.effect_begin(key, call.thread_id, info.name, name, digest, started(1))
+    number = 1 if begun else 0
     if not number:
         row = store.effect(key)
         if row is not None and row.status == "succeeded":
             return row.result
-        raise LongTaskError(f"effect {name!r} ({key}) is being performed by another process")
+        if row is not None and row.status == "started":
+            # The process died during the call: find out before acting again.
+            if reconcile is not None:
+                # a wrapper (``ledgered``'s) says which arguments its function was called with
+                unpack = getattr(fn, "call_args", None)
+                a, k = unpack(args, kwargs) if callable(unpack) else (tuple(args), dict(kwargs))
+                found = reconcile(EffectCall(name, a, k, key, tool_call_id))
+                if found is not None:
+                    to_json_bytes(found, f"the reconciled result of effect {name!r}")
+                    env.events.flush(call.thread_id)  # the thread's earlier events go first
+                    store.effect_finish(
+                        key,
+                        "succeeded",
+                        result=found,
+                        event=env.event(
+                            call,
+                            "effect.succeeded",
+                            call.key("effect", key, "reconciled"),
+                            info,
+                            data={**data, "reconciled": True},
+                        ),
+                    )
+                    return found
+                store.effect_forget(key, why="reconciled: it did not happen; called again")
+            else:
+                env.emit(call, "effect.unknown", f"effect.unknown/{key}", info, data=data)
+                if not in_graph:
+                    # A compensation runs outside the graph: nothing to interrupt, stop here.
+                    raise OutcomeUnknown(
+                        f"effect {name!r} ({key}) was cut off mid-call and has no reconciler; "
+                        f"settle it with `longtask effects resolve {call.thread_id} {key} "
+                        "--succeeded --result JSON` (or --failed, or --retry)"
+                    )
+                # Pauses the thread; `longtask effects resolve` settles the row, then resumes.
+                request: dict[str, Any] = {
+                    "kind": "effect",
+                    "step": info.name,
+                    "key": key,
+                    "name": name,
+                    "reason": "effect outcome unknown",
+                    # what the person settling it needs: the call, and the result's shape
+                    "args": _preview(
+                        shown if shown is not None else [*args, kwargs] if kwargs else list(args)
+                    ),
+                    "result_schema": result_schema(fn),
+                }
+                if item is not None:
+                    request["item"] = item
+                if tool_call_id is not None:
+                    request["tool_call_id"] = tool_call_id
+                # Agent Inbox's view of the call beside longtask's (its answers are converted)
+                request.update(inbox_view(request))
+                if pause is not None:
+                    pause(request)
+                request["answer"] = EFFECT_ANSWER
+                answer = interrupt(request)
+                while not _settle(env, call, info, key, name, answer):
+                    # Not an answer for this effect (one for an earlier pause of the node, or
+                    # malformed): ask again.
+                    answer = interrupt(request)
+                row = store.effect(key)
+                if row is not None and row.status == "succeeded":
+                    return row.result
+        if (
+            row is not None
+            and row.status == "failed"
+            and (row.error or "").startswith(RESOLVED_AS_FAILED)
+        ):
+            # Reported once: the step fails now; a later resume may call the effect again.
+            store.effect_finish(key, "failed", error=f"reported to the step: {row.error}")
+            raise EffectFailed(f"effect {name!r} ({key}) was {row.error}")
+        env.events.flush(call.thread_id)
+        number = store.effect_start(key, call.thread_id, info.name, name, digest, event=started)
+        if not number:
+            row = store.effect(key)
+            if row is not None and row.status == "succeeded":
+                return row.result
+            raise LongTaskError(f"effect {name!r} ({key}) is being performed by another process")
     try:
         extra = {"idempotency_key": key} if _accepts_key(fn) else {}
         with offered(key):

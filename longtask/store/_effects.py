@@ -82,8 +82,10 @@ class EffectTables:
         sql: str,
         params: Sequence[Any],
         event: Callable[[list[tuple[Any, ...]]], NewEvent | None],
+        reads_rows: bool = True,
     ) -> list[tuple[Any, ...]]:
-        """``sql`` and the event ``event(rows)`` names (if any) in one transaction."""
+        """``sql`` and the event ``event(rows)`` names (if any) in one transaction;
+        ``reads_rows``: False for a statement that returns none (``event`` gets [])."""
         raise NotImplementedError
 
     def effect(self, key: str) -> Effect | None:
@@ -97,6 +99,28 @@ class EffectTables:
             (thread_id, limit),
         )
         return [_effect(r) for r in rows]
+
+    def effect_begin(
+        self,
+        key: str,
+        thread_id: str,
+        step: str,
+        name: str,
+        args_hash: str,
+        event: NewEvent | None = None,
+    ) -> bool:
+        """Mark ``key`` started if the ledger has no row for it yet: the first call of an
+        effect, in one write with no lookup first. False if it has one (look it up with
+        ``effect`` and decide). ``event`` is stored with the row, as by ``effect_start``."""
+        now = time.time()
+        rows = self._run_with_event(
+            "INSERT INTO longtask_effects (key, thread_id, step, name, args_hash, status, "
+            "calls, created_at, updated_at) VALUES (?,?,?,?,?,'started',1,?,?) "
+            "ON CONFLICT (key) DO NOTHING RETURNING calls",
+            (key, thread_id, step, name, args_hash, now, now),
+            lambda rows: event if rows else None,
+        )
+        return bool(rows)
 
     def effect_start(
         self,
@@ -148,6 +172,7 @@ class EffectTables:
                 key,
             ),
             lambda _rows: event,
+            reads_rows=False,
         )
 
     def effect_forget(self, key: str, why: str = "outcome unknown; retried by a person") -> None:

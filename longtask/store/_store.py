@@ -660,6 +660,7 @@ class SqliteStore(Store):
         sql: str,
         params: Sequence[Any],
         event: Callable[[list[tuple[Any, ...]]], NewEvent | None],
+        reads_rows: bool = True,
     ) -> list[tuple[Any, ...]]:
         with self._lock:
             self._conn.commit()
@@ -770,15 +771,22 @@ class PostgresStore(Store):
         sql: str,
         params: Sequence[Any],
         event: Callable[[list[tuple[Any, ...]]], NewEvent | None],
+        reads_rows: bool = True,
     ) -> list[tuple[Any, ...]]:
         from psycopg.rows import tuple_row
 
         with self._pool.connection() as conn:
             with conn.cursor() as cur:
                 self.fence.apply(conn, cur)  # outside the transaction: a rollback keeps it
-            with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+            # Pipelined: BEGIN, the statement, the event, its NOTIFY and COMMIT go in one
+            # round trip (two when the event is made from the statement's rows), not five.
+            with (
+                conn.pipeline(),
+                conn.transaction(),
+                conn.cursor(row_factory=tuple_row) as cur,
+            ):
                 cur.execute(self._sql(sql), tuple(params))
-                out = cur.fetchall() if cur.description else []
+                out: list[tuple[Any, ...]] = cur.fetchall() if reads_rows else []
                 new = event(out)
                 if new is not None:
                     cur.execute(self._sql(_EVENT_ONE), new.params())
