@@ -216,6 +216,7 @@ class Runner:
     pending = via("reads", Reads.pending)
     history = via("reads", Reads.history)
     inner_history = via("reads", Reads.inner_history)
+    graph_ns = via("reads", Reads.graph_ns)
     result = via("reads", Reads.result)
     results = via("reads", Reads.results)
     run_context = via("reads", Reads.run_context)

@@ -390,6 +390,20 @@ class Reads:
                     break
         return out
 
+    def graph_ns(self, thread_id: str, step: str) -> str | None:
+        """The checkpoint namespace of graph step ``step``'s latest run (its own graph's
+        checkpoints), or None before it has run. Its ``step.started`` event names it; a
+        thread pruned to its latest checkpoint has none left, and its graph's checkpoints
+        stand in the step's own namespace, which they then name."""
+        started = [e for e in self.events(thread_id, kinds=["step.started"]) if e.step == step]
+        ns = next(
+            (e.data["checkpoint_ns"] for e in reversed(started) if e.data.get("checkpoint_ns")),
+            None,
+        )
+        if ns is None and self.db.reader.list_light(thread_id, limit=1, ns=step):
+            return step
+        return str(ns) if ns is not None else None
+
     def inner_history(self, thread_id: str, step: str, limit: int = 20) -> list[InnerCheckpoint]:
         """The latest ``limit`` checkpoints of graph step ``step``'s own graph (one per
         super-step of it), newest first, from its latest run."""
@@ -403,11 +417,7 @@ class Reads:
                 f"{step!r} is not a graph step of task {rec.task_name!r}; only a graph step "
                 f"has checkpoints of its own (graph steps: {graphs})"
             )
-        started = [e for e in self.events(thread_id, kinds=["step.started"]) if e.step == step]
-        ns = next(
-            (e.data["checkpoint_ns"] for e in reversed(started) if e.data.get("checkpoint_ns")),
-            None,
-        )
+        ns = self.graph_ns(thread_id, step)
         if ns is None:
             return []
         out = []

@@ -31,16 +31,8 @@ __all__ = ["inner_ns", "plain_head", "plain_history", "plain_state", "plain_valu
 
 
 def inner_ns(runner: Runner, thread_id: str, step: str) -> str | None:
-    """The namespace of the graph step's latest run (its ``step.started`` event says it)."""
-    started = runner.events(thread_id, kinds=["step.started"])
-    return next(
-        (
-            e.data["checkpoint_ns"]
-            for e in reversed(started)
-            if e.step == step and e.data.get("checkpoint_ns")
-        ),
-        None,
-    )
+    """The namespace of the graph step's latest run (see ``Runner.graph_ns``)."""
+    return runner.graph_ns(thread_id, step)
 
 
 def plain_head(runner: Runner, task: GraphApp, thread_id: str) -> str | None:
