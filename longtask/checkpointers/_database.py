@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from longtask.checkpointers._url import DatabaseURL
 
 if TYPE_CHECKING:
+    from longtask.checkpointers._graphstore import GraphStore
     from longtask.checkpointers._reader import CheckpointReader
     from longtask.checkpointers._saver import LongTaskSaver
     from longtask.store import EventWriter, Store
@@ -88,6 +89,7 @@ class Database(ABC):
 
         self._backend = backend
         self._saver: LongTaskSaver | None = None
+        self._graph_store: GraphStore | None = None
         self._reader: CheckpointReader | None = None
         self._saver_lock = threading.Lock()
         self.fence = Fence()
@@ -119,7 +121,21 @@ class Database(ABC):
             self._reader = CheckpointReader(self._backend)
         return self._reader
 
+    @property
+    def graph_store(self) -> GraphStore:
+        """LangGraph's store on this database, as graphs and the Server API's ``/store``
+        routes use it (opened on its first operation: see ``_graphstore``)."""
+        if self._graph_store is None:
+            from longtask.checkpointers._graphstore import GraphStore
+
+            with self._saver_lock:
+                if self._graph_store is None:
+                    self._graph_store = GraphStore(self.url)
+        return self._graph_store
+
     def _close_saver(self) -> None:
+        if self._graph_store is not None:
+            self._graph_store.close()
         if self._saver is not None:
             self._saver.close()
 

@@ -37,11 +37,18 @@ class KvStore:
         self._closers.clear()
 
 
-def open_kv_store(url: DatabaseURL, *, sweep: bool = True) -> KvStore:
+#: LangGraph's TTL settings unless told otherwise: items put with a ``ttl`` expire, reads
+#: refresh it unless asked not to, expired items are swept every few minutes
+TTL: dict[str, Any] = {"refresh_on_read": True, "sweep_interval_minutes": SWEEP_MINUTES}
+
+
+def open_kv_store(
+    url: DatabaseURL, *, sweep: bool = True, ttl: dict[str, Any] | None = None
+) -> KvStore:
     """LangGraph's store on the database ``url`` names, its tables set up, with TTL on
-    (items put with a ``ttl`` expire; reads refresh it unless asked not to) and, with
-    ``sweep``, a thread deleting expired items every few minutes."""
-    ttl: Any = {"refresh_on_read": True, "sweep_interval_minutes": SWEEP_MINUTES}
+    (``ttl``: LangGraph's TTL settings, default ``TTL``) and, with ``sweep``, a thread
+    deleting expired items every few minutes."""
+    settings: Any = dict(TTL if ttl is None else ttl)
     try:
         if url.scheme == "sqlite":
             import sqlite3
@@ -52,7 +59,7 @@ def open_kv_store(url: DatabaseURL, *, sweep: bool = True) -> KvStore:
             conn = sqlite3.connect(
                 url.path, check_same_thread=False, isolation_level=None, timeout=30
             )
-            opened = KvStore(SqliteStore(conn, ttl=ttl), [conn.close])
+            opened = KvStore(SqliteStore(conn, ttl=settings), [conn.close])
         else:
             from langgraph.store.postgres import PostgresStore
             from psycopg.rows import dict_row
@@ -65,7 +72,7 @@ def open_kv_store(url: DatabaseURL, *, sweep: bool = True) -> KvStore:
                 kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
                 open=True,
             )
-            opened = KvStore(PostgresStore(pool, ttl=ttl), [pool.close])
+            opened = KvStore(PostgresStore(pool, ttl=settings), [pool.close])
         store: Any = opened.store
         store.setup()
         if sweep:

@@ -19,6 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
+from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict
 
 from longtask.graphs._node import NodeFn
@@ -176,11 +177,15 @@ def build_graph(task: LongTask, env: StepEnv) -> StateGraph[Any, Any, Any, Any]:
 
 
 def compile_graph(
-    task: LongTask, env: StepEnv, saver: BaseCheckpointSaver[Any]
+    task: LongTask,
+    env: StepEnv,
+    saver: BaseCheckpointSaver[Any],
+    store: BaseStore | None = None,
 ) -> CompiledStateGraph[Any, Any, Any, Any]:
-    """``build_graph`` compiled with ``saver``."""
+    """``build_graph`` compiled with ``saver`` and LangGraph's ``store`` (which the graphs
+    of graph steps and agents' tools run under it reach, as a subgraph does)."""
     with _gc_paused():
-        return build_graph(task, env).compile(checkpointer=saver, name=task.name)
+        return build_graph(task, env).compile(checkpointer=saver, store=store, name=task.name)
 
 
 @contextmanager

@@ -193,7 +193,7 @@ class Engine:
                 on_limit=task.on_limit,
                 pauses=frozenset(n for n, s in task.steps.items() if isinstance(s, PauseStep)),
             )
-            compiled = compile_graph(task, env, self.db.saver)
+            compiled = compile_graph(task, env, self.db.saver, self.db.graph_store)
             env.snapshot = compiled.get_state
             env.adopt = lambda thread_id, state: self._adopt(task, thread_id, state)
             env.children = self.subtasks

@@ -15,7 +15,6 @@ LangGraph's server, nothing is refused.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
@@ -27,7 +26,6 @@ from longtask.serve.access import about, caller_of
 from longtask.serve.lgapi._body import integer_field
 
 if TYPE_CHECKING:
-    from longtask.checkpointers._kvstore import KvStore
     from longtask.serve.lgapi._common import Api
 
 
@@ -150,22 +148,13 @@ class StoreRoutes:
 
     def __init__(self, api: Api) -> None:
         self.api = api
-        self._opened: KvStore | None = None
-        self._lock = threading.Lock()
 
     def store(self) -> Any:
-        with self._lock:
-            if self._opened is None:
-                from longtask.checkpointers._kvstore import open_kv_store
-
-                self._opened = open_kv_store(self.api.runner.db.url)
-            return self._opened.store
+        # the graphs' own (one per database: what a graph writes, these routes read)
+        return self.api.runner.db.graph_store.opened()
 
     def close(self) -> None:
-        with self._lock:
-            if self._opened is not None:
-                self._opened.close()
-                self._opened = None
+        self.api.runner.db.graph_store.close()
 
     async def put(self, request: Request, actor: str) -> Response:
         body = await self.api.json_body(request)
