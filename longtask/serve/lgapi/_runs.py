@@ -30,7 +30,7 @@ from longtask.serve.lgapi._json import run_json, sse
 from longtask.serve.lgapi._plain import plain_head
 from longtask.serve.lgapi._runops import cancel_run, refuse_action
 from longtask.serve.lgapi._state import current_state, thread_state
-from longtask.serve.lgapi._stream import checked_modes, follow, modes_of
+from longtask.serve.lgapi._stream import checked_modes, follow, modes_of, query_modes
 from longtask.serve.lgapi.resources._assistant_body import (
     RUN_SET,
     inputs_with_context,
@@ -462,7 +462,8 @@ def routes(api: Api) -> list[Route]:
             raise HTTPException(
                 422, f"command must be an object of resume, update and goto, not {command!r}"
             )
-        modes = checked_modes(body.get("stream_mode"))
+        # none, or an empty list: the default ("values"), as on LangGraph's server
+        modes = checked_modes(body.get("stream_mode") or None)
         # A thread of its own for a stateless run, or one if_not_exists asks for: recorded
         # with the run, once every check has passed; a refused run stores nothing.
         new_thread = thread_id is None
@@ -710,7 +711,7 @@ def routes(api: Api) -> list[Route]:
 
     async def join_stream(request: Request) -> Response:
         run = await one(request)
-        raw = request.query_params.getlist("stream_mode")
+        raw = query_modes(request.query_params.getlist("stream_mode"))
         return stream_response(run, sorted(modes_of(raw)) if raw else None)
 
     async def cancel(request: Request, actor: str) -> Response:

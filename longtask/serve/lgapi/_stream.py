@@ -55,6 +55,25 @@ def modes_of(raw: Any) -> set[str]:
     return {str(m) for m in items}
 
 
+def query_modes(raw: list[str]) -> list[str]:
+    """The modes a join's ``stream_mode`` query parameters name, given once per mode or as
+    one JSON list (``["values","updates"]``, as the SDKs send a list); an empty one (what
+    the Python SDK sends for its default, None) names none: the run's own modes."""
+    out: list[str] = []
+    for item in raw:
+        if item.startswith("["):
+            try:
+                listed = json.loads(item)
+            except ValueError:
+                listed = None
+            if isinstance(listed, list):
+                out.extend(str(m) for m in listed if m)
+                continue
+        if item:
+            out.append(item)
+    return out
+
+
 def checked_modes(raw: Any) -> set[str]:
     """A run's (or a cron's) ``stream_mode`` as ``modes_of`` reads it, refused whole (422, as
     LangGraph's server refuses a mode it does not know) if it names one this server does
