@@ -737,7 +737,10 @@ class PostgresStore(Store):
             # Tuples straight from the driver: the shared pool's default is dict rows (for
             # LangGraph's saver, which reads tables it migrates from).
             with conn.cursor(row_factory=tuple_row) as cur:
-                self.fence.apply(conn, cur)
+                if "longtask_effects" in sql:
+                    # Only the ledger's table has the trigger that reads the setting: the
+                    # other statements need not bring it up to date (a round trip).
+                    self.fence.apply(conn, cur)
                 cur.execute(self._sql(sql), tuple(params), binary=binary or None)
                 return cur.fetchall() if cur.description else []
 
