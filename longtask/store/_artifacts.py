@@ -12,6 +12,7 @@ import hashlib
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -65,6 +66,12 @@ class ArtifactTables:
     def put_blob(self, digest: str, data: bytes) -> None:
         raise NotImplementedError
 
+    def _blob_statement(self, digest: str, data: bytes) -> tuple[str, tuple[Any, ...]]:
+        raise NotImplementedError
+
+    def _run_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        raise NotImplementedError
+
     def get_blob(self, digest: str) -> bytes | None:
         raise NotImplementedError
 
@@ -92,19 +99,21 @@ class ArtifactTables:
     ) -> Artifact:
         check_name(name)
         digest = hashlib.sha256(data).hexdigest()
-        if self.artifact_dir is not None:
-            if not self._path(digest).exists():
-                self._write_file(digest, data)
-        else:
-            self.put_blob(digest, data)
         now = time.time()
-        self._run(
+        row = (
             f"INSERT INTO longtask_artifacts ({_COLS}) VALUES (?,?,?,?,?,?,?) "
             "ON CONFLICT (thread_id, name) DO UPDATE SET step = excluded.step, "
             "digest = excluded.digest, size = excluded.size, media_type = excluded.media_type, "
             "created_at = excluded.created_at",
             (thread_id, name, step, digest, len(data), media_type, now),
         )
+        if self.artifact_dir is not None:
+            if not self._path(digest).exists():
+                self._write_file(digest, data)
+            self._run(*row)
+        else:
+            # the content and the row in one transaction (one round trip on PostgreSQL)
+            self._run_all([self._blob_statement(digest, data), row])
         if self.artifact_dir is not None and not self._path(digest).exists():
             # A prune removed the file between the check above and the row's insert (it
             # removes only files no row refers to): write it again.

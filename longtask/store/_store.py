@@ -592,7 +592,10 @@ class Store(
     # -- blobs -------------------------------------------------------------------------------
 
     def put_blob(self, digest: str, data: bytes) -> None:
-        self._run(
+        self._run(*self._blob_statement(digest, data))
+
+    def _blob_statement(self, digest: str, data: bytes) -> tuple[str, tuple[Any, ...]]:
+        return (
             "INSERT INTO longtask_blobs (digest, data, size, created_at) VALUES (?,?,?,?) "
             # Stored again: a fresh created_at tells a concurrent prune to keep it.
             "ON CONFLICT (digest) DO UPDATE SET created_at = excluded.created_at",
@@ -798,9 +801,11 @@ class PostgresStore(Store):
 
     def _run_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         with self._pool.connection() as conn:
-            with conn.cursor() as cur:
-                self.fence.apply(conn, cur)  # outside the transaction: a rollback keeps it
-            with conn.transaction(), conn.cursor() as cur:
+            if any("longtask_effects" in sql for sql, _ in statements):
+                with conn.cursor() as cur:
+                    self.fence.apply(conn, cur)  # outside the transaction: a rollback keeps it
+            # pipelined: BEGIN, the statements and COMMIT in one round trip
+            with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
                 for sql, params in statements:
                     cur.execute(self._sql(sql), tuple(params))
 
