@@ -60,6 +60,7 @@ from longtask.serve._http import (
 )
 from longtask.serve._json_body import read_json_body
 from longtask.serve._manual import final_results, retry_later, skip_later
+from longtask.serve._openapi import describe
 from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
@@ -419,6 +420,12 @@ def create_app(
         found = await call(final_results, lg, request.path_params["thread_id"], every)
         return JSONResponse(found)
 
+    unserved = lg_unserved.routes()
+
+    async def openapi(request: Request) -> Response:
+        """This server's routes, as an OpenAPI 3.1 document"""
+        return JSONResponse(described)
+
     async def info(request: Request) -> Response:
         from importlib.metadata import PackageNotFoundError, version
 
@@ -527,6 +534,7 @@ def create_app(
         *a2a.routes(),
         *kv.routes(),
         Route("/info", public(info)),
+        Route("/openapi.json", public(openapi)),
         Route("/ok", public(ok)),
         Route("/ready", public(ready)),
         # counts over every thread: for the roles that see every thread
@@ -550,8 +558,9 @@ def create_app(
         Route(api + "/retry", actor(retry), methods=["POST"]),
         Route(api + "/skip", actor(skip), methods=["POST"]),
         # last: a path or method above is never answered as unserved
-        *lg_unserved.routes(),
+        *unserved,
     ]
+    described = describe(r for r in routes[: len(routes) - len(unserved)] if isinstance(r, Route))
     # One gate in front of every route (serve.access); a route without a rule is refused.
     guarded, uncovered = access.protect(routes)
     for where in uncovered:
