@@ -293,6 +293,14 @@ def serve(
             "127.0.0.1 and [::1], any port]. Tokens are still required.",
         ),
     ] = None,
+    max_body: Annotated[
+        str | None,
+        typer.Option(
+            "--max-body",
+            help="The largest request body taken: bytes, or with KiB, MiB or GiB (4MiB); "
+            "a larger one is answered 413 [env: LONGTASK_MAX_BODY; default: 1MiB].",
+        ),
+    ] = None,
     tokens_file: Annotated[
         str | None,
         typer.Option(
@@ -328,6 +336,7 @@ def serve(
         to_workers=workers,
         cors_origins=cors_origin or None,
         tokens_file=tokens_file,
+        max_body=max_body,
         # said once every check passed: a refusal (no token off loopback) prints only itself
         on_ready=lambda: out.print(f"serving on http://{host}:{port}/ (Ctrl-C to stop)"),
     )

@@ -58,7 +58,7 @@ from longtask.serve._http import (
     on_longtask_error,
     page_response,
 )
-from longtask.serve._json_body import read_json_body
+from longtask.serve._json_body import MAX_BODY, BodyLimit, read_json_body
 from longtask.serve._manual import final_results, retry_later, skip_later
 from longtask.serve._openapi import describe
 from longtask.serve._registry import Registry, assistant_id
@@ -163,6 +163,7 @@ def create_app(
     cors_origins: Sequence[str] | None = None,
     ready_timeout: float = READY_TIMEOUT,
     webhooks: WebhookPolicy | None = None,
+    max_body: int = MAX_BODY,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
@@ -183,6 +184,7 @@ def create_app(
     from a browser (None: loopback pages; see ``longtask.serve._cors``).
     ``ready_timeout``: seconds ``GET /ready`` waits for the database before it answers 503.
     ``webhooks``: how runs' webhooks are delivered (attempts, backoff, timeout).
+    ``max_body``: the largest request body taken, in bytes (larger: 413).
     """
     handlers = Handlers(auth_handler) if auth_handler is not None else None
     access = Access(runner, Tokens(tokens or {}, token_hashes), check_roles(roles or {}), handlers)
@@ -570,6 +572,7 @@ def create_app(
     if loopback_hosts_only:
         middleware.append(Middleware(LoopbackHostOnly))
     middleware.append(Middleware(NoNulBytes, routes=guarded))
+    middleware.append(Middleware(BodyLimit, limit=max_body))
     app = Starlette(
         routes=guarded,
         middleware=middleware,
@@ -582,6 +585,7 @@ def create_app(
     )
     # The error handlers make the commands they print name this database (see _hints).
     app.state.hints = hints
+    app.state.max_body = max_body
     app.state.uncovered = uncovered
     app.state.access = access
     return app

@@ -1,5 +1,6 @@
 """The one reader of every JSON request body ``longtask serve`` takes: bounded in size
-while it is read, and in depth before it is parsed.
+while it is read (``BodyLimit``, in front of every route), and in depth before it is
+parsed.
 
 Python's JSON parser recurses once per nested array or object, and so does everything
 after it (the codec, pydantic, a checkpoint's serializer): a body of 200,000 ``[`` or a
@@ -16,9 +17,75 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-#: the largest body read, in bytes
+from longtask.serve._http import error
+
+#: the largest request body taken by default, in bytes (``serve --max-body``)
 MAX_BODY = 1024 * 1024
+#: the environment variable that sets it
+ENV_MAX_BODY = "LONGTASK_MAX_BODY"
+_SIZE = re.compile(r"\s*(\d+)\s*(b|kib|mib|gib|kb|mb|gb)?\s*", re.IGNORECASE)
+_UNITS = {"b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "kb": 1000, "mb": 1000**2}
+_UNITS["gb"] = 1000**3
+
+
+def parse_size(text: str, what: str = "--max-body") -> int:
+    """A size in bytes from ``1048576``, ``512KiB``, ``4MiB``, ``1GiB`` (or kB, MB, GB);
+    InvalidInput naming the accepted forms otherwise."""
+    from longtask.errors import InvalidInput
+
+    found = _SIZE.fullmatch(text)
+    size = int(found.group(1)) * _UNITS[(found.group(2) or "b").lower()] if found else 0
+    if size < 1:
+        raise InvalidInput(
+            f"{what}: {text!r} is not a size; give bytes (1048576) or a number with KiB, "
+            "MiB or GiB (4MiB)"
+        )
+    return size
+
+
+def too_large(limit: int) -> str:
+    return (
+        f"the body is larger than this server takes ({limit} bytes): send less (a large "
+        f"value belongs in an artifact), or start serve with a larger --max-body "
+        f"(${ENV_MAX_BODY})"
+    )
+
+
+class BodyLimit:
+    """The one bound on request bodies, for every route (the gate's look at a body, the
+    routes' own readers, A2A and MCP alike): 413 when the ``Content-Length`` says more
+    than ``limit`` bytes, or when more arrive than that while the body is read (an
+    ``HTTPException`` from ``receive``, answered by the app's error handler)."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            await error(413, too_large(limit))(scope, receive, send)
+            return
+        seen = 0
+
+        async def bounded() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise HTTPException(413, too_large(limit))
+            return message
+
+        await self.app(scope, bounded, send)
+
+
 #: the deepest nesting of arrays and objects a body may have
 MAX_DEPTH = 100
 
@@ -29,13 +96,14 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:]', re.DOTALL)
 
 async def read_json_body(request: Request) -> Any:
     """The request's JSON body (None when it is empty), or a 4xx that says what is wrong:
-    413 over ``MAX_BODY`` bytes, 400 when it is not JSON or nests deeper than
-    ``MAX_DEPTH``."""
+    413 over the server's limit (``BodyLimit``; ``MAX_BODY`` bytes by default), 400 when
+    it is not JSON or nests deeper than ``MAX_DEPTH``."""
     raw = b""
+    limit = int(getattr(request.app.state, "max_body", MAX_BODY))
     async for chunk in request.stream():
         raw += chunk
-        if len(raw) > MAX_BODY:  # checked while reading: a huge body is never held
-            raise HTTPException(413, f"the body is larger than {MAX_BODY} bytes")
+        if len(raw) > limit:  # checked while reading: a huge body is never held
+            raise HTTPException(413, too_large(limit))
     if not raw.strip():
         return None
     _refuse_deep(raw)

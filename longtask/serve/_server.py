@@ -30,6 +30,7 @@ def run_server(
     to_workers: bool = False,
     cors_origins: Sequence[str] | None = None,
     on_ready: Callable[[], None] | None = None,
+    max_body: str | None = None,
 ) -> None:
     """Serve the API and the pages on ``host:port`` until interrupted.
 
@@ -45,6 +46,8 @@ def run_server(
     ``to_workers`` (PostgreSQL) its runs start threads served by ``longtask worker``.
     ``cors_origins`` (default ``$LONGTASK_CORS_ORIGINS``, else pages on loopback origins):
     the origins whose browser pages may call the API (``longtask.serve._cors``).
+    ``max_body`` (default ``$LONGTASK_MAX_BODY``, else 1 MiB): the largest request body
+    taken (bytes, or with KiB, MiB or GiB); a larger one is answered 413.
     ``on_ready`` is called once everything is checked, just before serving (the CLI says
     "serving on ..." there, never before a refusal).
     Connections are bounded (``longtask.serve._limits``): a request's head must arrive
@@ -65,9 +68,16 @@ def run_server(
         cors_origins = cors_origins_from_env(os.environ)
     if cors_origins is not None:
         cors_origins = check_origins(cors_origins)
+    from longtask.serve._json_body import ENV_MAX_BODY, MAX_BODY, parse_size
     from longtask.serve._registry import auth_path
     from longtask.serve.access import load_auth
 
+    given_size = max_body or os.environ.get(ENV_MAX_BODY, "").strip() or None
+    body_limit = (
+        parse_size(given_size, "--max-body" if max_body else f"${ENV_MAX_BODY}")
+        if given_size
+        else MAX_BODY
+    )
     handler_path = auth_path(config)
     auth_handler = load_auth(*handler_path) if handler_path is not None else None
     loopback = is_loopback(host)
@@ -107,6 +117,7 @@ def run_server(
             run_workers=run_workers,
             to_workers=to_workers,
             cors_origins=cors_origins,
+            max_body=body_limit,
         )
         for where in app.state.uncovered:
             print(f"longtask serve: route {where} has no authorization rule: refused")
