@@ -65,11 +65,22 @@ def open_kv_store(
             from psycopg.rows import dict_row
             from psycopg_pool import ConnectionPool
 
+            from longtask.checkpointers._bounded import connect_kwargs, db_timeout
+
+            # $LONGTASK_DB_TIMEOUT bounds connecting, a dead peer and waiting for a pooled
+            # connection, as for longtask's own connections (graphs reach this store too)
+            bound = db_timeout()
             pool: ConnectionPool[Any] = ConnectionPool(
                 url.raw,
                 min_size=1,
                 max_size=4,
-                kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+                kwargs={
+                    "autocommit": True,
+                    "prepare_threshold": 0,
+                    "row_factory": dict_row,
+                    **connect_kwargs(bound, url.raw),
+                },
+                timeout=bound,
                 open=True,
             )
             opened = KvStore(PostgresStore(pool, ttl=settings), [pool.close])

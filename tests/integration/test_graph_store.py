@@ -87,3 +87,17 @@ def test_a_graph_step_reaches_the_store(runner: Runner) -> None:
     assert runner.result("mem-2", "chat") == ["first", "second"]
     items = runner.db.graph_store.search(("bo", "memories"))
     assert sorted(i.value["text"] for i in items) == ["first", "second"]
+
+
+def test_the_stores_postgres_connections_are_bounded_by_the_db_timeout(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Graphs reach the store, so its connections give up as longtask's own do: connecting,
+    a dead peer and a wait for a pooled connection end within ``$LONGTASK_DB_TIMEOUT``."""
+    monkeypatch.setenv("LONGTASK_DB_TIMEOUT", "7")
+    with Runner(pg_url) as runner:
+        store: Any = runner.db.graph_store.opened()
+        pool = store.conn
+        assert pool.timeout == 7
+        assert pool.kwargs["connect_timeout"] == 7
+        assert pool.kwargs["tcp_user_timeout"] == 7000
