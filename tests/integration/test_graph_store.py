@@ -6,31 +6,21 @@ routes serve: what a graph wrote, the API reads, and the reverse."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import memory_graph
 import pytest
+from served_graphs import served
 from starlette.testclient import TestClient
 
 from longtask import LongTask, Runner, Stage, graph_step
-from longtask.serve import create_app
-from longtask.serve._registry import load_registry
-
-HERE = Path(__file__).resolve().parent
-ALICE = {"Authorization": "Bearer tok-alice"}
 
 
 @pytest.fixture
 def client(runner: Runner, tmp_path: Path) -> Iterator[TestClient]:
-    config = tmp_path / "langgraph.json"
-    config.write_text(json.dumps({"graphs": {"memory": f"{HERE / 'memory_graph.py'}:graph"}}))
-    app = create_app(
-        runner, {"tok-alice": "alice"}, registry=load_registry([], config), schedule_poll=None
-    )
-    with TestClient(app, headers=ALICE) as c:
+    with served(runner, tmp_path, {"memory": "memory_graph.py"}) as c:
         yield c
 
 

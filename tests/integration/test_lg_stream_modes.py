@@ -6,29 +6,20 @@ a JSON list in the query (as the SDKs send a list) names several."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from served_graphs import served
 from starlette.testclient import TestClient
 
 from longtask import Runner
-from longtask.serve import create_app
-from longtask.serve._registry import load_registry
-
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture
 def client(runner: Runner, tmp_path: Path) -> Iterator[TestClient]:
-    config = tmp_path / "langgraph.json"
-    config.write_text(json.dumps({"graphs": {"echo": f"{HERE / 'echo_graph.py'}:graph"}}))
-    app = create_app(
-        runner, {"tok-alice": "alice"}, registry=load_registry([], config), schedule_poll=None
-    )
-    with TestClient(app, headers={"Authorization": "Bearer tok-alice"}) as c:
+    with served(runner, tmp_path, {"echo": "echo_graph.py"}) as c:
         yield c
 
 

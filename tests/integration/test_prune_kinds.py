@@ -11,20 +11,15 @@ pruned with each strategy through the Server API.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from served_graphs import served
 from starlette.testclient import TestClient
 
 from longtask import LongTask, Runner, Stage, StepContext, function_step
-from longtask.serve import create_app
-from longtask.serve._registry import load_registry
-
-HERE = Path(__file__).resolve().parent
-ALICE = {"Authorization": "Bearer tok-alice"}
 
 
 @function_step
@@ -42,16 +37,7 @@ COUNTING = LongTask("counting", stages=[Stage("one", [count]), Stage("two", [dou
 
 @pytest.fixture
 def client(runner: Runner, tmp_path: Path) -> Iterator[TestClient]:
-    config = tmp_path / "langgraph.json"
-    config.write_text(json.dumps({"graphs": {"echo": f"{HERE / 'echo_graph.py'}:graph"}}))
-    app = create_app(
-        runner,
-        {"tok-alice": "alice"},
-        registry=load_registry(["test_prune_kinds:COUNTING"], config),
-        schedule_poll=None,
-        poll=0.02,
-    )
-    with TestClient(app, headers=ALICE) as c:
+    with served(runner, tmp_path, {"echo": "echo_graph.py"}, ["test_prune_kinds:COUNTING"]) as c:
         yield c
 
 
