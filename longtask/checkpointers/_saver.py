@@ -331,9 +331,19 @@ class LongTaskSaver(CheckpointReader, BaseCheckpointSaver[str]):
         # dropped with it, never given back to be stored later).
         for h in self._guarded_for(thread_id, ns, parent_id):
             (batch.upserts if h.upsert else batch.writes).extend(h.rows)
-        self._commit_held(thread_id, held, batch)
+        # Live before its commit: LangGraph runs the super-step's task while this put is
+        # still committing (its writes can arrive first), and those writes wait for the
+        # checkpoint after this one either way.
         live = meta.get("source") in ("input", "loop") and _one_task(checkpoint)
         self._held.set_live(thread_id, ns, checkpoint_id if live else None)
+        try:
+            self._commit_held(thread_id, held, batch)
+        except BaseException:
+            # The checkpoint is not stored: what its task wrote is lost with it, as in a
+            # crash (the task runs again from the checkpoint before it).
+            self._held.set_live(thread_id, ns, None)
+            self._held.take(thread_id, ns, checkpoint_id)
+            raise
         updated = checkpoint.get("updated_channels")
         self._remember(
             key, checkpoint_id, maps, base_id, depth, new_versions if updated is None else updated

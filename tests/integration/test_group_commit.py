@@ -115,6 +115,63 @@ def test_held_writes_of_a_task_commit_with_the_next_checkpoint(db: Database, db_
     assert tup is not None and tup.checkpoint["id"] == child
 
 
+def test_writes_that_arrive_while_their_checkpoint_commits_are_held(
+    db: Database, db_url: str
+) -> None:
+    # LangGraph runs a super-step's task while the put of the checkpoint before it is still
+    # committing (a thread of its executor): the task's writes can come first, and must
+    # still ride with the checkpoint after them.
+    db.saver._held.window = 30.0
+    cp = _checkpoint(1)
+    parent = str(cp["id"])
+    write = db.saver.backend.write
+    held_meanwhile: list[bool] = []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        if not held_meanwhile:
+            held_meanwhile.append(False)
+            # from another thread, as LangGraph's executor calls it
+            task = threading.Thread(
+                target=db.saver.put_writes,
+                args=(_config("t", parent), [("x", 1)], "task-a", "~__pregel_pull, a"),
+            )
+            task.start()
+            task.join(5)  # a writer that is not held waits for this commit: not held then
+            held_meanwhile[0] = not task.is_alive() and db.saver._held.pending
+        return write(*args, **kwargs)
+
+    db.saver.backend.write = racing  # type: ignore[method-assign]
+    db.saver.put(_config("t"), cp, {"source": "input", "step": -1}, {"x": f"{1:032}.0"})
+    db.saver.backend.write = write  # type: ignore[method-assign]
+    assert held_meanwhile == [True]
+    calls = _counting_transactions(db)
+    _put(db, "t", 2, parent)
+    assert calls[0] == 1  # the writes and the checkpoint after them: one transaction
+    assert _writes_of(db_url, "t", parent) == [("task-a", "x", 1)]
+
+
+def test_a_checkpoint_that_fails_to_commit_keeps_none_of_its_tasks_writes(db: Database) -> None:
+    db.saver._held.window = 30.0
+    cp = _checkpoint(1)
+    write = db.saver.backend.write
+
+    def failing(*args: Any, **kwargs: Any) -> Any:
+        task = threading.Thread(
+            target=db.saver.put_writes,
+            args=(_config("t", str(cp["id"])), [("x", 1)], "task-a", "~__pregel_pull, a"),
+        )
+        task.start()
+        task.join(5)
+        raise ConnectionError("the server went away")
+
+    db.saver.backend.write = failing  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        db.saver.put(_config("t"), cp, {"source": "input", "step": -1}, {"x": f"{1:032}.0"})
+    db.saver.backend.write = write  # type: ignore[method-assign]
+    # lost with the checkpoint, as in a crash: nothing is left to flush later
+    assert not db.saver._held.pending
+
+
 @pytest.mark.parametrize(
     ("triggers", "path"),
     [
