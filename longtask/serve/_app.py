@@ -64,6 +64,8 @@ from longtask.serve._openapi import describe
 from longtask.serve._registry import Registry, assistant_id
 from longtask.serve._schedules import ScheduleLoop, schedules_route
 from longtask.serve._stream import EventStream
+from longtask.serve._userapp import HttpSettings, app_routes
+from longtask.serve._userapp import described as described_app
 from longtask.serve._webhooks import WebhookPolicy
 from longtask.serve.access import (
     Access,
@@ -164,6 +166,7 @@ def create_app(
     ready_timeout: float = READY_TIMEOUT,
     webhooks: WebhookPolicy | None = None,
     max_body: int = MAX_BODY,
+    http: HttpSettings | None = None,
 ) -> Starlette:
     """The Starlette app of ``longtask serve`` over ``runner``.
 
@@ -185,7 +188,10 @@ def create_app(
     ``ready_timeout``: seconds ``GET /ready`` waits for the database before it answers 503.
     ``webhooks``: how runs' webhooks are delivered (attempts, backoff, timeout).
     ``max_body``: the largest request body taken, in bytes (larger: 413).
+    ``http``: a config file's ``http`` settings (``longtask.serve._userapp``): the app's own
+    routes beside the API, the API's groups turned off, CORS (``cors_origins`` wins).
     """
+    http = http or HttpSettings()
     handlers = Handlers(auth_handler) if auth_handler is not None else None
     access = Access(runner, Tokens(tokens or {}, token_hashes), check_roles(roles or {}), handlers)
     open_reads = access.open
@@ -468,6 +474,8 @@ def create_app(
     async def thread_view(request: Request) -> Response:
         if "text/html" not in request.headers.get("accept", ""):
             # Not a browser: the LangGraph Server API's thread (the SDK's threads.get).
+            if http.off("threads"):
+                return error(404, "Not Found")
             return await lg_thread(request)
         thread_id = request.path_params["thread_id"]
         # Only where anyone may read: with closed reads, whether a thread exists is the
@@ -484,7 +492,7 @@ def create_app(
     executor = Executor(
         runner, tasks, workers=run_workers, to_workers=to_workers, webhooks=webhooks
     )
-    lg = Api(runner, tasks, executor, reader, actor, access)
+    lg = Api(runner, tasks, executor, reader, actor, access, webhooks_off=http.off("webhooks"))
     lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
     lg_thread = reader(lg_thread_get)
     lg_run_routes = lg_runs.routes(lg)
@@ -511,7 +519,11 @@ def create_app(
         runner.notifier.load = executor.task_for
         runner.notifier.start()
         try:
-            async with mcp.running():
+            async with contextlib.AsyncExitStack() as stack:
+                if http.app is not None:
+                    # the app's own startup and shutdown, as it would run alone
+                    await stack.enter_async_context(http.app.router.lifespan_context(http.app))
+                await stack.enter_async_context(mcp.running())
                 yield
         finally:
             if schedules is not None:
@@ -520,27 +532,40 @@ def create_app(
             await call(kv.close)
 
     api = "/api/threads/{thread_id}"
+    meta_on = not http.off("meta")
+    # ahead of the app's own routes (LangGraph's server's unshadowable ones)
+    first = [
+        Route("/ok", public(ok)),
+        Route("/ready", public(ready)),
+        *(
+            [
+                # counts over every thread: for the roles that see every thread
+                Route("/metrics", everything(metrics)),
+                Route("/openapi.json", public(openapi)),
+            ]
+            if meta_on
+            else []
+        ),
+    ]
+    groups = {
+        "assistants": lg_assistants.routes(lg),
+        "threads": [*lg_threadops.routes(lg), *lg_thread_routes],
+        # crons before the runs': /threads/{thread_id}/runs/crons is not a run's id
+        "runs": [*lg_crons.routes(lg), *lg_run_routes, *lg_runops.routes(lg)],
+        "mcp": [
+            Route("/mcp", signed_in(mcp.handle), methods=["POST"]),
+            Route("/mcp/", signed_in(mcp.handle), methods=["POST"]),  # LangGraph's spec's path
+        ],
+        "a2a": a2a.routes(),
+        "store": kv.routes(),
+    }
+    served = [r for group, rs in groups.items() if not http.off(group) for r in rs]
     routes = [
         Route("/", public(home)),
         Route("/threads/{thread_id}", page(thread_view), methods=["GET"]),
         Route("/favicon.ico", public(favicon)),
-        *lg_assistants.routes(lg),
-        *lg_threadops.routes(lg),
-        *lg_thread_routes,
-        # before the runs': /threads/{thread_id}/runs/crons is not a run's id
-        *lg_crons.routes(lg),
-        *lg_run_routes,
-        *lg_runops.routes(lg),
-        Route("/mcp", signed_in(mcp.handle), methods=["POST"]),
-        Route("/mcp/", signed_in(mcp.handle), methods=["POST"]),  # LangGraph's spec's path
-        *a2a.routes(),
-        *kv.routes(),
-        Route("/info", public(info)),
-        Route("/openapi.json", public(openapi)),
-        Route("/ok", public(ok)),
-        Route("/ready", public(ready)),
-        # counts over every thread: for the roles that see every thread
-        Route("/metrics", everything(metrics)),
+        *served,
+        *([Route("/info", public(info))] if meta_on else []),
         Route("/api/threads", reader(list_threads)),
         Route("/api/schedules", reader(schedules_route(runner))),
         Route(api, reader(thread_status)),
@@ -562,12 +587,19 @@ def create_app(
         # last: a path or method above is never answered as unserved
         *unserved,
     ]
-    described = describe(r for r in routes[: len(routes) - len(unserved)] if isinstance(r, Route))
     # One gate in front of every route (serve.access); a route without a rule is refused.
-    guarded, uncovered = access.protect(routes)
+    guarded_first, uncovered = access.protect(first)
+    guarded_rest, uncovered_rest = access.protect(routes)
+    uncovered += uncovered_rest
     for where in uncovered:
         log.error("route %s declares no authorization rule: every request to it is refused", where)
-    cors = cors_middleware(cors_origins)
+    own, refused, shadowed = app_routes(http, access)
+    for where in refused:
+        log.error("the app's route %s declares no authorization rule: refused", where)
+    guarded = [*guarded_first, *own, *guarded_rest]
+    listed = [*first, *described_app(own), *routes[: len(routes) - len(unserved)]]
+    described = describe(r for r in listed if isinstance(r, Route))
+    cors = cors_middleware(cors_origins, http.cors)
     middleware = [cors] if cors is not None else []
     if loopback_hosts_only:
         middleware.append(Middleware(LoopbackHostOnly))
@@ -587,5 +619,8 @@ def create_app(
     app.state.hints = hints
     app.state.max_body = max_body
     app.state.uncovered = uncovered
+    #: the app's routes refused for want of a rule, and the ones the API keeps
+    app.state.app_refused = refused
+    app.state.app_shadowed = shadowed
     app.state.access = access
     return app

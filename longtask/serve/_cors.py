@@ -13,7 +13,7 @@ configured, every request but the public ones needs one: ``serve.access``). Cred
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -62,8 +62,13 @@ def check_origins(origins: Sequence[str]) -> list[str]:
     return [o.rstrip("/") for o in origins]
 
 
-def cors_middleware(origins: Sequence[str] | None) -> Middleware | None:
-    """The middleware for ``origins`` (None: loopback pages; ``["none"]``: no CORS)."""
+def cors_middleware(
+    origins: Sequence[str] | None, config: Mapping[str, Any] | None = None
+) -> Middleware | None:
+    """The middleware for ``origins`` (None: loopback pages, or what ``config`` says;
+    ``["none"]``: no CORS). ``config``: langgraph.json's ``http.cors`` (Starlette's CORS
+    settings, each replacing longtask's default of that setting), used only when no origins
+    are given (``--cors-origin`` and ``$LONGTASK_CORS_ORIGINS`` win)."""
     common: dict[str, Any] = {
         "allow_methods": ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
         "allow_headers": ["*"],
@@ -72,6 +77,13 @@ def cors_middleware(origins: Sequence[str] | None) -> Middleware | None:
         "allow_credentials": False,
         "max_age": 600,
     }
+    if origins is None and config:
+        settings = {**common, **config}
+        if "allow_origins" in config:
+            settings["allow_origins"] = check_origins(config["allow_origins"])
+        elif "allow_origin_regex" not in config:
+            settings["allow_origin_regex"] = LOOPBACK_ORIGINS
+        return Middleware(CORSMiddleware, **settings)
     if origins is None:
         return Middleware(CORSMiddleware, allow_origin_regex=LOOPBACK_ORIGINS, **common)
     checked = check_origins(origins)

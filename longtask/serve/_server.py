@@ -99,8 +99,10 @@ def run_server(
         bounded_heads,
     )
     from longtask.serve._registry import load_registry
+    from longtask.serve._userapp import load_http
 
     registry = load_registry(tasks or [], config)
+    http = load_http(config)
     with Runner(db) as runner:
         if to_workers:
             from longtask.runtime._queue import make_app
@@ -118,9 +120,21 @@ def run_server(
             to_workers=to_workers,
             cors_origins=cors_origins,
             max_body=body_limit,
+            http=http,
         )
         for where in app.state.uncovered:
             print(f"longtask serve: route {where} has no authorization rule: refused")
+        for where in app.state.app_refused:
+            print(
+                f"longtask serve: the app's route {where} declares no authorization rule, so "
+                "every request to it is refused: declare one on its endpoint "
+                "(longtask.serve.access.public, signed_in, reader...) or set "
+                '"enable_custom_route_auth": true under "http" to let any signed-in caller in'
+            )
+        for where in app.state.app_shadowed:
+            print(f"longtask serve: the app's route {where} is not served: the API keeps that path")
+        for note in http.notes if http is not None else []:
+            print(f"longtask serve: {note}")
         if auth_handler is not None:
             named = handler_path[0] if handler_path else ""
             print(f"auth handler {named}: it identifies every caller and decides what they see")

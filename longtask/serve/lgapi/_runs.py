@@ -457,6 +457,8 @@ def routes(api: Api) -> list[Route]:
         shown_id = assistant.assistant_id if assistant is not None else entry.assistant_id
         mapping_field(body, "metadata")  # the run's metadata: an object (or none)
         webhook = check_url(body["webhook"]) if body.get("webhook") is not None else None
+        if api.webhooks_off:
+            webhook = None  # http.disable_webhooks: never called
         command = body.get("command")
         if command is not None and not isinstance(command, dict):
             raise HTTPException(

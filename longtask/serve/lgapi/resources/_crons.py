@@ -175,6 +175,8 @@ class Crons:
         shown_id = assistant.assistant_id if assistant is not None else entry.assistant_id
         metadata = mapping_field(payload, "metadata")
         webhook = check_url(payload["webhook"]) if payload.get("webhook") is not None else None
+        if self.api.webhooks_off:
+            webhook = None  # http.disable_webhooks: never called
         # a thread's cron runs on its thread: nothing to do with it after (null, as there)
         on_completed = None
         if thread_id is None:
