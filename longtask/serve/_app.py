@@ -493,6 +493,7 @@ def create_app(
         runner, tasks, workers=run_workers, to_workers=to_workers, webhooks=webhooks
     )
     lg = Api(runner, tasks, executor, reader, actor, access, webhooks_off=http.off("webhooks"))
+    lg.cancel = cancel_later
     lg_thread_routes, lg_thread_get = lg_threads.routes(lg)
     lg_thread = reader(lg_thread_get)
     lg_run_routes = lg_runs.routes(lg)

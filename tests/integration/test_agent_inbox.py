@@ -165,3 +165,37 @@ def test_agent_inbox_responses_answer_a_tool_reject_an_approval_and_carry_a_payl
     text = '{"status": "failed", "url": "https://ci/9"}'
     assert _resume(client, thread3, [{"type": "response", "args": text}]).status_code == 200
     assert runner.result(thread3, "ci") == {"status": "failed", "url": "https://ci/9"}
+
+
+def _until_status(runner: Runner, thread: str, wanted: str) -> None:
+    deadline = time.monotonic() + 60
+    while runner.status(thread).status != wanted:
+        assert time.monotonic() < deadline, runner.status(thread).status
+        time.sleep(0.02)
+
+
+def test_mark_as_resolved_ends_the_pause_by_a_recorded_cancel(
+    client: TestClient, runner: Runner, deployed: Path
+) -> None:
+    # Agent Inbox's "Mark as Resolved": threads.updateState(id, {values: null, asNode: END})
+    thread = _started(client)
+    assert _interrupt(client, thread)["action_requests"][0]["name"] == "deploy"
+    # bob may not: the thread is alice's
+    refused = client.post(
+        f"/threads/{thread}/state", json={"values": None, "as_node": "__end__"}, headers=BOB
+    )
+    assert refused.status_code in (403, 404), refused.text
+    assert runner.status(thread).status == "waiting_user"
+    r = client.post(f"/threads/{thread}/state", json={"values": None, "as_node": "__end__"})
+    assert r.status_code == 200, r.text
+    assert r.json()["checkpoint"]["thread_id"] == thread
+    _until_status(runner, thread, "cancelled")
+    (ended,) = runner.events(thread, kinds=["longtask.cancelled"])
+    assert ended.data["by"] == "alice" and "Mark as Resolved" in ended.data["reason"]
+    assert not deployed.exists()  # the tool call waiting for approval never ran
+    assert not runner.events(thread, kinds=["approval.resolved"])  # nothing was answered
+    # once nothing waits, the same request says what to do instead, and changes nothing
+    again = client.post(f"/threads/{thread}/state", json={"values": None, "as_node": "__end__"})
+    assert again.status_code == 409
+    assert "is cancelled" in again.json()["detail"] and "cancel" in again.json()["detail"]
+    assert len(runner.events(thread, kinds=["longtask.cancelled"])) == 1

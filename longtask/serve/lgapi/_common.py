@@ -48,6 +48,9 @@ class Api:
     #: langgraph.json's ``http.disable_webhooks``: a run's webhook is checked, then never
     #: called (as on LangGraph's server)
     webhooks_off: bool = False
+    #: cancels a thread as ``POST /api/threads/{id}/cancel`` does (thread, reason, who):
+    #: records the cancel for serve's executor or the workers, returns its run id (or None)
+    cancel: Callable[[str, str | None, str], str | None] | None = None
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await run_in_threadpool(fn, *args, **kwargs)

@@ -213,6 +213,8 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             raise HTTPException(
                 422, f"checkpoint_id must be a checkpoint id, not {checkpoint_id!r}"
             )
+        if body.get("values") is None and body.get("as_node") == "__end__":
+            return _mark_resolved(thread_id, rec.status, checkpoint_id, actor)
         entry = api.registry.find(rec.task_name)
         task = entry.for_thread(rec) if entry is not None else runner.engine.load(rec)
         if isinstance(task, GraphApp):
@@ -242,6 +244,34 @@ def routes(api: Api) -> tuple[list[Route], Handler]:
             "configurable": where,
             "checkpoint_id": where["checkpoint_id"],
         }
+
+    def _mark_resolved(
+        thread_id: str, status: str, checkpoint_id: str | None, actor: str
+    ) -> dict[str, Any]:
+        """An empty update as ``__end__`` (Agent Inbox's "Mark as Resolved"): on LangGraph's
+        server the graph ends where it waits. A longtask thread ends by a cancel, which runs
+        its compensations and is recorded: the pause ends that way, by the caller, with the
+        reason saying how it was asked; nothing is answered, nothing after it runs."""
+        if not status.startswith("waiting") or checkpoint_id is not None:
+            what = "names a past checkpoint" if checkpoint_id is not None else f"is {status}"
+            raise HTTPException(
+                409,
+                f"an empty update as __end__ (Mark as Resolved) ends a pause, and this request "
+                f"{what}, not the pause of thread {thread_id!r}. To end the thread, cancel it "
+                f"(POST /api/threads/{thread_id}/cancel, or longtask cancel {thread_id}); to "
+                "change its state, send values",
+            )
+        assert api.cancel is not None, "set by create_app"
+        api.cancel(
+            thread_id,
+            "marked as resolved (an empty state update as __end__, Agent Inbox's Mark as "
+            "Resolved): the pause ends unanswered",
+            actor,
+        )
+        found = runner.db.saver.get_tuple(config_of(thread_id))
+        head = found.config["configurable"].get("checkpoint_id") if found is not None else None
+        where = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": head}
+        return {"checkpoint": where, "configurable": where, "checkpoint_id": head}
 
     def patch(
         thread_id: str, body: dict[str, Any], edited: dict[str, Any] | None
