@@ -304,6 +304,17 @@ def events_of(text: str) -> list[str]:
     return [line[len("event: ") :] for line in text.splitlines() if line.startswith("event: ")]
 
 
+def _until_run_done(s: Any, run_id: str) -> str:
+    """A thread stream's text up to the ``run_done`` of ``run_id`` (the stream stays open
+    for the thread's next runs: closing it ends the request)."""
+    lines = []
+    for line in s.iter_lines():
+        lines.append(line)
+        if f'"status":"run_done","run_id":"{run_id}"' in line:
+            break
+    return "\n".join(lines)
+
+
 def test_a_thread_s_stream_joins_its_open_run_and_replays_resumable_ones(
     runner: Runner, client: TestClient
 ) -> None:
@@ -314,28 +325,53 @@ def test_a_thread_s_stream_joins_its_open_run_and_replays_resumable_ones(
         headers=ALICE,
     )
     run_id = r.json()["run_id"]
-    with client.stream("GET", f"/threads/{thread}/stream", headers=ALICE) as s:
-        assert s.status_code == 200
-        live = events_of(s.read().decode())
-    # Joined while the run was open (or ended at once if it had ended: then nothing).
-    assert live == [] or (live[0] == "metadata" and live[-1] == "metadata"), live
+    wait_for(lambda: runner.db.store.get_thread(thread) is not None)
     wait_for(lambda: runner.status(thread).status == "waiting_user")
     # with Last-Event-ID, the thread's resumable runs are replayed, each ending in run_done
     headers = {**ALICE, "Last-Event-ID": "-"}
     with client.stream("GET", f"/threads/{thread}/stream", headers=headers) as s:
-        text = s.read().decode()
+        assert s.status_code == 200
+        text = _until_run_done(s, run_id)
     parts = events_of(text)
     assert parts[0] == "metadata" and "values" in parts and parts[-1] == "metadata"
-    assert f'"status":"run_done","run_id":"{run_id}"' in text
-    lifecycle = client.get(f"/threads/{thread}/stream?stream_modes=lifecycle", headers=headers)
-    assert events_of(lifecycle.text) == ["metadata", "metadata"]
-    # bad input: 422 naming it; an idle thread's stream ends at once
+    url = f"/threads/{thread}/stream?stream_modes=lifecycle"
+    with client.stream("GET", url, headers=headers) as s:
+        assert events_of(_until_run_done(s, run_id)) == ["metadata", "metadata"]
+    # bad input: 422 naming it
     bad = client.get(f"/threads/{thread}/stream?stream_modes=values", headers=ALICE)
     assert bad.status_code == 422 and "run_modes" in bad.json()["detail"]
     bad = client.get(f"/threads/{thread}/stream", headers={**ALICE, "Last-Event-ID": "x y"})
     assert bad.status_code == 422 and "last-event-id" in bad.json()["detail"]
-    assert client.get(f"/threads/{thread}/stream", headers=ALICE).text == ""
     assert client.get("/threads/no-such/stream", headers=ALICE).status_code == 404
+
+
+def test_joining_an_idle_thread_s_stream_then_starting_a_run_streams_that_run(
+    runner: Runner, client: TestClient
+) -> None:
+    # As on LangGraph's server: a client joins the thread's stream, then starts a run on
+    # it, and the stream carries that run (an ended run of before the join is not sent).
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    first = client.post(
+        f"/threads/{thread}/runs/wait",
+        json={"assistant_id": "misc_task", "input": {"n": 1}},
+        headers=ALICE,
+    )
+    assert first.status_code == 200
+    earlier = {r["run_id"] for r in client.get(f"/threads/{thread}/runs", headers=ALICE).json()}
+    with client.stream("GET", f"/threads/{thread}/stream", headers=ALICE) as s:
+        assert s.status_code == 200
+        run = client.post(
+            f"/threads/{thread}/runs",
+            json={"assistant_id": "misc_task", "command": {"resume": {"approved": True}}},
+            headers=ALICE,
+        )
+        assert run.status_code == 200, run.text
+        run_id = run.json()["run_id"]
+        text = _until_run_done(s, run_id)
+    parts = events_of(text)
+    assert parts[0] == "metadata" and f'"run_id":"{run_id}"' in text.splitlines()[1]
+    assert "values" in parts
+    assert not any(f'"run_id":"{e}"' in text for e in earlier)
 
 
 def test_a_thread_s_stream_follows_the_run_in_progress_to_its_end(
@@ -351,6 +387,8 @@ def test_a_thread_s_stream_follows_the_run_in_progress_to_its_end(
             if line:
                 lines.append(line)
             RELEASE.set()  # joined (the step waits until then): the run may end now
+            if f'"status":"run_done","run_id":"{run_id}"' in line:
+                break  # the stream stays open for the thread's next runs
     parts = events_of("\n".join(lines))
     assert parts[0] == "metadata" and {"values", "updates"} <= set(parts), parts
     assert parts[-1] == "metadata" and f'"run_id":"{run_id}"' in lines[-1]

@@ -35,6 +35,9 @@ THREAD_MODES = ("run_modes", "lifecycle", "state_update")
 _EVENT_ID = re.compile(r"^(-|[0-9]+(-([0-9]+|\*))?)$")
 #: seconds between reads of a run's status while the thread's stream waits for its end
 _POLL = 0.1
+#: how often an idle thread's stream looks for a new run, and how long it stays silent
+_IDLE_POLL = 0.25
+_HEARTBEAT = 10.0
 
 
 #: what ``POST /runs/cancel`` cancels by status, as LangGraph's server names them
@@ -232,7 +235,7 @@ def routes(api: Api) -> list[Route]:
         runs = await api.call(record_batch, items, actor)
         return JSONResponse([run_json(r) for r in runs])
 
-    async def ended(run: ApiRun) -> None:
+    async def until_ended(run: ApiRun) -> None:
         while run.status not in FINAL_RUN:
             await anyio.sleep(_POLL)
             found = await api.call(store.api_run, run.run_id)
@@ -250,23 +253,43 @@ def routes(api: Api) -> list[Route]:
             if r.status in FINAL_RUN and (r.request.get("kwargs") or {}).get("resumable")
         ]
 
+    def unseen_runs(thread_id: str, before: set[str], seen: set[str]) -> list[ApiRun] | None:
+        """The thread's runs this stream has not sent, oldest first, leaving out the ones
+        that had ended before it joined (``before``); None once the thread is gone."""
+        runs = store.api_runs(thread_id, limit=100)
+        if not runs and not store.thread_owner(thread_id)[0]:
+            return None
+        return [r for r in reversed(runs) if r.run_id not in seen and r.run_id not in before]
+
     async def thread_parts(
         thread_id: str, modes: list[str], last_event_id: str | None
     ) -> AsyncIterator[bytes]:
+        """The thread's runs as they come, as LangGraph's server streams a thread: the open
+        ones, then each run started later (the stream stays open for them, with a comment
+        line every ``_HEARTBEAT`` seconds so proxies keep it and a gone client is noticed),
+        until the client leaves or the thread is deleted."""
         assert api.run_parts is not None
         seen: set[str] = set()
         queue: list[ApiRun] = []
         if last_event_id is not None:
             queue = await api.call(replayed, thread_id)
+        ended = await api.call(store.api_runs, thread_id, limit=1000)
+        before = {r.run_id for r in ended if r.status in FINAL_RUN}
+        quiet = 0.0
         while True:
             if not queue:
-                queue = [
-                    r
-                    for r in await api.call(store.api_runs_open_of, thread_id)
-                    if r.run_id not in seen
-                ]
+                found = await api.call(unseen_runs, thread_id, before, seen)
+                if found is None:
+                    return  # the thread was deleted
+                queue = found
                 if not queue:
-                    return  # no run open: the stream ends (see docs: a client joins again)
+                    await anyio.sleep(_IDLE_POLL)
+                    quiet += _IDLE_POLL
+                    if quiet >= _HEARTBEAT:
+                        quiet = 0.0
+                        yield b": heartbeat\n\n"
+                    continue
+            quiet = 0.0
             run = queue.pop(0)
             seen.add(run.run_id)
             if "run_modes" in modes:
@@ -275,7 +298,7 @@ def routes(api: Api) -> list[Route]:
             else:
                 if "lifecycle" in modes:
                     yield sse("metadata", {"run_id": run.run_id, "attempt": 1})
-                await ended(run)
+                await until_ended(run)
             if "run_modes" in modes or "lifecycle" in modes:
                 yield sse("metadata", {"status": "run_done", "run_id": run.run_id})
 
