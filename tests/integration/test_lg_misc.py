@@ -54,10 +54,13 @@ TASK = LongTask(
 
 #: what ``held`` waits for (the test sets it once the thread's stream has been joined)
 RELEASE = threading.Event()
+#: set when ``held`` has started
+HELD_STARTED = threading.Event()
 
 
 @function_step
 def held(ctx: StepContext) -> str:
+    HELD_STARTED.set()
     RELEASE.wait(60)
     return "released"
 
@@ -394,6 +397,90 @@ def test_a_thread_s_stream_follows_the_run_in_progress_to_its_end(
     assert parts[-1] == "metadata" and f'"run_id":"{run_id}"' in lines[-1]
     assert '"status":"run_done"' in "\n".join(lines)
     assert runner.status(thread).status == "completed"
+
+
+# -- on_disconnect / cancel_on_disconnect ------------------------------------------------------
+
+
+def _held_run(client: TestClient, headers: dict[str, str], **body: Any) -> tuple[str, Any]:
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    stream = client.stream(
+        "POST",
+        f"/threads/{thread}/runs/stream",
+        json={"assistant_id": "misc_held", "input": {}, **body},
+        headers=headers,
+    )
+    return thread, stream
+
+
+def _until_held(runner: Runner, thread: str) -> None:
+    """Until the thread's held step runs (its run is under way, not pending)."""
+    assert HELD_STARTED.wait(60), "the held step did not start"
+
+
+@pytest.mark.parametrize("mode", ["cancel", "continue", None])
+def test_a_client_that_leaves_a_run_s_stream_cancels_it_only_when_asked(
+    runner: Runner, client: TestClient, mode: str | None
+) -> None:
+    RELEASE.clear()
+    HELD_STARTED.clear()
+    thread, stream = _held_run(client, ALICE, **({"on_disconnect": mode} if mode else {}))
+    with stream as s:
+        assert s.status_code == 200
+        lines = s.iter_lines()  # kept: a dropped iterator closes the stream
+        first = next(line for line in lines if line.startswith("data: "))
+        run_id = first.split('"run_id":"')[1].split('"')[0]
+        _until_held(runner, thread)
+    # the client has gone, the step still runs: it ends once released
+    if mode == "cancel":
+        wait_for(lambda: bool(runner.events(thread, kinds=["manual.cancel"])))
+    RELEASE.set()
+    wanted = "cancelled" if mode == "cancel" else "completed"
+    wait_for(lambda: runner.status(thread).status in ("cancelled", "completed"))
+    assert runner.status(thread).status == wanted
+    wait_for(
+        lambda: (
+            client.get(f"/threads/{thread}/runs/{run_id}", headers=ALICE).json()["status"]
+            not in ("pending", "running")
+        )
+    )
+    if mode == "cancel":
+        (ended,) = runner.events(thread, kinds=["longtask.cancelled"])
+        assert ended.data["by"] == "alice"
+
+
+def test_cancel_on_disconnect_is_for_those_who_may_act_and_bad_values_are_refused(
+    runner: Runner, client: TestClient
+) -> None:
+    RELEASE.clear()
+    HELD_STARTED.clear()
+    thread = client.post("/threads", json={}, headers=ALICE).json()["thread_id"]
+    bad = client.post(
+        f"/threads/{thread}/runs/stream",
+        json={"assistant_id": "misc_held", "input": {}, "on_disconnect": "maybe"},
+        headers=ALICE,
+    )
+    assert bad.status_code == 422 and "on_disconnect" in bad.json()["detail"]
+    assert client.get(f"/threads/{thread}/runs", headers=ALICE).json() == []  # none recorded
+    run_id = client.post(
+        f"/threads/{thread}/runs", json={"assistant_id": "misc_held", "input": {}}, headers=ALICE
+    ).json()["run_id"]
+    url = f"/threads/{thread}/runs/{run_id}/stream?cancel_on_disconnect=true"
+    # vera may read every thread but act on none: her leaving cannot cancel alice's run
+    vera = {"Authorization": "Bearer tok-vera"}
+    refused = client.get(url, headers=vera)
+    assert refused.status_code == 403 and "cancel_on_disconnect" in refused.json()["detail"]
+    assert client.get(url.replace("true", "perhaps"), headers=ALICE).status_code == 422
+    # alice joins asking for it, then leaves: her run is cancelled
+    with client.stream("GET", url, headers=ALICE) as s:
+        assert s.status_code == 200
+        lines = s.iter_lines()  # kept: a dropped iterator closes the stream
+        next(line for line in lines if line.startswith("data: "))
+        _until_held(runner, thread)
+    wait_for(lambda: bool(runner.events(thread, kinds=["manual.cancel"])))
+    RELEASE.set()
+    wait_for(lambda: runner.status(thread).status in ("cancelled", "completed"))
+    assert runner.status(thread).status == "cancelled"
 
 
 # -- history filters --------------------------------------------------------------------------

@@ -6,8 +6,9 @@ A run request is checked and recorded here, then carried out by ``serve``'s exec
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from longtask.model import GraphApp, takes_context
 from longtask.runtime._inputs import validate_context
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve._webhooks import check_url, redacted
-from longtask.serve.access import Answering, check_owner_key, matches
+from longtask.serve.access import Answering, Rule, caller_of, check_owner_key, matches
 from longtask.serve.lgapi._body import id_text, mapping_field, query_integer
 from longtask.serve.lgapi._chat import chat_input
 from longtask.serve.lgapi._commands import plan_command, plan_continue
@@ -59,6 +60,57 @@ KEPT = ("context", "run_config", "assistant", "graph")
 #: runs a thread's runs one after another in the order they were recorded; ``reject``
 #: refuses a run while another of its thread is open
 STRATEGIES = ("enqueue", "reject")
+
+
+class LeaveAware(StreamingResponse):
+    """A stream that calls ``on_leave`` when its client goes before its end
+    (``on_disconnect="cancel"``, ``cancel_on_disconnect``): the body generator is not closed
+    when the response is cancelled, so this is told at the response's own end."""
+
+    def __init__(
+        self, parts: AsyncIterator[bytes], on_leave: Callable[[], Awaitable[None]], **kwargs: Any
+    ) -> None:
+        self.ended = False
+        self.on_leave = on_leave
+
+        async def tracked() -> AsyncIterator[bytes]:
+            async for chunk in parts:
+                yield chunk
+            self.ended = True
+
+        super().__init__(tracked(), **kwargs)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.ended:
+                # shielded: the request's own cancellation must not stop the cancel
+                with anyio.CancelScope(shield=True):
+                    await self.on_leave()
+
+
+def on_disconnect(body: dict[str, Any]) -> bool:
+    """Whether the run is cancelled when its client leaves first (``on_disconnect``:
+    ``cancel``; ``continue``, the default, lets it run on), or a 422."""
+    value = body.get("on_disconnect")
+    if value is None or value == "continue":
+        return False
+    if value == "cancel":
+        return True
+    raise HTTPException(
+        422, f"on_disconnect must be cancel or continue (the default), not {value!r}"
+    )
+
+
+def query_flag(request: Request, name: str) -> bool:
+    """A true/false query parameter as LangGraph's server reads one, or a 422."""
+    raw = request.query_params.get(name)
+    if raw is None or raw.lower() in ("false", "no", "0", ""):
+        return False
+    if raw.lower() in ("true", "yes", "1"):
+        return True
+    raise HTTPException(422, f"{name} must be true or false, not {raw!r}")
 
 
 def refuse_unsupported(body: dict[str, Any]) -> None:
@@ -568,8 +620,11 @@ def routes(api: Api) -> list[Route]:
     api.prepare = prepare
     api.check_run = check_run
 
-    async def create(request: Request, actor: str, thread_id: str | None) -> ApiRun:
-        body = await api.json_body(request)
+    async def create(
+        request: Request, actor: str, thread_id: str | None, body: dict[str, Any] | None = None
+    ) -> ApiRun:
+        if body is None:
+            body = await api.json_body(request)
         if "assistant_id" not in body:
             raise HTTPException(422, "assistant_id is required")
         entry, assistant = await api.call(api.resolve, str(body["assistant_id"]))
@@ -593,13 +648,20 @@ def routes(api: Api) -> list[Route]:
         response.headers["Content-Location"] = f"/threads/{run.thread_id}/runs/{run.run_id}"
         return response
 
-    async def finished(run_id: str) -> ApiRun:
+    async def finished(
+        run_id: str, watched: Request | None = None, actor: str | None = None
+    ) -> ApiRun:
+        """The run once it ended; with ``watched``, a client that leaves before then cancels
+        it (by ``actor``) and ends the wait."""
         while True:
             run = await api.call(store.api_run, run_id)
             if run is None:
                 raise HTTPException(404, f"no run {run_id!r}")
             if run.status in FINAL_RUN:
                 return run
+            if watched is not None and actor is not None and await watched.is_disconnected():
+                await cancel_if_open(run_id, actor)
+                return run  # nobody reads the answer
             await anyio.sleep(_POLL)
 
     def outcome(run: ApiRun) -> dict[str, Any]:
@@ -643,12 +705,27 @@ def routes(api: Api) -> list[Route]:
 
     api.run_parts = run_parts
 
-    def stream_response(run: ApiRun, modes: list[str] | None = None) -> Response:
-        response = StreamingResponse(
-            run_parts(run, modes),
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
+    async def cancel_if_open(run_id: str, actor: str) -> None:
+        current = await api.call(store.api_run, run_id)
+        if current is not None and current.status not in FINAL_RUN:
+            await cancel_run(api, current, actor)
+
+    def stream_response(
+        run: ApiRun, modes: list[str] | None = None, leave: str | None = None
+    ) -> Response:
+        """The run's stream; ``leave``: who cancels the run if the client goes first."""
+        parts = run_parts(run, modes)
+        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        if leave is None:
+            response = StreamingResponse(parts, media_type="text/event-stream", headers=headers)
+        else:
+            who = leave
+            response = LeaveAware(
+                parts,
+                lambda: cancel_if_open(run.run_id, who),
+                media_type="text/event-stream",
+                headers=headers,
+            )
         return located(run, response)
 
     def _stream(run: ApiRun) -> AsyncIterator[bytes]:
@@ -678,12 +755,16 @@ def routes(api: Api) -> list[Route]:
         return located(run, JSONResponse(run_json(run)))
 
     async def stream_run(request: Request, actor: str) -> Response:
-        run = await create(request, actor, request.path_params.get("thread_id"))
-        return stream_response(run)
+        body = await api.json_body(request)
+        leave = on_disconnect(body)
+        run = await create(request, actor, request.path_params.get("thread_id"), body)
+        return stream_response(run, leave=actor if leave else None)
 
     async def wait_run(request: Request, actor: str) -> Response:
-        run = await create(request, actor, request.path_params.get("thread_id"))
-        done = await finished(run.run_id)
+        body = await api.json_body(request)
+        leave = on_disconnect(body)
+        run = await create(request, actor, request.path_params.get("thread_id"), body)
+        done = await finished(run.run_id, request if leave else None, actor)
         return located(run, JSONResponse(await api.call(outcome, done)))
 
     async def one(request: Request) -> ApiRun:
@@ -706,15 +787,32 @@ def routes(api: Api) -> list[Route]:
         )
         return JSONResponse([run_json(r) for r in found])
 
+    async def cancelling_reader(request: Request) -> str | None:
+        """Who cancels the run when this reader leaves (``?cancel_on_disconnect=true``):
+        the caller, if they may act on the thread (the gate's decision for acting: 403 or
+        404 before anything is sent, as a cancel request would get); None when not asked."""
+        if not query_flag(request, "cancel_on_disconnect"):
+            return None
+        refused = await api.access.check(Rule.ACT, request)
+        if refused is not None:
+            raise HTTPException(
+                refused.status_code,
+                "cancel_on_disconnect cancels the run, which only who may act on the thread "
+                "may do: " + json.loads(bytes(refused.body)).get("detail", ""),
+            )
+        return caller_of(request).name
+
     async def join(request: Request) -> Response:
         run = await one(request)
-        done = await finished(run.run_id)
+        leave = await cancelling_reader(request)
+        done = await finished(run.run_id, request if leave else None, leave)
         return JSONResponse(await api.call(outcome, done))
 
     async def join_stream(request: Request) -> Response:
         run = await one(request)
+        leave = await cancelling_reader(request)
         raw = query_modes(request.query_params.getlist("stream_mode"))
-        return stream_response(run, sorted(modes_of(raw)) if raw else None)
+        return stream_response(run, sorted(modes_of(raw)) if raw else None, leave)
 
     async def cancel(request: Request, actor: str) -> Response:
         refuse_action(request)
