@@ -9,6 +9,7 @@ state views are handed a ``Registry`` and import only its types from here.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from dataclasses import dataclass
@@ -54,11 +55,27 @@ class Registered:
     def assistant_id(self) -> str:
         return assistant_id(self.name)
 
+    @functools.cached_property
+    def graph(self) -> Any:
+        """The user's compiled graph a served LangGraph graph runs (None: a LongTask, or a
+        graph made per run by a factory)."""
+        from longtask.model import GraphApp
+
+        if not isinstance(self.task, GraphApp):
+            return None
+        graph = self.task.graph_step.graph
+        if not hasattr(graph, "get_input_jsonschema") and hasattr(graph, "compile"):
+            graph = graph.compile()  # a StateGraph builder: compiled as the step compiles it
+        return graph if hasattr(graph, "get_input_jsonschema") else None
+
     def to_json(self) -> dict[str, Any]:
+        # As LangGraph's server names a graph's assistant: the graph's own name, unless it
+        # has LangGraph's default one
+        own = getattr(self.graph, "name", None)
         return {
             "assistant_id": self.assistant_id,
             "graph_id": self.name,
-            "name": self.name,
+            "name": own if isinstance(own, str) and own and own != "LangGraph" else self.name,
             "description": None,
             "config": {},
             "context": {},

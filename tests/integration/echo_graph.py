@@ -4,9 +4,10 @@ each run echoes the last thing said, on state that accumulates across turns."""
 from __future__ import annotations
 
 import operator
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any
 
 from langgraph.graph import END, START, StateGraph
+from typing_extensions import TypedDict  # pydantic describes it on Python < 3.12
 
 
 class Said(TypedDict):

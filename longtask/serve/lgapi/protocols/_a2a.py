@@ -380,7 +380,7 @@ class A2aEndpoint:
                 raise RpcError(INVALID_PARAMS, "acting needs a bearer token: open mode only reads")
             if caller.role == "viewer" or (level is not None and level != "act"):
                 raise RpcError(INVALID_PARAMS, f"{caller.name!r} may not start a task here")
-            properties = _schemas(entry)["input_schema"].get("properties") or {}
+            properties = (_schemas(entry)["input_schema"] or {}).get("properties") or {}
             if texts and "messages" not in properties:
                 raise RpcError(
                     INVALID_PARAMS,

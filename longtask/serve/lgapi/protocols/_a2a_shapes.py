@@ -135,7 +135,7 @@ def textparts_of(content: Any) -> list[dict[str, Any]]:
 
 
 def agent_card(request: Request, entry: Registered) -> dict[str, Any]:
-    schema = _schemas(entry)["input_schema"]
+    schema = _schemas(entry)["input_schema"] or {}
     properties = schema.get("properties") or {}
     url = request.url
     base = f"{request.headers.get('x-forwarded-proto') or url.scheme}://{url.netloc}"

@@ -15,6 +15,8 @@ stored.
 from __future__ import annotations
 
 import json
+import logging
+import warnings
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +42,13 @@ if TYPE_CHECKING:
     from longtask.serve.lgapi._common import Api
 
 
+log = logging.getLogger("longtask.serve")
+
+
 def _schemas(entry: Registered) -> dict[str, Any]:
+    graph = entry.graph
+    if graph is not None:
+        return {"graph_id": entry.name, **graph_schemas(graph)}
     task = entry.task
     inputs = task.inputs.model_json_schema() if task.inputs is not None else {"type": "object"}
     steps = {name: {"title": name} for name in task.steps}
@@ -52,6 +60,52 @@ def _schemas(entry: Registered) -> dict[str, Any]:
         "state_schema": state,
         "config_schema": {"type": "object", "properties": {}},
         "context_schema": None,
+    }
+
+
+def graph_schemas(graph: Any) -> dict[str, Any]:
+    """A served graph's own schemas, as LangGraph's server describes a graph: its input and
+    output, its state (each channel it streams, typed by what an update of it takes), its
+    ``configurable`` and its runtime context. A schema that cannot be made is None, as
+    there."""
+    from pydantic import create_model
+
+    def made(fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            log.warning("graph %s: a schema could not be made: %s", graph.name, exc)
+            return None
+
+    def state() -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for name in graph.stream_channels_list:
+            kind = getattr(graph.channels[name], "UpdateType", Any)
+            try:
+                create_model(name, value=(kind, None)).model_json_schema()
+            except Exception:
+                kind = Any
+            fields[name] = (kind, None)
+        schema: dict[str, Any] = create_model(graph.get_name("State"), **fields).model_json_schema()
+        return schema
+
+    def configurable() -> dict[str, Any]:
+        with warnings.catch_warnings():
+            # deprecated for the context; still what a graph's `configurable` is
+            warnings.simplefilter("ignore")
+            schema = graph.get_config_jsonschema()
+        inner = (schema.get("properties") or {}).get("configurable")
+        if isinstance(inner, dict) and "$ref" in inner:
+            name = inner["$ref"].rsplit("/", 1)[-1]
+            inner = (schema.get("$defs") or {}).get(name)
+        return inner if isinstance(inner, dict) else {}
+
+    return {
+        "input_schema": made(graph.get_input_jsonschema),
+        "output_schema": made(graph.get_output_jsonschema),
+        "state_schema": made(state),
+        "config_schema": made(configurable),
+        "context_schema": made(graph.get_context_jsonschema),
     }
 
 
