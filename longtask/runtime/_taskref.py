@@ -63,6 +63,19 @@ def _load_file(path: Path) -> ModuleType:
     return module
 
 
+def load_module(target: str, base: Path) -> ModuleType:
+    """The module the left side of a ``target:name`` reference names: a file (``.py``, or a
+    path; relative to ``base``) loaded as a task's file is (beside its neighbours and its
+    package), or an importable module. A missing file is a TaskRefError naming it; what the
+    module raises while it loads is raised."""
+    if target.endswith(".py") or "/" in target:
+        file = (base / target).resolve()
+        if not file.is_file():
+            raise TaskRefError(f"no file {str(file)!r}")
+        return _load_file(file)
+    return importlib.import_module(target)
+
+
 #: what a reference may name besides a LongTask: the graphs langgraph.json serves
 _GRAPH = object()
 

@@ -175,20 +175,29 @@ def _merge(name: str | None, loaded: list[tuple[str, TaskVersions]]) -> TaskVers
         ) from exc
 
 
-def auth_path(config: str | Path | None = None) -> tuple[str, Path] | None:
-    """The ``auth.path`` of a longtask.json or langgraph.json (``{"auth": {"path":
-    "./auth.py:auth"}}``, LangGraph's auth handlers) and the folder it is relative to;
-    None if it names none. (The file's tasks are read by ``load_registry``.)"""
+def config_key(config: str | Path | None, key: str) -> tuple[Path, Any] | None:
+    """A config file's (a longtask.json or langgraph.json; by default the one in the working
+    directory) value at top-level ``key``, and the file; None if there is no file or no such
+    key (a file that is not JSON: ``load_registry`` says what is wrong with it)."""
     path = Path(config) if config is not None else Path(CONFIG_FILE)
     if not path.exists():
         return None
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
-        return None  # load_registry says what is wrong with it
-    auth = data.get("auth") if isinstance(data, dict) else None
-    if auth is None:
         return None
+    value = data.get(key) if isinstance(data, dict) else None
+    return None if value is None else (path, value)
+
+
+def auth_path(config: str | Path | None = None) -> tuple[str, Path] | None:
+    """The ``auth.path`` of a longtask.json or langgraph.json (``{"auth": {"path":
+    "./auth.py:auth"}}``, LangGraph's auth handlers) and the folder it is relative to;
+    None if it names none. (The file's tasks are read by ``load_registry``.)"""
+    found = config_key(config, "auth")
+    if found is None:
+        return None
+    path, auth = found
     if not isinstance(auth, dict) or not isinstance(auth.get("path"), str):
         raise InvalidInput(
             f'{path}: "auth" must be {{"path": "./auth.py:auth"}}, naming a langgraph_sdk.Auth'

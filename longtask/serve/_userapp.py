@@ -30,10 +30,6 @@ startup rather than ignoring them silently.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +42,7 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from longtask.errors import InvalidInput
+from longtask.runtime._taskref import load_module
 from longtask.serve._http import error
 from longtask.serve.access import Access, Caller, Rule, describe, rule_of
 from longtask.serve.access._rules import resource_of
@@ -88,18 +85,12 @@ class HttpSettings:
 def load_http(config: str | Path | None) -> HttpSettings | None:
     """The ``http`` settings of a longtask.json or langgraph.json (None: it has none), the
     app it names imported; InvalidInput naming every key that is wrong and how to fix it."""
-    from longtask.serve._registry import CONFIG_FILE
+    from longtask.serve._registry import config_key
 
-    path = Path(config) if config is not None else Path(CONFIG_FILE)
-    if not path.exists():
+    found = config_key(config, "http")
+    if found is None:
         return None
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # load_registry says what is wrong with the file
-    http = data.get("http") if isinstance(data, dict) else None
-    if http is None:
-        return None
+    path, http = found
     if not isinstance(http, dict):
         raise InvalidInput(f'{path}: "http" must be an object, e.g. {{"app": "./webapp.py:app"}}')
     problems: list[str] = []
@@ -152,19 +143,7 @@ def _load_app(ref: str, folder: Path) -> Starlette:
     """The app ``ref`` names (a file relative to the config file's folder, or a module)."""
     target, _, name = ref.rpartition(":")
     try:
-        if target.endswith(".py") or "/" in target:
-            file = (folder / target).resolve()
-            if not file.is_file():
-                raise InvalidInput(f'http "app": no file {str(file)!r} (from {ref!r})')
-            spec = importlib.util.spec_from_file_location(f"longtask_http_app_{file.stem}", file)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(target)
-    except InvalidInput:
-        raise
+        module = load_module(target, folder)
     except Exception as exc:
         raise InvalidInput(f'http "app": importing {target!r} failed: {exc}') from exc
     app = getattr(module, name, None)

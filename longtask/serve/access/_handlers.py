@@ -17,10 +17,7 @@ Edits a handler makes to ``value["metadata"]`` of a thread's creation are stored
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -97,19 +94,10 @@ def load_auth(path: str, base: Path) -> Any:
         raise InvalidInput(
             "an auth handler needs langgraph-sdk: pip install langgraph-sdk"
         ) from exc
+    from longtask.runtime._taskref import load_module
+
     try:
-        if module_name.endswith(".py") or "/" in module_name:
-            file = (base / module_name).resolve()
-            spec = importlib.util.spec_from_file_location(f"longtask_auth_{abs(hash(file))}", file)
-            if spec is None or spec.loader is None or not file.exists():
-                raise InvalidInput(f"no auth handler file {str(file)!r}")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-    except InvalidInput:
-        raise
+        module = load_module(module_name, base)
     except Exception as exc:
         raise InvalidInput(f"cannot load the auth handler {path!r}: {exc}") from exc
     found = getattr(module, attr, None)
