@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from longtask.runtime._gotos import Gotos
     from longtask.runtime._history import TimeTravel
     from longtask.runtime._notify import Notifier
+    from longtask.runtime._parts import PartLog, logging_parts, parts_of
     from longtask.runtime._pauses import Pauses
     from longtask.runtime._queue import Queue
     from longtask.runtime._reader import Reader
@@ -74,6 +75,9 @@ _LAZY = {
     "load_versions": "longtask.runtime._taskref",
     "config_tools": "longtask.runtime._toolmarks",
     "tapping": "longtask.runtime._calls",
+    "PartLog": "longtask.runtime._parts",
+    "logging_parts": "longtask.runtime._parts",
+    "parts_of": "longtask.runtime._parts",
 }
 
 
@@ -87,6 +91,7 @@ __all__ = [
     "Engine",
     "Gotos",
     "Notifier",
+    "PartLog",
     "Pauses",
     "Queue",
     "Reader",
@@ -107,5 +112,7 @@ __all__ = [
     "find_ref",
     "load_task",
     "load_versions",
+    "logging_parts",
+    "parts_of",
     "tapping",
 ]

@@ -24,9 +24,9 @@ CALL_CONFIG: contextvars.ContextVar[RunnableConfig | None] = contextvars.Context
 
 #: a listener of every stream part of the runs made on this thread while it is set (see
 #: ``tapping``): ``serve`` streams a run's parts to its clients from the run itself
-CALL_TAP: contextvars.ContextVar[Callable[[tuple[str, ...], str, Any], None] | None] = (
-    contextvars.ContextVar("longtask_call_tap", default=None)
-)
+CALL_TAP: contextvars.ContextVar[
+    tuple[Callable[[tuple[str, ...], str, Any], None], tuple[str, ...]] | None
+] = contextvars.ContextVar("longtask_call_tap", default=None)
 #: the modes a tap receives, from the task graph and its subgraphs (an agent's conversation)
 TAP_MODES: tuple[str, ...] = ("custom", "tasks", "checkpoints", "updates", "values")
 
@@ -107,11 +107,14 @@ class StreamSpec:
 
 
 @contextlib.contextmanager
-def tapping(listener: Callable[[tuple[str, ...], str, Any], None]) -> Iterator[None]:
-    """Runs made on this thread inside the block send every part of ``TAP_MODES`` to
-    ``listener(namespace, mode, chunk)`` as LangGraph yields it, in order: the run's own
-    stream, whatever the caller streams. The listener must not raise."""
-    token = CALL_TAP.set(listener)
+def tapping(
+    listener: Callable[[tuple[str, ...], str, Any], None], modes: Sequence[str] = ()
+) -> Iterator[None]:
+    """Runs made on this thread inside the block send every part of ``TAP_MODES`` (and of
+    ``modes``: ``messages`` for tokens) to ``listener(namespace, mode, chunk)`` as LangGraph
+    yields it, in order: the run's own stream, whatever the caller streams. The listener
+    must not raise."""
+    token = CALL_TAP.set((listener, tuple(modes)))
     try:
         yield
     finally:

@@ -777,10 +777,11 @@ class Engine:
         done = self._reads.done_steps(thread_id)
         stages = StageTracker(task, done)
         started: list[str] = []  # steps this run started by hand (see below)
-        tap = CALL_TAP.get()
+        tapped = CALL_TAP.get()
+        tap = tapped[0] if tapped is not None else None
         modes = spec.graph_modes()
-        if tap is not None:
-            modes = sorted({*modes, *TAP_MODES})  # type: ignore[arg-type]
+        if tapped is not None:
+            modes = sorted({*modes, *TAP_MODES, *tapped[1]})  # type: ignore[arg-type]
         subgraphs = spec.subgraphs or tap is not None
         while True:
             try:

@@ -35,6 +35,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from longtask.errors import LeaseLost, LongTaskError, StepFailed
+from longtask.runtime._parts import logging_parts
 from longtask.runtime._queue import (
     DEFAULT_QUEUE,
     JOB_TASK,
@@ -194,7 +195,8 @@ class Worker:
             self.current.add(thread_id)
         self._beat()
         try:
-            outcome = serve_thread(self.runner, thread_id)
+            with self._parts(thread_id):
+                outcome = serve_thread(self.runner, thread_id)
         except LeaseLost as exc:
             log.warning("%s", exc)
             outcome = "lease lost"
@@ -210,6 +212,15 @@ class Worker:
             self.routing.served(thread_id)
         self._beat()
         return outcome
+
+    def _parts(self, thread_id: str) -> contextlib.AbstractContextManager[Any]:
+        """A thread a client of ``serve`` streams (an API run of it is open) has its run's
+        parts stored, for that client, tokens too if the run streams messages."""
+        runs = self.db.store.api_runs_open_of(thread_id)
+        if not runs:
+            return contextlib.nullcontext()
+        modes = [m for run in runs for m in run.request.get("stream_mode") or ()]
+        return logging_parts(self.db.store, self.db.saver.serde, thread_id, modes)
 
     def _hand_back(self, lack: Lacking, queue: str) -> str:
         """Queue the thread's wake-up for later and end the job, the thread untouched. The

@@ -28,13 +28,13 @@ from longtask.errors import (
     NothingToResume,
     ThreadBusy,
 )
-from longtask.runtime import tapping
+from longtask.runtime import logging_parts
 from longtask.serve._webhooks import Deliverer, WebhookPolicy
 from longtask.serve.lgapi._json import plain
-from longtask.serve.lgapi._live import Feed, Feeds
 from longtask.serve.lgapi._state import thread_state
 from longtask.serve.lgapi.resources._assistant_body import run_context
 from longtask.store._apiruns import OPEN_RUN_STATUSES
+from longtask.store._parts import END, START
 
 if TYPE_CHECKING:
     from longtask._runner import Runner
@@ -47,6 +47,8 @@ log = logging.getLogger("longtask.serve")
 
 #: run statuses that are final
 FINAL_RUN = frozenset({"success", "error", "interrupted", "timeout"})
+#: seconds between deletes of stream parts past their time (``longtask.store._parts``)
+EXPIRE_EVERY = 60.0
 #: how long a run waits for a thread another process holds before it ends in error
 BUSY_WAIT = 30.0
 #: seconds between looks, when idle, for queued runs whose run ahead another process ended
@@ -98,8 +100,6 @@ class Executor:
             t.start()
         #: notified whenever a run's status changes
         self.changed = threading.Condition()
-        #: the parts of the runs carried out here, for their streams
-        self.feeds = Feeds()
         #: threads fired by a schedule waiting in the job queue
         self._fired: set[str] = set()
         self._fired_lock = threading.Lock()
@@ -111,6 +111,8 @@ class Executor:
         #: runs submitted while a run of their thread recorded before them was open: each
         #: is submitted again when the run ahead of it ends (see ``end_run``)
         self._waiting: set[str] = set()
+        #: when parts past their time were last deleted
+        self._expired = float("-inf")
         self._waiting_lock = threading.Lock()
         #: POSTs ended runs to their webhooks, beside the runs; started with the app
         #: (``start``), it first makes the deliveries a previous serve left owed
@@ -144,8 +146,6 @@ class Executor:
     # -- submitting ------------------------------------------------------------------------
 
     def submit(self, run_id: str) -> None:
-        # Opened before the run is queued: a client of its stream finds it at once.
-        self.feeds.open(run_id)
         with self._fired_lock:
             self._submitted.add(run_id)
         self._jobs.put((self._execute, (run_id,)))
@@ -192,7 +192,10 @@ class Executor:
         are the run's), and the webhook is delivered once that is committed. The next run
         queued behind it is handed to the pool."""
         values = self._values(run) if run.webhook else None
-        self.runner.db.store.api_run_set(run.run_id, status, error, values=values)
+        store = self.runner.db.store
+        store.api_run_set(run.run_id, status, error, values=values)
+        # After the status: a stream that reads the end reads the run's final status.
+        store.parts_mark(run.thread_id, run.run_id, END)
         with self.changed:
             self.changed.notify_all()
         if run.webhook:
@@ -275,13 +278,9 @@ class Executor:
             if run is not None and run.status == "pending" and store.api_run_ahead(run):
                 self._waiting.add(run_id)
                 return
-        feed = self.feeds.open(run_id)
-        try:
-            self._execute_run(run_id, feed)
-        finally:
-            feed.close()
+        self._execute_run(run_id)
 
-    def _execute_run(self, run_id: str, feed: Feed) -> None:
+    def _execute_run(self, run_id: str) -> None:
         store = self.runner.db.store
         run = store.api_run(run_id)
         if run is None or run.status not in OPEN_RUN_STATUSES:
@@ -293,6 +292,11 @@ class Executor:
             return  # cancelled meanwhile
         with self.changed:
             self.changed.notify_all()
+        # The run's stream is the thread's parts from here to the run's end mark.
+        store.parts_mark(run.thread_id, run_id, START)
+        if time.monotonic() - self._expired > EXPIRE_EVERY:
+            self._expired = time.monotonic()
+            store.parts_expire()
         if run.request.get("kind") == "queued":
             try:
                 run = self._plan(run)
@@ -304,11 +308,11 @@ class Executor:
         refused = False
         before = store.get_thread(run.thread_id)
         try:
-            with tapping(feed.put):
+            modes = run.request.get("stream_mode") or ()
+            with logging_parts(store, self.runner.db.saver.serde, run.thread_id, modes):
                 self._carry_out_when_free(run, again)
             after = store.get_thread(run.thread_id)
             if after is not None and after.mode == "worker":
-                feed.hand_over()
                 # Handed to the workers' queue: the run lasts until a worker has acted.
                 recorded = run.request.get("runs_before")
                 if recorded is None:  # a run recorded before the count was kept with it

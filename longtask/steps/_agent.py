@@ -164,8 +164,10 @@ def chat_model(step: AgentStep, name: str) -> Any:
         )
     from langchain_openai import ChatOpenAI
 
-    # Retries are ours (by error class, with the injected clock), not the client's.
-    return ChatOpenAI(model=name, max_retries=0, timeout=step.timeout)
+    # Retries are ours (by error class, with the injected clock), not the client's. A run
+    # whose client streams messages streams the model's answer: its usage is asked for too,
+    # or a custom base URL's stream would report none and the call would cost nothing.
+    return ChatOpenAI(model=name, max_retries=0, timeout=step.timeout, stream_usage=True)
 
 
 class AgentRun:

@@ -273,6 +273,15 @@ OWNED_TABLES: tuple[OwnedTable, ...] = (
     # Who answered the thread's approvals (serve's authorization): made by a trigger from
     # the ``approval.resolved`` events, so a moved or copied thread's events make its rows.
     OwnedTable("longtask_answerers", ("thread_id", "name"), "name", carried=False),
+    # A served run's stream parts: kept an hour for clients of the stream, not history.
+    OwnedTable(
+        "longtask_run_parts",
+        ("thread_id", "run_id", "ns", "mode", "type", "body", "created_at"),
+        "seq",
+        binary=frozenset({"body"}),
+        serial="seq",
+        carried=False,
+    ),
     # Which schedule tick started the thread: a schedule of this database (the tick's key is
     # the schedule's, so a copy under another id would collide), deleted with the thread.
     OwnedTable(

@@ -37,7 +37,13 @@ OWNED = tuple(t.name for t in reversed(OWNED_TABLES))
 #: what ``keep_last_checkpoint`` drops besides the older checkpoints (the saver's ``prune``):
 #: the history. The thread record, its latest checkpoint, map results, artifacts, budget and
 #: the effect ledger (so a fork or retry never repeats a completed effect) stay.
-HISTORY = ("longtask_events", "longtask_attempts", "longtask_timers", "longtask_api_runs")
+HISTORY = (
+    "longtask_events",
+    "longtask_attempts",
+    "longtask_timers",
+    "longtask_api_runs",
+    "longtask_run_parts",
+)
 
 #: seconds before a sweep's start that a blob must have been stored (or stored again) to
 #: be deleted: covers a value encoded a moment before the row referring to it commits

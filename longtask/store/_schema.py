@@ -894,6 +894,24 @@ MIGRATIONS: list[list[str | Step]] = [
     [
         POSTGRES_ONLY + _cp_write_function(_CHECKPOINT_17, _EVENTS_28),
     ],
+    # 29 (issue 52, streams): a served run's stream parts as LangGraph yields them (tokens
+    # included), written by the process that advances the thread (serve or a worker) and
+    # read by any serve: one stream across processes, with ids a client resumes from. Not
+    # history: kept an hour (``longtask.store._parts``); a run's first and last rows name it.
+    [
+        """CREATE TABLE longtask_run_parts (
+            seq {serial_pk},
+            thread_id TEXT NOT NULL,
+            run_id TEXT,
+            ns TEXT NOT NULL,
+            mode TEXT NOT NULL,
+            type TEXT,
+            body {blob},
+            created_at {real} NOT NULL
+        )""",
+        "CREATE INDEX longtask_run_parts_thread ON longtask_run_parts (thread_id, seq)",
+        "CREATE INDEX longtask_run_parts_time ON longtask_run_parts (created_at)",
+    ],
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

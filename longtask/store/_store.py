@@ -30,6 +30,7 @@ from longtask.store._limits import LimitTables
 from longtask.store._maps import MapTables
 from longtask.store._metrics import MetricsTables
 from longtask.store._notify import NotifyTables
+from longtask.store._parts import PartTables
 from longtask.store._pooled import on_pooled
 from longtask.store._schedules import ScheduleTables
 from longtask.store._schema import POSTGRES, SCHEMA_VERSION, SQLITE, Dialect, statements
@@ -213,6 +214,7 @@ class Store(
     UsageTables,
     MetricsTables,
     VisibleTables,
+    PartTables,
     ABC,
 ):
     dialect: Dialect

@@ -206,8 +206,13 @@ def test_the_sdk_sees_a_served_react_agent_as_its_own_graph(
     tid, parts = asyncio.run(drive())
     updated = [next(iter(d)) for e, d in parts if e == "updates"]
     assert updated == ["call_model", "tools", "call_model"], parts
-    said = [d[0]["type"] for e, d in parts if e == "messages"]
-    assert said == ["ai", "tool", "ai"], parts
+    # the model's answers token by token (chunks of one id each), the tool's result whole
+    said: dict[str, str] = {}
+    for e, d in parts:
+        if e == "messages":
+            said.setdefault(d[0]["id"], d[0]["type"].replace("AIMessageChunk", "ai"))
+    assert list(said.values()) == ["ai", "tool", "ai"], parts
+    assert sum(1 for e, d in parts if e == "messages") > 3, parts
     assert parts[-1][0] == "values" and len(parts[-1][1]["messages"]) == 4
     assert len(llm.requests) == 2
     assert _counts(notes) == {
@@ -341,6 +346,21 @@ def test_threads_of_served_graphs_are_carried_by_a_worker(
                 # a second message: the worker runs the graph again on the thread's state
                 out = await lg.runs.wait(tid, "agent", input=_said("Thanks!"))
                 assert [m["type"] for m in out["messages"]] == [*CHAT, "human", "ai"], out
+                # streamed: the worker's tokens reach serve's stream (issue 52 item 3), each
+                # part with an id a reconnect resumes from
+                parts = [
+                    p
+                    async for p in lg.runs.stream(
+                        tid, "agent", input=_said("Again?"), stream_mode="messages-tuple"
+                    )
+                ]
+                tokens = [
+                    p.data[0]["content"]
+                    for p in parts
+                    if p.event == "messages" and p.data[0]["type"] == "AIMessageChunk"
+                ]
+                assert len(tokens) > 3 and "".join(tokens) == "It is sunny in Paris.", parts
+                assert all(p.id for p in parts if p.event == "messages"), parts
 
             asyncio.run(drive())
         finally:

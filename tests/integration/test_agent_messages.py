@@ -177,11 +177,14 @@ def test_the_messages_tuple_stream_yields_the_agents_messages(runner: Runner, ll
             client.post(f"/threads/{thread}/runs/stream", json=body, headers=ALICE).text
         )
         said = [data for event, data in first if event == "messages"]
-        # The model's call, once, with the step's node; the prompt is the input, not sent.
-        (call,) = said
-        message, meta = call
-        assert message["type"] == "ai" and message["tool_calls"][0]["name"] == "deploy"
-        assert meta["langgraph_node"] == "release" and meta["thread_id"] == thread
+        # The model's call token by token (its chunks), with the step's node; the prompt is
+        # the input, not sent; the whole message is not said again after its tokens.
+        assert len(said) > 1 and {m["type"] for m, _ in said} == {"AIMessageChunk"}, said
+        assert {m["id"] for m, _ in said} == {said[0][0]["id"]}
+        named = [c["name"] for m, _ in said for c in m["tool_call_chunks"] if c.get("name")]
+        assert named == ["deploy"]
+        assert {meta["langgraph_node"] for _, meta in said} == {"release"}
+        assert {meta["thread_id"] for _, meta in said} == {thread}
         # The conversation is in `values` (what Agent Chat UI renders), never an update.
         values = [data for event, data in first if event == "values"]
         assert [m["type"] for m in values[-1]["messages"]] == ["human", "ai"]
@@ -198,11 +201,11 @@ def test_the_messages_tuple_stream_yields_the_agents_messages(runner: Runner, ll
             client.post(f"/threads/{thread}/runs/stream", json=resume, headers=ALICE).text
         )
         said = [data[0] for event, data in second if event == "messages"]
-        # The tool's result and the answer; what the first run sent is not sent again.
-        assert [(m["type"], m["content"]) for m in said] == [
-            ("tool", "deployed to prod"),
-            ("ai", "shipped"),
-        ]
+        # The tool's result whole, then the answer's tokens; what the first run sent is not
+        # sent again.
+        assert (said[0]["type"], said[0]["content"]) == ("tool", "deployed to prod")
+        assert {m["type"] for m in said[1:]} == {"AIMessageChunk"}
+        assert "".join(m["content"] for m in said[1:]) == "shipped"
         assert runner.status(thread).status == "completed"
 
 
@@ -226,10 +229,14 @@ def test_agents_that_finish_between_two_reads_are_streamed(runner: Runner, llm: 
             client.post(f"/threads/{thread}/runs/stream", json=body, headers=ALICE).text
         )
         said = [
-            (meta["langgraph_node"], m["type"])
+            (meta["langgraph_node"], m["type"], m["id"])
             for e, (m, meta) in ((e, d) for e, d in parts if e == "messages")
         ]
-        assert sorted(said) == sorted(
+        # each model answer by its tokens (one message id each), each tool result whole
+        messages = sorted(
+            {(node, kind.replace("AIMessageChunk", "ai"), i) for node, kind, i in said}
+        )
+        assert sorted((n, t) for n, t, _ in messages) == sorted(
             [(n, t) for n in ("one", "two") for t in ("ai", "tool", "ai")]
         )
         assert runner.status(thread).status == "completed"

@@ -372,7 +372,8 @@ def test_joining_an_idle_thread_s_stream_then_starting_a_run_streams_that_run(
         run_id = run.json()["run_id"]
         text = _until_run_done(s, run_id)
     parts = events_of(text)
-    assert parts[0] == "metadata" and f'"run_id":"{run_id}"' in text.splitlines()[1]
+    first_data = next(line for line in text.splitlines() if line.startswith("data:"))
+    assert parts[0] == "metadata" and f'"run_id":"{run_id}"' in first_data
     assert "values" in parts
     assert not any(f'"run_id":"{e}"' in text for e in earlier)
 

@@ -44,7 +44,7 @@ class Api:
     check_run: Callable[..., None] | None = None
     #: a run's stream parts to its end (run, stream modes or None for the run's own): set
     #: by the runs' routes, used by the thread's stream
-    run_parts: Callable[[ApiRun, list[str] | None], AsyncIterator[bytes]] | None = None
+    run_parts: Callable[..., AsyncIterator[bytes]] | None = None
     #: langgraph.json's ``http.disable_webhooks``: a run's webhook is checked, then never
     #: called (as on LangGraph's server)
     webhooks_off: bool = False

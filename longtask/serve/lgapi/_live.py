@@ -1,29 +1,27 @@
-"""A run's stream made from the run itself: serve's executor taps the parts LangGraph yields
-while it advances the thread (``Runner`` tapping, every mode, the task graph and its
-subgraphs), in order, and each client of the run's stream turns them into the LangGraph
-Server API's SSE events for the modes it asked for.
+"""A run's stream made from the run itself: the process that advances the thread (serve's
+executor, or a worker) stores the parts LangGraph yields (``longtask.runtime._parts``: every
+mode, the task graph and its subgraphs), in order, and each client of the run's stream turns
+them into the LangGraph Server API's SSE events for the modes it asked for.
 
 - ``values``: the state after each super-step (results by step name, ``messages``: the
   conversation, see ``chat``), with ``__interrupt__`` when the run pauses; again when
   a running agent's conversation grows.
 - ``updates``: ``{step: {step: result}}`` as each step finishes (LangGraph's ``{node:
   update}``), ``{"__interrupt__": [...]}`` at a pause.
-- ``messages-tuple`` / ``messages``: each agent message (the model's, the tools') as its
-  call completes, whole (not tokens), with the step as ``langgraph_node``.
+- ``messages-tuple`` / ``messages``: a model's answer token by token as the model streams
+  it (``messages-tuple``: each chunk; ``messages``: ``messages/metadata`` then
+  ``messages/partial`` with the message so far), a tool's message whole as its call
+  completes (``messages/complete``), with the step (or the served graph's node) as
+  ``langgraph_node``.
 - ``custom``: longtask's events as a step sends them (the stored event's fields; no id).
 - ``events``: ``on_chain_start``/``on_chain_end`` per step, ``on_chat_model_end`` per
   model message, ``on_custom_event`` per longtask event.
 - ``tasks``, ``checkpoints``, ``debug`` (both, wrapped): LangGraph's own parts, values
   shown as above. With ``stream_subgraphs`` a subgraph's parts come as ``mode|namespace``.
-
-A run carried out by another process (``longtask worker``) has no tap here: its stream is
-read from the database instead (``stream``).
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -39,64 +37,7 @@ if TYPE_CHECKING:
     from longtask._runner import Runner
     from longtask.model import LongTask
 
-#: seconds a finished run's feed stays for a late client of its stream
-KEEP = 60.0
 _INTERRUPT = "__interrupt__"
-
-
-class Feed:
-    """The parts of one run, as the executor's tap receives them."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[tuple[str, ...], str, Any]] = []
-        self.closed_at: float | None = None
-        #: the run is carried out by a worker: nothing comes here
-        self.remote = False
-        self._cond = threading.Condition()
-
-    def put(self, ns: tuple[str, ...], mode: str, chunk: Any) -> None:
-        with self._cond:
-            self.parts.append((ns, mode, chunk))
-            self._cond.notify_all()
-
-    def hand_over(self) -> None:
-        with self._cond:
-            self.remote = True
-            self._cond.notify_all()
-
-    def close(self) -> None:
-        with self._cond:
-            self.closed_at = time.monotonic()
-            self._cond.notify_all()
-
-    def wait(self, index: int, timeout: float) -> tuple[list[Any], bool]:
-        """(the parts after ``index``, whether no more will come) within ``timeout``."""
-        with self._cond:
-            self._cond.wait_for(
-                lambda: len(self.parts) > index or self.closed_at is not None or self.remote,
-                timeout,
-            )
-            return self.parts[index:], self.closed_at is not None or self.remote
-
-
-class Feeds:
-    """The feeds of the runs this process carries out, by run id."""
-
-    def __init__(self) -> None:
-        self._feeds: dict[str, Feed] = {}
-        self._lock = threading.Lock()
-
-    def open(self, run_id: str) -> Feed:
-        now = time.monotonic()
-        with self._lock:
-            for key, feed in list(self._feeds.items()):
-                if feed.closed_at is not None and now - feed.closed_at > KEEP:
-                    del self._feeds[key]
-            return self._feeds.setdefault(run_id, Feed())
-
-    def get(self, run_id: str) -> Feed | None:
-        with self._lock:
-            return self._feeds.get(run_id)
 
 
 def _interrupts(raw: Any) -> list[dict[str, Any]]:
@@ -171,6 +112,8 @@ class LiveParts:
         self.plain = task.graph_step.name if isinstance(task, GraphApp) else None
         #: messages a node of it wrote without an id, to say once the state names them
         self._unnamed: list[tuple[str, dict[str, Any]]] = []
+        #: messages said token by token so far, by id (their whole is not said again)
+        self._streamed: dict[str, Any] = {}
         self._handlers: dict[str, Callable[[tuple[str, ...], Any], list[bytes]]] = {
             "values": self._values,
             "updates": self._updates,
@@ -180,6 +123,8 @@ class LiveParts:
         }
 
     def convert(self, ns: tuple[str, ...], mode: str, chunk: Any) -> list[bytes]:
+        if mode == "messages":
+            return self._tokens(ns, chunk)
         if self.plain is not None:
             return self._plain(ns, mode, chunk)
         handler = self._handlers.get(mode)
@@ -287,6 +232,10 @@ class LiveParts:
             if isinstance(step, int):
                 self._steps[inner] = step
                 self._step = step if not inner else self._step
+            triggers = chunk.get("triggers")
+            if mode == "tasks" and not inner and isinstance(triggers, list | tuple):
+                # what a node's whole messages say triggered it
+                self._triggers[str(chunk.get("name"))] = [str(t) for t in triggers]
             out = []
             if mode in self.modes:
                 out.append(sse(event, plain(payload)))
@@ -359,6 +308,58 @@ class LiveParts:
             }
         return plain(chunk)
 
+    def _tokens(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
+        """A model's token (a message chunk), as LangGraph's server says one: in
+        ``messages-tuple`` the chunk, in ``messages`` the message so far (``partial``).
+        A model in a subgraph streams only with ``stream_subgraphs``, as there."""
+        if not self.modes & {"messages", "messages-tuple"} or not isinstance(chunk, tuple | list):
+            return []
+        message, meta = chunk[0], dict(chunk[1] or {})
+        inner = ns
+        if self.plain is not None:
+            if not ns or (ns[0] != self.plain and not ns[0].startswith(f"{self.plain}:")):
+                return []
+            inner = ns[1:]
+            node = str(meta.get("langgraph_node") or self.plain)
+            where = str(meta.get("langgraph_checkpoint_ns") or "").split("|")[1:]
+        else:
+            # A step's model (an agent's, a graph step's) speaks as the step, at the top.
+            top = ns[0] if ns else str(meta.get("langgraph_node"))
+            node = top.split(":", 1)[0].split(".", 1)[0]
+            inner = ns[1:]
+            where = list(ns)
+        if inner and not self.subgraphs:
+            return []
+        # with subgraphs, named by the graph they come from, as the step's whole messages
+        named = inner if self.plain is not None else ns
+        mid = str(message.id)
+        first = mid not in self._streamed
+        self._streamed[mid] = message if first else self._streamed[mid] + message
+        said = {
+            **self.metadata,
+            "run_id": self.run_id,
+            "thread_id": self.thread_id,
+            **plain({k: v for k, v in meta.items() if k.startswith("ls_") or k == "tags"}),
+            "langgraph_step": meta.get("langgraph_step", self._step),
+            "langgraph_node": node,
+            "langgraph_triggers": plain(list(meta.get("langgraph_triggers") or ())),
+            "langgraph_path": plain(list(meta.get("langgraph_path") or ())),
+            "langgraph_checkpoint_ns": "|".join(where),
+            "checkpoint_ns": "|".join(where),
+        }
+        out = []
+        if "messages-tuple" in self.modes:
+            name = self._event("messages", named) if self.subgraphs else "messages"
+            out.append(sse(name, [messages_json([message])[0], said]))
+        if "messages" in self.modes:
+            from langchain_core.messages import message_chunk_to_message
+
+            if first:
+                out.append(sse("messages/metadata", {mid: {"metadata": said}}))
+            whole = message_chunk_to_message(self._streamed[mid])
+            out.append(sse("messages/partial", messages_json([whole])))
+        return out
+
     def _said(self, ns: tuple[str, ...], step: str, messages: list[dict[str, Any]]) -> list[bytes]:
         out: list[bytes] = []
         for message in messages:
@@ -368,6 +369,8 @@ class LiveParts:
             self.sent.add(mid)
             if message.get("type") in ("human", "system"):
                 continue  # the prompt: the run's input, which LangGraph does not stream
+            # said token by token, as LangGraph's server says it: not again
+            streamed = mid in self._streamed
             meta = {
                 **self.metadata,
                 "run_id": self.run_id,
@@ -378,11 +381,11 @@ class LiveParts:
                 "langgraph_path": ["__pregel_pull", step],
                 "langgraph_checkpoint_ns": "|".join(ns),
             }
-            if "messages-tuple" in self.modes:
+            if "messages-tuple" in self.modes and not streamed:
                 # With subgraphs, a subgraph's messages name it, as LangGraph's server does.
                 name = self._event("messages", ns) if self.subgraphs else "messages"
                 out.append(sse(name, [message, meta]))
-            if "messages" in self.modes:
+            if "messages" in self.modes and not streamed:
                 out.append(sse("messages/metadata", {mid: {"metadata": meta}}))
                 out.append(sse("messages/complete", [message]))
             if "events" in self.modes and message.get("type") == "ai":

@@ -690,8 +690,11 @@ def routes(api: Api) -> list[Route]:
             run = found
         return run
 
-    async def run_parts(run: ApiRun, modes: list[str] | None = None) -> AsyncIterator[bytes]:
-        """The run's stream (in ``modes``, or those it was asked with), to its end."""
+    async def run_parts(
+        run: ApiRun, modes: list[str] | None = None, after: str | None = None
+    ) -> AsyncIterator[bytes]:
+        """The run's stream (in ``modes``, or those it was asked with), to its end; with
+        ``after`` (a ``Last-Event-ID``), only the events after that one."""
         current = await planned(run)
         if modes:
             current.request["stream_mode"] = modes
@@ -700,7 +703,7 @@ def routes(api: Api) -> list[Route]:
             message = current.error or f"the run ended {current.status} before it started"
             yield sse("error", {"error": "RunError", "message": message})
             return
-        async for chunk in _stream(current):
+        async for chunk in _stream(current, after):
             yield chunk
 
     api.run_parts = run_parts
@@ -711,10 +714,14 @@ def routes(api: Api) -> list[Route]:
             await cancel_run(api, current, actor)
 
     def stream_response(
-        run: ApiRun, modes: list[str] | None = None, leave: str | None = None
+        run: ApiRun,
+        modes: list[str] | None = None,
+        leave: str | None = None,
+        after: str | None = None,
     ) -> Response:
-        """The run's stream; ``leave``: who cancels the run if the client goes first."""
-        parts = run_parts(run, modes)
+        """The run's stream; ``leave``: who cancels the run if the client goes first;
+        ``after``: the last event a reconnecting client had."""
+        parts = run_parts(run, modes, after)
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         if leave is None:
             response = StreamingResponse(parts, media_type="text/event-stream", headers=headers)
@@ -728,7 +735,7 @@ def routes(api: Api) -> list[Route]:
             )
         return located(run, response)
 
-    def _stream(run: ApiRun) -> AsyncIterator[bytes]:
+    def _stream(run: ApiRun, after: str | None = None) -> AsyncIterator[bytes]:
         req = run.request
         entry = api.registry.find(run.assistant_id) or api.registry.find(str(req.get("graph")))
         before = {name: None for name in req.get("before", [])}
@@ -746,6 +753,7 @@ def routes(api: Api) -> list[Route]:
                 "graph_id": entry.name if entry is not None else None,
                 "assistant_id": run.assistant_id,
             },
+            after=after,
         )
 
     # -- handlers --------------------------------------------------------------------------
@@ -812,7 +820,9 @@ def routes(api: Api) -> list[Route]:
         run = await one(request)
         leave = await cancelling_reader(request)
         raw = query_modes(request.query_params.getlist("stream_mode"))
-        return stream_response(run, sorted(modes_of(raw)) if raw else None, leave)
+        modes = sorted(modes_of(raw)) if raw else None
+        after = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        return stream_response(run, modes, leave, after)
 
     async def cancel(request: Request, actor: str) -> Response:
         refuse_action(request)

@@ -16,6 +16,7 @@ The stream ends when the run is finished and everything it stored was sent.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -23,10 +24,12 @@ import anyio
 from starlette.exceptions import HTTPException
 
 from longtask.graphs import read_agent_messages
+from longtask.runtime import parts_of
 from longtask.serve._executor import FINAL_RUN
 from longtask.serve.lgapi._json import plain, sse
 from longtask.serve.lgapi._live import LiveParts
 from longtask.serve.lgapi._state import current_state, graph_of
+from longtask.store._parts import END, START
 
 if TYPE_CHECKING:
     from longtask.model import LongTask
@@ -177,6 +180,21 @@ class _Reader:
         return out
 
 
+def event_id(raw: str | None) -> tuple[int, int] | None:
+    """A ``Last-Event-ID`` of a run's stream as ``(part, index)``; None if it is none."""
+    if not raw:
+        return None
+    seq, _, index = raw.strip().partition("-")
+    try:
+        return int(seq), int(index or 0)
+    except ValueError:
+        return None
+
+
+def _with_id(seq: int, index: int, chunk: bytes) -> bytes:
+    return f"id: {seq}-{index}\n".encode() + chunk
+
+
 async def follow(
     api: Api,
     run_id: str,
@@ -189,58 +207,125 @@ async def follow(
     task: LongTask | None = None,
     subgraphs: bool = False,
     metadata: dict[str, Any] | None = None,
+    after: str | None = None,
 ) -> AsyncIterator[bytes]:
-    """The run's stream: from the run itself when this process carries it out (see
-    ``live``), else read from what the thread stores."""
-    yield sse("metadata", {"run_id": run_id, "attempt": 1})
-    feed = api.executor.feeds.get(run_id)
-    if feed is not None and task is not None:
-        rec = await api.call(api.runner.db.store.get_thread, thread_id)
-        entry = api.registry.find(rec.task_name) if rec is not None else None
-        if rec is not None and entry is not None:
-            task = entry.for_thread(rec)  # a thread started on an older version keeps it
-        made = await api.call(api.runner.db.store.api_thread, thread_id)
-        metadata = {**(made[0] if made else {}), **(metadata or {})}
-        parts = LiveParts(
-            api.runner,
-            task,
-            run_id,
-            thread_id,
-            modes,
-            subgraphs,
-            list((before_agent or {}).get("ids") or ()),
-            metadata,
-        )
-        for chunk in parts.start():
+    """The run's stream, made from the parts the process advancing the thread stores (see
+    ``longtask.runtime._parts``), whichever process that is: every event has an id
+    (``part-index``) and ``after`` (a ``Last-Event-ID``) sends only those after it. A run
+    whose parts are gone (or never stored: it ended before it started) is followed in
+    what the thread stores instead."""
+    resume = event_id(after)
+    said = sse("metadata", {"run_id": run_id, "attempt": 1})
+    store = api.runner.db.store
+    start = await api.call(store.parts_start, thread_id, run_id)
+    while start is None:
+        run = await api.call(store.api_run, run_id)
+        if run is None or run.status in FINAL_RUN:
+            break
+        await anyio.sleep(_POLL)
+        start = await api.call(store.parts_start, thread_id, run_id)
+    if start is None or task is None:
+        yield said
+        async for chunk in _follow_stored(
+            api, run_id, thread_id, modes, since_event, before, before_agent
+        ):
             yield chunk
-        index = 0
-        while True:
-            got, done = await api.call(feed.wait, index, 0.5)
-            index += len(got)
-            if got:
-                for chunk in await api.call(_convert, parts, got):
-                    yield chunk
-            if feed.remote:
-                break  # a worker carries it out: read what it stores
-            if done and not got:
-                if modes & {"custom", "events"}:
-                    stored = await api.call(
-                        api.runner.db.store.events, thread_id, since=since_event, limit=5000
-                    )
-                    for chunk in await api.call(parts.stored, stored):
-                        yield chunk
-                run = await api.call(api.runner.db.store.api_run, run_id)
-                if run is not None and run.status == "error":
-                    yield sse("error", {"error": "RunError", "message": run.error or "run failed"})
-                return
-    async for chunk in _follow_stored(
-        api, run_id, thread_id, modes, since_event, before, before_agent
-    ):
+        return
+    rec = await api.call(store.get_thread, thread_id)
+    entry = api.registry.find(rec.task_name) if rec is not None else None
+    if rec is not None and entry is not None:
+        task = entry.for_thread(rec)  # a thread started on an older version keeps it
+    made = await api.call(store.api_thread, thread_id)
+    parts = LiveParts(
+        api.runner,
+        task,
+        run_id,
+        thread_id,
+        modes,
+        subgraphs,
+        list((before_agent or {}).get("ids") or ()),
+        {**(made[0] if made else {}), **(metadata or {})},
+    )
+    reader = _Parts(api, parts, thread_id, run_id, start, resume)
+    for chunk in reader.shown(start, [said, *parts.start()]):
         yield chunk
+    ended_at: float | None = None
+    while True:
+        chunks, end = await api.call(reader.next)
+        for chunk in chunks:
+            yield chunk
+        if end is None and not chunks:
+            # No end mark (a run another path ended, or whose process died after its
+            # end was recorded): over once its status is final and no part came for a while.
+            run = await api.call(store.api_run, run_id)
+            if run is None or run.status in FINAL_RUN:
+                ended_at = ended_at if ended_at is not None else time.monotonic()
+                if time.monotonic() - ended_at > _QUIET:
+                    end = reader.last
+            await anyio.sleep(_POLL)
+        if end is None:
+            continue
+        tail: list[bytes] = []
+        if modes & {"custom", "events"}:
+            stored = await api.call(store.events, thread_id, since=since_event, limit=5000)
+            tail += await api.call(parts.stored, stored)
+        run = await api.call(store.api_run, run_id)
+        if run is not None and run.status == "error":
+            tail.append(sse("error", {"error": "RunError", "message": run.error or "run failed"}))
+        for chunk in reader.shown(end, tail):
+            yield chunk
+        return
 
 
-def _convert(parts: LiveParts, got: list[Any]) -> list[bytes]:
-    return [chunk for part in got for chunk in parts.convert(*part)]
+#: seconds between reads of a run's new parts
+_POLL = 0.1
+#: seconds a run with a final status and no end mark is followed before its stream ends
+_QUIET = 2.0
+
+
+class _Parts:
+    """A run's stored parts, read in order and made into its events for one client."""
+
+    def __init__(
+        self,
+        api: Api,
+        parts: LiveParts,
+        thread_id: str,
+        run_id: str,
+        start: int,
+        resume: tuple[int, int] | None,
+    ) -> None:
+        self.api = api
+        self.parts = parts
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.last = start
+        self.resume = resume
+
+    def shown(self, seq: int, chunks: list[bytes]) -> list[bytes]:
+        """``chunks`` of part ``seq`` with their ids, but those a resumed client had."""
+        return [
+            _with_id(seq, i, c)
+            for i, c in enumerate(chunks)
+            if self.resume is None or (seq, i) > self.resume
+        ]
+
+    def next(self) -> tuple[list[bytes], int | None]:
+        """(the events of the parts stored since the last read, the seq of the run's end
+        mark if it was read)."""
+        runner = self.api.runner
+        rows = runner.db.store.parts_after(self.thread_id, self.last)
+        out: list[bytes] = []
+        for row in rows:
+            self.last = row.seq
+            if row.mode in (START, END):
+                if row.mode == END and row.run_id == self.run_id:
+                    return out, row.seq
+                continue
+            chunk = parts_of(runner.db.saver.serde, row.type, row.body)
+            ns = tuple(row.ns.split("|")) if row.ns else ()
+            out += self.shown(row.seq, self.parts.convert(ns, row.mode, chunk))
+        return out, None
 
 
 async def _follow_stored(
