@@ -779,6 +779,8 @@ class Engine:
         started: list[str] = []  # steps this run started by hand (see below)
         tapped = CALL_TAP.get()
         tap = tapped[0] if tapped is not None else None
+        # a tap that keeps parts stores them before the run's status is recorded
+        flush = getattr(tap, "flush", None)
         modes = spec.graph_modes()
         if tapped is not None:
             modes = sorted({*modes, *TAP_MODES, *tapped[1]})  # type: ignore[arg-type]
@@ -792,21 +794,25 @@ class Engine:
                     stream_mode=modes,
                     subgraphs=subgraphs,
                 )
-                for part in traced(parts, root):
-                    ns, mode, chunk = part if subgraphs else ((), *part)
-                    if tap is not None:
-                        tap(ns, mode, chunk)
-                        if ns and not spec.subgraphs:
-                            continue  # asked for by the tap only
-                    if mode == "updates" and not ns:
-                        finished = [n for n, u in chunk.items() if finishes_step(task, n, u)]
-                        done.update(finished)
-                        for event in stages.finish(thread_id, finished):
-                            events.put(event)
-                        if finished and self.on_update:
-                            self.on_update(thread_id, finished)
-                    if mode in spec.modes:
-                        yield spec.part(ns, mode, chunk)
+                try:
+                    for part in traced(parts, root):
+                        ns, mode, chunk = part if subgraphs else ((), *part)
+                        if tap is not None:
+                            tap(ns, mode, chunk)
+                            if ns and not spec.subgraphs:
+                                continue  # asked for by the tap only
+                        if mode == "updates" and not ns:
+                            finished = [n for n, u in chunk.items() if finishes_step(task, n, u)]
+                            done.update(finished)
+                            for event in stages.finish(thread_id, finished):
+                                events.put(event)
+                            if finished and self.on_update:
+                                self.on_update(thread_id, finished)
+                        if mode in spec.modes:
+                            yield spec.part(ns, mode, chunk)
+                finally:
+                    if flush is not None:
+                        flush()
             except Exception as exc:
                 self._stopped(task, thread_id, run, exc)
                 return

@@ -2,18 +2,20 @@
 client of ``serve`` follows the run and resumes its stream whichever process advances it.
 
 ``logging_parts`` taps the runs made inside it (``tapping``): each part LangGraph yields is
-serialised with the checkpointer's serde and stored, in order, before the run goes on, so
-everything a run did before its thread's status changes is stored before that status. A
-model's tokens (``messages`` mode, asked only when a client streams messages) are stored
-in batches, at most ``TOKEN_BATCH`` seconds apart: one write per batch, not per token, and
-none of them in the thread's history.
+serialised with the checkpointer's serde and kept in order; the kept parts are stored in one
+write at most ``BATCH`` seconds after the first of them (a timer stores what a long step
+leaves waiting), at ``BATCH_ROWS`` parts, and whenever the run's stream ends (the Engine
+calls ``flush`` before it records the thread's status), so everything a run yielded before
+its thread's status changes is stored before that status. A model's tokens (``messages``
+mode, asked only when a client streams messages) are parts like any other: a write per
+batch, not per token, and none of them in the thread's history.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +26,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("longtask.runtime")
 
-#: seconds a model's tokens wait at most before they are stored
-TOKEN_BATCH = 0.05
+#: seconds a part waits at most before it is stored
+BATCH = 0.05
+#: parts stored in one write at most
+BATCH_ROWS = 256
 #: the stream modes whose clients want tokens
 TOKEN_MODES = frozenset({"messages", "messages-tuple"})
 #: what a token's metadata keeps (LangGraph's own keys and the model's; never the run's
 #: config, which may hold anything)
 _META_PREFIXES = ("langgraph_", "ls_")
+
+_Row = tuple[str, str, str | None, bytes | None]
 
 
 def _meta(meta: Any) -> dict[str, Any]:
@@ -49,9 +55,10 @@ class PartLog:
         self.store = store
         self.serde = serde
         self.thread_id = thread_id
-        self._tokens: list[tuple[str, str, str | None, bytes | None]] = []
-        self._last = time.monotonic()
+        self._rows: list[_Row] = []
         self._failed = False
+        # Writes come from the run's thread and from the timer: one at a time, in order.
+        self._lock = threading.Lock()
 
     def __call__(self, ns: tuple[str, ...], mode: str, chunk: Any) -> None:
         try:
@@ -61,39 +68,37 @@ class PartLog:
                 message = chunk[0] if isinstance(chunk, tuple) and chunk else None
                 if not isinstance(message, BaseMessageChunk):
                     return  # a whole message: its node's update says it
-                part = self._row(ns, mode, (message, _meta(chunk[1])))
-                self._tokens.append(part)
-                if time.monotonic() - self._last >= TOKEN_BATCH:
-                    self.flush()
-                return
-            rows = [*self._tokens, self._row(ns, mode, chunk)]
-            self._tokens = []
-            self._put(rows)
+                chunk = (message, _meta(chunk[1]))
+            kind, body = self.serde.dumps_typed(chunk)
+            with self._lock:
+                first = not self._rows
+                self._rows.append(("|".join(ns), mode, kind, body))
+                full = len(self._rows) >= BATCH_ROWS
+            if full:
+                self.flush()
+            elif first:
+                timer = threading.Timer(BATCH, self.flush)
+                timer.daemon = True
+                timer.start()
         except Exception:
-            # A stream part that cannot be stored never stops the run; say so once.
-            if not self._failed:
-                self._failed = True
-                log.warning(
-                    "thread %s: a stream part was not stored", self.thread_id, exc_info=True
-                )
-
-    def _row(self, ns: tuple[str, ...], mode: str, chunk: Any) -> tuple[str, str, str, bytes]:
-        kind, body = self.serde.dumps_typed(chunk)
-        return ("|".join(ns), mode, kind, body)
-
-    def _put(self, rows: list[tuple[str, str, str | None, bytes | None]]) -> None:
-        self._last = time.monotonic()
-        self.store.parts_put(self.thread_id, rows)
+            # A stream part that cannot be kept never stops the run; say so once.
+            self._warn("a stream part was not stored")
 
     def flush(self) -> None:
-        rows, self._tokens = self._tokens, []
-        if rows:
+        """Store the parts kept so far (never raises: a stream is not worth a run)."""
+        with self._lock:
+            rows, self._rows = self._rows, []
+            if not rows:
+                return
             try:
-                self._put(rows)
+                self.store.parts_put(self.thread_id, rows)
             except Exception:
-                log.warning(
-                    "thread %s: stream parts were not stored", self.thread_id, exc_info=True
-                )
+                self._warn("stream parts were not stored")
+
+    def _warn(self, what: str) -> None:
+        if not self._failed:
+            self._failed = True
+            log.warning("thread %s: %s", self.thread_id, what, exc_info=True)
 
 
 def token_modes(modes: Sequence[str]) -> tuple[str, ...]:

@@ -33,6 +33,7 @@ from longtask.serve._webhooks import Deliverer, WebhookPolicy
 from longtask.serve.lgapi._json import plain
 from longtask.serve.lgapi._state import thread_state
 from longtask.serve.lgapi.resources._assistant_body import run_context
+from longtask.steps import breaking
 from longtask.store._apiruns import OPEN_RUN_STATUSES
 from longtask.store._parts import END, START
 
@@ -309,7 +310,11 @@ class Executor:
         before = store.get_thread(run.thread_id)
         try:
             modes = run.request.get("stream_mode") or ()
-            with logging_parts(store, self.runner.db.saver.serde, run.thread_id, modes):
+            breaks = run.request.get("breaks") or {}
+            with (
+                logging_parts(store, self.runner.db.saver.serde, run.thread_id, modes),
+                breaking(breaks.get("before"), breaks.get("after")),
+            ):
                 self._carry_out_when_free(run, again)
             after = store.get_thread(run.thread_id)
             if after is not None and after.mode == "worker":

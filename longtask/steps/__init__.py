@@ -7,6 +7,7 @@ builds graphs.
 """
 
 from longtask.steps._agent import agent_node, fix_agent_node, fix_channel
+from longtask.steps._breaks import breaking, run_breaks
 from longtask.steps._call import RUN_KEY, NodeCall
 from longtask.steps._classify import Classified, classify
 from longtask.steps._context import (
@@ -52,6 +53,7 @@ __all__ = [
     "StepEnv",
     "agent_node",
     "ask_node_name",
+    "breaking",
     "check_decision",
     "check_payload",
     "classify",
@@ -68,6 +70,7 @@ __all__ = [
     "request_node_name",
     "resolve_graph",
     "result_channel",
+    "run_breaks",
     "settled",
     "subtask_node",
 ]

@@ -43,6 +43,7 @@ from pydantic import BaseModel
 from longtask.errors import InvalidInput
 from longtask.model import GraphStep, StepInfo, graph_kind
 from longtask.steps._attempts import CONTROL, check_limits, with_retries
+from longtask.steps._breaks import run_breaks
 from longtask.steps._call import NodeCall
 from longtask.steps._context import _CURRENT, result_channel
 from longtask.steps._function import (
@@ -387,12 +388,14 @@ def _async_only(graph: Any, seen: frozenset[int] = frozenset()) -> bool:
 
 def _invoker(graph: Any, context: dict[str, Any]) -> Callable[..., Any]:
     """How the step calls ``graph``: ``invoke``, or ``ainvoke`` (on the process's loop for
-    async step code, by ``call_step``) for a graph with nodes that are async only."""
+    async step code, by ``call_step``) for a graph with nodes that are async only; with the
+    stops the run asks for (``run_breaks``)."""
+    breaks = run_breaks()
     if not _async_only(graph):
-        return functools.partial(graph.invoke, context=context)
+        return functools.partial(graph.invoke, context=context, **breaks)
 
     async def ainvoke(given: Any, config: RunnableConfig) -> Any:
-        return await graph.ainvoke(given, config, context=context)
+        return await graph.ainvoke(given, config, context=context, **breaks)
 
     return ainvoke
 
@@ -438,6 +441,7 @@ def _unanswered_stop(graph: Any, config: RunnableConfig, call: NodeCall, info: S
     if not answers or not (
         getattr(graph, "interrupt_before_nodes", None)
         or getattr(graph, "interrupt_after_nodes", None)
+        or run_breaks()
     ):
         return None
     try:

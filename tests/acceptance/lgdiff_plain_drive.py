@@ -9,7 +9,8 @@ thread's state, history and thread object. ``ask`` (a graph with its own ``inter
 a run to the pause, the paused thread read every way, a resume with ``Command(resume=...)``
 streamed, the state and history; a resume by ``runs.wait``; RemoteGraph invoke to the pause,
 its state, and a streamed resume. Then a second message on the agent's thread, and a new
-input at the ask graph's pause (``lgdiff_plain_turns``).
+input at the ask graph's pause (``lgdiff_plain_turns``); and a graph with a subgraph, a
+run's own stops and a joined stream (``lgdiff_plain_nest``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 from langgraph_sdk import get_client
 from lgdiff_drive import Trace, _ok, _plain, _snapshot
+from lgdiff_plain_nest import nested
 from lgdiff_plain_turns import second_message
 
 CHAT = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
@@ -109,6 +111,8 @@ async def drive(url: str, api_key: str) -> list[tuple[str, Any]]:
 
     # -- a second message on the agent's thread (and a new input at a pause)
     await second_message(t, lg, url, api_key, agent_thread, tag)
+    # -- a graph with a subgraph, stops a run asks for, a stream joined after an event
+    await nested(t, lg, url, api_key, tag)
     return t.items
 
 

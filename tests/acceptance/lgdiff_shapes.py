@@ -457,10 +457,16 @@ PLAIN_INTENDED: list[Intended] = [
             (
                 "Metadata keys are each server's own",
                 "A configuration's internal keys",
-                "The custom stream carries longtask's events",
                 "A message's metadata has no deployment keys",
+                "A subgraph's checkpoint_map is keyed by its namespace",
             )
         )
+    ),
+    Intended(
+        "threads.get_state*",
+        r".*checkpoint_map\..*",
+        "A subgraph's checkpoint_map is keyed by its namespace, which holds the task id: "
+        "each run's own.",
     ),
     Intended(
         "threads.get_history*",

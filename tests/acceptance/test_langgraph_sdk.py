@@ -378,7 +378,10 @@ def test_a_run_a_worker_finished_while_serve_was_down_ends_after_serve_starts_ag
 
     with Runner(serve_with_worker.db) as runner:
         deadline = time.monotonic() + 60
-        while not any(e.kind == "step.started" for e in runner.events(thread)):
+        # (the run is recorded; its thread is made when the executor takes the run)
+        while runner.db.store.get_thread(thread) is None or not any(
+            e.kind == "step.started" for e in runner.events(thread)
+        ):
             assert time.monotonic() < deadline, "the worker did not start the thread"
             time.sleep(0.1)
         assert lg.runs.get(thread, run["run_id"])["status"] == "running"

@@ -26,6 +26,8 @@ TOKEN = "tok-alice-lgdiff"
 
 
 def _script(request: Request) -> Reply:
+    if "nested" in request.first_text():
+        return Reply.text("The nested report says it will rain.")
     if request.turn == 0:
         return Reply.tool_calls([("search", {"query": "weather in Paris"})])
     return Reply.text("It is sunny in Paris.")
@@ -37,8 +39,18 @@ def llm() -> Iterator[FakeOpenAI]:
         yield server
 
 
+@pytest.fixture(scope="module", autouse=True)
+def held(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Where the drivers hold a run mid-way (``lgdiff_plain_nest``): both servers' graphs
+    wait while this file exists."""
+    path = tmp_path_factory.mktemp("hold") / "hold"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LGAPPS_HOLD", str(path))
+        yield
+
+
 @pytest.fixture(scope="module")
-def reference(llm: FakeOpenAI) -> Iterator[lgdiff_servers.Server]:
+def reference(llm: FakeOpenAI, held: None) -> Iterator[lgdiff_servers.Server]:
     server = _needed(
         "LangGraph's server", lambda: lgdiff_servers.plain_reference_server(llm.base_url).start()
     )

@@ -171,6 +171,7 @@ def _shape(text: str, thread: str) -> str:
     text = text.replace(thread, "ID")
     text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "UUID", text)
     text = re.sub(r"\d{4}-\d\d-\d\dT[0-9:.]+(Z|[+-]\d\d:\d\d)?", "TIME", text)
+    text = re.sub(r"(?m)^id: \d+-\d+$", "id: EVENT", text)  # a stream event's place
     return re.sub(r"\b[0-9a-f]{16,32}\b", "HEX", text)
 
 

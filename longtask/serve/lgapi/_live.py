@@ -112,6 +112,8 @@ class LiveParts:
         self.plain = task.graph_step.name if isinstance(task, GraphApp) else None
         #: messages a node of it wrote without an id, to say once the state names them
         self._unnamed: list[tuple[str, dict[str, Any]]] = []
+        #: a served graph's subgraphs' last values, by namespace
+        self._inner_values: dict[tuple[str, ...], Any] = {}
         #: messages said token by token so far, by id (their whole is not said again)
         self._streamed: dict[str, Any] = {}
         self._handlers: dict[str, Callable[[tuple[str, ...], Any], list[bytes]]] = {
@@ -163,7 +165,7 @@ class LiveParts:
         step's namespace) lifted to the top, the wrapper's own left out but for a pause
         (its interrupts as the graph's) and longtask's events (``custom``)."""
         if mode == "custom":
-            return self._custom(ns, chunk)
+            return self._plain_custom(ns, chunk)
         if not ns:
             if not isinstance(chunk, dict) or _INTERRUPT not in chunk:
                 return []
@@ -189,6 +191,15 @@ class LiveParts:
                 if "values" not in self.modes or values == self._last_values:
                     return out
                 self._last_values = values
+            elif _INTERRUPT in chunk:
+                # a subgraph's pause: its last values with its interrupts, as LangGraph's
+                # server says the top graph's
+                values = {
+                    **self._inner_values.get(inner, {}),
+                    _INTERRUPT: _graph_interrupts(chunk[_INTERRUPT]),
+                }
+            else:
+                self._inner_values[inner] = values
             return [*out, sse(event, values)] if "values" in self.modes else out
         if mode == "updates" and isinstance(chunk, dict):
             out = []
@@ -247,6 +258,19 @@ class LiveParts:
                 out.append(sse(self._event("debug", inner), self._debug(kind, plain(payload), at)))
             return out
         return []
+
+    def _plain_custom(self, ns: tuple[str, ...], chunk: Any) -> list[bytes]:
+        """A served graph's own ``custom`` writes, in its own namespaces (a subgraph's only
+        with ``stream_subgraphs``, as on LangGraph's server); longtask's events as they
+        are for a task."""
+        if isinstance(chunk, dict) and "longtask" in chunk:
+            return self._custom((), chunk)
+        if not ns or (ns[0] != self.plain and not ns[0].startswith(f"{self.plain}:")):
+            return []
+        inner = ns[1:]
+        if "custom" not in self.modes or (inner and not self.subgraphs):
+            return []
+        return [sse(self._event("custom", inner), plain(chunk))]
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -476,7 +500,10 @@ class LiveParts:
 
     def _custom_parts(self, ns: tuple[str, ...], data: Any, name: str) -> list[bytes]:
         out = []
-        if "custom" in self.modes and (not ns or self.subgraphs):
+        # A served graph's custom stream is the graph's own: longtask's events are not in
+        # it (the thread's events and the events mode have them).
+        theirs = self.plain is None or name == "custom"
+        if "custom" in self.modes and (not ns or self.subgraphs) and theirs:
             out.append(sse(self._event("custom", ns if self.subgraphs else ()), data))
         if "events" in self.modes:
             step = data.get("step") if isinstance(data, dict) else None

@@ -10,14 +10,13 @@ The graph's checkpoints keep their ids: a checkpoint id of the history names one
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from longtask.serve.lgapi._chat import KEY, messages_json
 from longtask.serve.lgapi._json import plain
 
 if TYPE_CHECKING:
-    from langgraph.types import StateSnapshot
-
     from longtask._runner import Runner
     from longtask.model import GraphApp
     from longtask.store import ThreadRecord
@@ -74,32 +73,67 @@ def plain_values(values: Any) -> Any:
     }
 
 
-def _where(thread_id: str, config: Any) -> dict[str, Any] | None:
+def _own_ns(conf: Mapping[str, Any], base: str) -> str:
+    """A namespace as the graph names it: without the graph step's own, where the graph
+    keeps its state (``base``)."""
+    ns = str(conf.get("checkpoint_ns") or "")
+    return ns[len(base) + 1 :] if ns.startswith(base + "|") else "" if ns == base else ns
+
+
+def _where(thread_id: str, config: Any, base: str) -> dict[str, Any] | None:
     conf = (config or {}).get("configurable") or {}
     if not conf.get("checkpoint_id"):
         return None
-    return {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": conf["checkpoint_id"]}
+    out = {
+        "thread_id": thread_id,
+        "checkpoint_ns": _own_ns(conf, base),
+        "checkpoint_id": conf["checkpoint_id"],
+    }
+    found = conf.get("checkpoint_map")
+    if out["checkpoint_ns"] and isinstance(found, Mapping):
+        # A subgraph's checkpoint names its graphs' checkpoints, the graph's own as the
+        # root (the task's and the step's are longtask's, not the graph's)
+        out["checkpoint_map"] = {
+            _own_ns({"checkpoint_ns": ns}, base): cid
+            for ns, cid in found.items()
+            if ns == base or str(ns).startswith(base + "|")
+        }
+    return out
 
 
-def _state_json(thread_id: str, snap: StateSnapshot, *, finished: bool) -> dict[str, Any]:
+def _state_json(thread_id: str, snap: Any, *, finished: bool, base: str) -> dict[str, Any]:
+    from langgraph.types import StateSnapshot
+
     tasks = []
     interrupts: list[dict[str, Any]] = []
     for t in snap.tasks:
         intrs = [] if finished else [{"value": plain(i.value), "id": i.id} for i in t.interrupts]
         interrupts.extend(intrs)
+        # A subgraph's task: its state (get_state with subgraphs), else where it is, as
+        # LangGraph's server shows it.
+        sub = t.state
+        state = (
+            _state_json(thread_id, sub, finished=False, base=base)
+            if isinstance(sub, StateSnapshot)
+            else None
+        )
+        where = None
+        if isinstance(sub, Mapping) and isinstance(sub.get("configurable"), Mapping):
+            where = {"thread_id": thread_id, "checkpoint_ns": _own_ns(sub["configurable"], base)}
         tasks.append(
             {
                 "id": t.id,
                 "name": t.name,
                 "error": str(t.error) if t.error is not None else None,
                 "interrupts": intrs,
-                "checkpoint": None,
-                "state": None,
+                "checkpoint": where,
+                "state": state,
                 "result": plain_values(t.result) if getattr(t, "result", None) else None,
                 "path": plain(list(getattr(t, "path", ()) or ())),
             }
         )
-    here, parent = _where(thread_id, snap.config), _where(thread_id, snap.parent_config)
+    here = _where(thread_id, snap.config, base)
+    parent = _where(thread_id, snap.parent_config, base)
     metadata = {
         k: v for k, v in dict(snap.metadata or {}).items() if k not in ("parents", "checkpoint_ns")
     }
@@ -118,20 +152,25 @@ def _state_json(thread_id: str, snap: StateSnapshot, *, finished: bool) -> dict[
 
 
 def plain_state(
-    runner: Runner, task: GraphApp, rec: ThreadRecord, checkpoint_id: str | None = None
+    runner: Runner,
+    task: GraphApp,
+    rec: ThreadRecord,
+    checkpoint_id: str | None = None,
+    *,
+    subgraphs: bool = False,
 ) -> dict[str, Any] | None:
     """The graph's state (at ``checkpoint_id``, one of its own), or None before the graph
-    has a checkpoint."""
+    has a checkpoint; with ``subgraphs``, a pending task's subgraph's state in it."""
     ns = inner_ns(runner, rec.thread_id, task.graph_step.name)
     if ns is None:
         return None
     snap = _graph(runner, task, rec.thread_id).get_state(
-        _config(runner, rec.thread_id, ns, checkpoint_id)
+        _config(runner, rec.thread_id, ns, checkpoint_id), subgraphs=subgraphs
     )
     if not snap.config or snap.created_at is None:
         return None
     finished = rec.status in ("failed", "completed", "cancelled") and checkpoint_id is None
-    return _state_json(rec.thread_id, snap, finished=finished)
+    return _state_json(rec.thread_id, snap, finished=finished, base=ns)
 
 
 def plain_history(
@@ -158,6 +197,6 @@ def plain_history(
         before=_config(runner, rec.thread_id, ns, before) if before else None,
     ):
         head = not out and before is None and at is None and not metadata
-        state = _state_json(rec.thread_id, snap, finished=finished and head)
+        state = _state_json(rec.thread_id, snap, finished=finished and head, base=ns)
         out.append(state)
     return out

@@ -113,9 +113,41 @@ def query_flag(request: Request, name: str) -> bool:
     raise HTTPException(422, f"{name} must be true or false, not {raw!r}")
 
 
+def run_breaks(body: dict[str, Any], entry: Registered) -> dict[str, Any] | None:
+    """A served graph's run's ``interrupt_before`` / ``interrupt_after`` (``"*"`` or node
+    names of the graph), checked (a 422 naming the nodes there are); None when it asks none.
+    A task's run is refused them: its thread pauses where its task says."""
+    asked = {k: body.get(k) for k in ("interrupt_before", "interrupt_after") if body.get(k)}
+    if not asked:
+        return None
+    graph = entry.graph
+    if graph is None:
+        key = next(iter(asked))
+        raise HTTPException(
+            422,
+            f"{key} is not supported: a longtask thread pauses where its task says "
+            "(approval and wait steps, gates); add an approval step instead",
+        )
+    nodes = [n for n in graph.nodes if n != "__start__"]
+    for key, value in asked.items():
+        if value == "*":
+            continue
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise HTTPException(422, f'{key} must be "*" or a list of node names, not {value!r}')
+        unknown = [n for n in value if n not in nodes]
+        if unknown:
+            raise HTTPException(
+                422,
+                f"{key} names {', '.join(map(repr, unknown))}, not a node of graph "
+                f"{entry.name!r}; its nodes are {', '.join(nodes)}",
+            )
+    return {"before": asked.get("interrupt_before"), "after": asked.get("interrupt_after")}
+
+
 def refuse_unsupported(body: dict[str, Any]) -> None:
     """Options of a run request longtask does not carry out: a 422 naming the option and
-    what longtask does instead, before anything is recorded (never silently ignored)."""
+    what longtask does instead, before anything is recorded (never silently ignored).
+    ``interrupt_before`` / ``interrupt_after`` are checked by ``run_breaks``."""
     strategy = body.get("multitask_strategy")
     if strategy is not None and strategy not in STRATEGIES:
         raise HTTPException(
@@ -126,13 +158,6 @@ def refuse_unsupported(body: dict[str, Any]) -> None:
             "run cancels its thread (with the task's compensations): cancel that run "
             "yourself (runs.cancel) if that is what you mean, then start the next",
         )
-    for key in ("interrupt_before", "interrupt_after"):
-        if body.get(key):
-            raise HTTPException(
-                422,
-                f"{key} is not supported: a longtask thread pauses where its task says "
-                "(approval and wait steps, gates); add an approval step instead",
-            )
     if body.get("after_seconds"):
         raise HTTPException(
             422,
@@ -503,6 +528,7 @@ def routes(api: Api) -> list[Route]:
         body = _plain_at(api, thread_id, given)
         plain_at = body is not given  # carried out: not an unsupported option here
         refuse_unsupported({k: v for k, v in body.items() if k != "checkpoint_id" or not plain_at})
+        breaks = run_breaks(body, entry)
         config = _config_of(body)
         settings = run_settings(assistant, body, config)
         _checked_context(entry.task, settings)
@@ -532,6 +558,8 @@ def routes(api: Api) -> list[Route]:
             # task it runs: a queued run is planned with them when its turn comes
             **settings,
             "graph": entry.name,
+            # where the run stops its graph (a served graph's, for this run only)
+            **({"breaks": breaks} if breaks else {}),
         }
         seen = store.api_run_mark(thread_id)
         if seen is None:

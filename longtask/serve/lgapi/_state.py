@@ -185,7 +185,7 @@ def thread_state(
     *,
     subgraphs: bool = False,
 ) -> dict[str, Any]:
-    state = current_state(runner, registry, rec, checkpoint_id)[0]
+    state = current_state(runner, registry, rec, checkpoint_id, subgraphs=subgraphs)[0]
     if subgraphs and state["tasks"]:
         # The state of the agent a pending task runs, from the agent's own checkpoints (its
         # graph runs inside the step's node, under the task's namespace).
@@ -232,14 +232,22 @@ def graph_of(
 
 
 def current_state(
-    runner: Runner, registry: Registry, rec: ThreadRecord, checkpoint_id: str | None = None
+    runner: Runner,
+    registry: Registry,
+    rec: ThreadRecord,
+    checkpoint_id: str | None = None,
+    *,
+    subgraphs: bool = False,
 ) -> tuple[dict[str, Any], str | None]:
     """The ThreadState, and the checkpoint namespace of the agent step whose conversation
-    is its ``values["messages"]`` (None when there is none)."""
+    is its ``values["messages"]`` (None when there is none). ``subgraphs``: a served
+    graph's pending subgraph tasks carry their state (a task's agents: see
+    ``thread_state``)."""
     task, graph = graph_of(runner, registry, rec)
     if isinstance(task, GraphApp):
         # A plain LangGraph graph served as is: the graph's own state.
-        return plain_state(runner, task, rec, checkpoint_id) or empty_state(rec.thread_id), None
+        state = plain_state(runner, task, rec, checkpoint_id, subgraphs=subgraphs)
+        return state or empty_state(rec.thread_id), None
     snapshot = graph.get_state(config_of(rec.thread_id, checkpoint_id))
     if checkpoint_id is not None:
         head = runner.db.saver.head(rec.thread_id)

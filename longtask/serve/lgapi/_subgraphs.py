@@ -8,6 +8,7 @@ node; with ``recurse``, a graph step's own subgraphs as ``step|child``. An agent
 here as the step builds it, over a stand-in model (a read calls no model and needs no
 key), without the step's middleware (it adds no state). A graph step given as a factory
 ``fn(config)`` is made when the step runs: it is not listed (a read runs no user code).
+A plain LangGraph graph served as it is (``GraphApp``) lists its own subgraphs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, create_model
 
-from longtask.model import AgentStep, GraphStep, LongTask, graph_kind
+from longtask.model import AgentStep, GraphApp, GraphStep, LongTask, graph_kind
 
 #: how LangGraph joins a namespace's parts
 _SEP = "|"
@@ -84,7 +85,16 @@ def schemas(graph: Any) -> dict[str, Any]:
 
 def subgraphs(task: LongTask, namespace: str | None, recurse: bool) -> dict[str, Any]:
     """The task's subgraphs, or the one at ``namespace`` (``step`` or, with ``recurse``,
-    ``step|child``); {} when there is none there."""
+    ``step|child``); {} when there is none there. A plain graph served as it is has its
+    own subgraphs, as LangGraph's server lists them for it (the step that wraps it is not
+    one)."""
+    if isinstance(task, GraphApp):
+        graph = _compiled(task.graph_step)
+        if graph is None:
+            return {}
+        return {
+            ns: schemas(g) for ns, g in graph.get_subgraphs(namespace=namespace, recurse=recurse)
+        }
     found: dict[str, Any] = {}
     for name, step in task.steps.items():
         if not isinstance(step, GraphStep | AgentStep):
