@@ -138,3 +138,22 @@ def test_a_run_s_parts_are_kept_an_hour_then_its_stream_is_read_from_the_thread(
         assert again[0]["event"] == "metadata"
         final = [e["data"] for e in again if e["event"] == "values"][-1]
         assert final["messages"][-1]["content"] == ANSWER
+
+
+def test_a_run_whose_end_was_never_marked_ends_where_the_next_run_starts(
+    runner: Runner, tmp_path: Path, llm: FakeOpenAI
+) -> None:
+    """serve died between recording a run's end and marking it among the parts: the run's
+    stream still ends with its own parts, not the next run's."""
+    with served(runner, tmp_path, {"chat": "token_graph.py"}) as client:
+        thread, run_id, whole = _stream(client, ["values"])
+        runner.db.store._run(
+            "DELETE FROM longtask_run_parts WHERE run_id = ? AND mode = '__end__'", (run_id,)
+        )
+        body = {
+            "assistant_id": "chat",
+            "input": {"messages": [{"type": "human", "content": "and Spain?"}]},
+        }
+        assert client.post(f"/threads/{thread}/runs/wait", json=body).status_code == 200
+        again = events(client.get(f"/threads/{thread}/runs/{run_id}/stream").text)
+        assert [(e["event"], e["data"]) for e in again] == [(e["event"], e["data"]) for e in whole]

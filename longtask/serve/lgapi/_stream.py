@@ -1,16 +1,18 @@
 """A run's stream in the LangGraph Server API's SSE format.
 
-No task runs here: the executor advances the thread. When this process carries the run out,
-its stream is made from the run's own parts as they come (``live``). Otherwise (a run a
-``longtask worker`` carries out) the stream follows what the thread stores —
-a new checkpoint gives ``values`` (every result so far) and ``updates`` (the steps whose
-results are new, and ``__interrupt__`` when it pauses); new longtask events give ``custom``
-(the event as longtask stores it) and ``events`` (an ``on_custom_event`` per event); new
-messages of the run's agent steps give ``messages-tuple`` (``[message, metadata]``) and
-``messages`` (``messages/metadata`` then ``messages/complete``): whole messages as each model
-or tool call completes, not tokens, read from the agent's own checkpoints (its namespace is
-in its ``agent.run.started`` event), so a step that ends between two reads is not missed.
-The stream ends when the run is finished and everything it stored was sent.
+No task runs here: the executor (or a worker) advances the thread and stores the run's
+parts as they come (``longtask.runtime._parts``); ``follow`` reads them from the run's start
+mark to its end mark, whichever process wrote them, and turns them into events (``live``),
+each with an id a reconnecting client resumes after. A run whose parts are gone (kept an
+hour) or were never stored follows what the thread stores instead — a new checkpoint gives
+``values`` (every result so far) and ``updates`` (the steps whose results are new, and
+``__interrupt__`` when it pauses); new longtask events give ``custom`` (the event as longtask
+stores it) and ``events`` (an ``on_custom_event`` per event); new messages of the run's agent
+steps give ``messages-tuple`` (``[message, metadata]``) and ``messages``
+(``messages/metadata`` then ``messages/complete``): whole messages, read from the agent's own
+checkpoints (its namespace is in its ``agent.run.started`` event), so a step that ends
+between two reads is not missed. The stream ends when the run is finished and everything it
+stored was sent.
 """
 
 from __future__ import annotations
@@ -320,6 +322,10 @@ class _Parts:
             self.last = row.seq
             if row.mode in (START, END):
                 if row.mode == END and row.run_id == self.run_id:
+                    return out, row.seq
+                if row.mode == START and row.run_id != self.run_id:
+                    # A thread's runs are carried out one at a time: the next one started,
+                    # so this one ended (a process died before it marked the end).
                     return out, row.seq
                 continue
             chunk = parts_of(runner.db.saver.serde, row.type, row.body)
